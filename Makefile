@@ -1,0 +1,36 @@
+PYTHON ?= python3
+
+.PHONY: compile debug install test test-pure testinstalled bench bench-fast lint clean
+
+compile:            ## build the compiled core in place (src/_core/*.so)
+	$(PYTHON) setup.py build_ext --inplace
+
+debug:              ## in-place build with line tracing and PYKFK_DEBUG checks
+	PYKFK_DEBUG=1 PYKFK_BUILD_CYTHON_ALWAYS=1 $(PYTHON) setup.py build_ext --inplace
+
+install:            ## editable install with the test extras
+	$(PYTHON) -m pip install -e ".[test]"
+
+test: compile       ## the whole suite
+	$(PYTHON) -m pytest -q
+
+testinstalled:      ## build a wheel, install it in a fresh venv, import from outside the checkout
+	rm -rf build/testinstalled && $(PYTHON) -m pip wheel --no-deps -w build/testinstalled/wheel .
+	$(PYTHON) -m venv build/testinstalled/venv
+	build/testinstalled/venv/bin/pip install -q build/testinstalled/wheel/*.whl
+	cd /tmp && $(CURDIR)/build/testinstalled/venv/bin/python -c \
+	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile; \
+	   assert c.crc32c(b'123456789') == 0xE3069283; print('installed wheel OK:', c.__file__)"
+
+bench: compile      ## pytest-benchmark suites (figures printed against their baselines)
+	$(PYTHON) -m pytest bench -q --benchmark-columns=min,median,mean,ops --benchmark-sort=name
+
+bench-fast: compile ## one quick pass of every bench so they never rot
+	$(PYTHON) -m pytest bench -q --benchmark-disable
+
+lint:
+	$(PYTHON) -m ruff check pykfk src tests bench
+
+clean:
+	rm -rf build dist *.egg-info src/_core/*.so src/_core/*.html
+	cd src/_core && for f in *.pyx; do rm -f "$${f%.pyx}.c"; done

@@ -1,0 +1,19 @@
+"""pykfk's compiled core: CRCs, record-batch framing, segments and indexes, sendfile.
+
+Importing this package fails with a clear message when the extensions were not built.
+"""
+
+try:
+    from pykfk._core.crc import crc32, crc32c, hardware_features
+except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+    raise ImportError(
+        "pykfk's compiled core is missing (pykfk._core.crc could not be imported): "
+        "install pykfk with `pip install .` or build it in place with `make compile`"
+    ) from exc
+
+from pykfk._core.errors import CoreError, CorruptBatchError, IndexCorruptError, InvalidRecordError
+
+__all__ = [
+    "crc32", "crc32c", "hardware_features",
+    "CoreError", "CorruptBatchError", "IndexCorruptError", "InvalidRecordError",
+]

@@ -1,0 +1,29 @@
+"""Exceptions raised by the compiled core. Plain Python, no Kafka error codes:
+pykfk.errors maps them to the codes a Kafka broker would send."""
+
+
+class CoreError(Exception):
+    """Base class of every error the compiled core raises."""
+
+
+class CorruptBatchError(CoreError):
+    """Bytes that are not a valid record batch (bad length, magic, CRC or framing).
+
+    ``field`` names the offending field, ``offset`` is the absolute position of the
+    batch in the buffer that was checked, ``field_offset`` the position of the field.
+    Maps to CORRUPT_MESSAGE.
+    """
+
+    def __init__(self, message: str, field: str = "", offset: int = 0, field_offset: int = 0):
+        super().__init__(f"{message} (field {field} at byte {field_offset}, batch at byte {offset})")
+        self.field = field
+        self.offset = offset
+        self.field_offset = field_offset
+
+
+class InvalidRecordError(CorruptBatchError):
+    """A batch whose framing is sound but whose records break a rule (INVALID_RECORD)."""
+
+
+class IndexCorruptError(CoreError):
+    """An offset or time index whose entries are out of order or out of range."""
