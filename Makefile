@@ -1,9 +1,12 @@
 PYTHON ?= python3
 
-.PHONY: compile debug install test test-pure testinstalled bench bench-fast lint clean
+.PHONY: compile compile-one debug install test test-pure testinstalled bench bench-fast lint clean
 
 compile:            ## build the compiled core in place (src/_core/*.so)
 	$(PYTHON) setup.py build_ext --inplace
+
+compile-one:        ## build one extension: make compile-one EXT=segment
+	PYKFK_EXTENSIONS=$(EXT) $(PYTHON) setup.py build_ext --inplace --build-temp build/tmp-$(EXT)
 
 debug:              ## in-place build with line tracing and PYKFK_DEBUG checks
 	PYKFK_DEBUG=1 PYKFK_BUILD_CYTHON_ALWAYS=1 $(PYTHON) setup.py build_ext --inplace

@@ -3,6 +3,7 @@
 Switches (also as environment variables):
   PYKFK_DEBUG=1                 line tracing, -O0 -g, Cython annotations
   PYKFK_BUILD_CYTHON_ALWAYS=1   re-cythonize even when a generated .c is newer
+  PYKFK_EXTENSIONS=a,b          build only these extensions of pykfk._core
 """
 
 import os
@@ -37,6 +38,11 @@ extensions = [
     core_extension("segment", "crc32.c", "batch.c"),
     core_extension("sendfile"),
 ]
+
+# PYKFK_EXTENSIONS=segment,sendfile builds only those (handy while working on one module).
+only = {n for n in os.environ.get("PYKFK_EXTENSIONS", "").split(",") if n}
+if only:
+    extensions = [e for e in extensions if e.name.rsplit(".", 1)[1] in only]
 
 directives = {"language_level": 3, "embedsignature": True}
 if DEBUG:
