@@ -1,0 +1,464 @@
+"""Broker configuration: Kafka's own property names, types, defaults and validation.
+
+Mirrors the broker and topic settings of apache/kafka (``KafkaConfig``, ``ServerLogConfigs``,
+``TopicConfig``) that a standalone pykfk broker honours. Sources, in order of precedence:
+``--override key=value`` > ``server.properties`` > defaults. Every value is validated when
+the config is built; a bad one raises :class:`ConfigError` naming the key.
+
+Topic-level settings (``retention.ms``, ``segment.bytes``, ...) are declared once in
+``TOPIC_CONFIGS`` with the broker-level synonym that supplies their default, which is how
+Kafka's DescribeConfigs reports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value; ``key`` names the offending setting."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------
+# Value types. Each parser takes the raw string (or an already typed value) and returns the
+# typed value or raises ValueError with a message for the user.
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _int_parser(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        if isinstance(raw, int):
+            value = raw
+        else:
+            text = str(raw).strip()
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise ValueError(f"expected an integer, got {raw!r}")
+            value = int(text)
+        if not lo <= value <= hi:
+            raise ValueError(f"value {value} out of range [{lo}, {hi}]")
+        return value
+
+    return parse
+
+
+def _parse_string(raw: Any) -> str:
+    return str(raw).strip()
+
+
+def _parse_list(raw: Any) -> list[str]:
+    if isinstance(raw, (list, tuple)):
+        return [str(item).strip() for item in raw if str(item).strip()]
+    return [item.strip() for item in str(raw).split(",") if item.strip()]
+
+
+def _choice_parser(*choices: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        text = str(raw).strip()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return text
+
+    return parse
+
+
+def _cleanup_policy(raw: Any) -> list[str]:
+    items = _parse_list(raw)
+    for item in items:
+        if item not in ("delete", "compact"):
+            raise ValueError(f"expected a list of delete, compact; got {raw!r}")
+    if not items:
+        raise ValueError("expected a list of delete, compact; got an empty list")
+    return items
+
+
+INT = _int_parser(-(2**31), INT32_MAX)
+LONG = _int_parser(-(2**63), INT64_MAX)
+
+
+def _at_least(minimum: int, big: bool = False) -> Callable[[Any], int]:
+    return _int_parser(minimum, INT64_MAX if big else INT32_MAX)
+
+
+# Kafka's DescribeConfigs ConfigType codes (KIP-569), reported from DescribeConfigs v3.
+CONFIG_TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "list": 7}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    """One setting: its Kafka name, parser, default (None = unset) and a one-line doc."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+    kind: str = "string"  # bool/string/int/long/list, for DescribeConfigs
+    # True for settings pykfk accepts for compatibility with Kafka's sample files but
+    # does not act on (thread counts, replication settings of internal topics, ...).
+    ignored: bool = False
+
+
+def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str, kind: str, **kw: Any) -> ConfigKey:
+    return ConfigKey(name, parse, default, doc, kind, **kw)
+
+
+# Broker settings. Defaults are Kafka's, except where a standalone developer broker wants a
+# friendlier one: listeners (loopback only) and log.dirs (./data instead of /tmp/kafka-logs).
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _key("broker.id", _at_least(-1), 0, "id of this broker", "int"),
+        _key("listeners", _parse_list, ["PLAINTEXT://127.0.0.1:9092"], "addresses to listen on", "list"),
+        _key("advertised.listeners", _parse_list, None, "addresses given to clients (default: listeners)", "list"),
+        _key("log.dirs", _parse_list, None, "directories holding the partition logs", "list"),
+        _key("log.dir", _parse_string, "./data", "log directory used when log.dirs is unset", "string"),
+        _key("num.partitions", _at_least(1), 1, "default partition count of new topics", "int"),
+        _key("default.replication.factor", _at_least(1), 1, "default replication factor", "int"),
+        _key("auto.create.topics.enable", _parse_bool, True, "create topics on Metadata requests", "bool"),
+        _key("message.max.bytes", _at_least(0), 1048588, "largest record batch accepted", "int"),
+        _key("socket.request.max.bytes", _at_least(1), 104857600, "largest request frame", "int"),
+        _key("log.segment.bytes", _at_least(14), 1073741824, "segment size before rolling", "int"),
+        _key("log.roll.ms", _at_least(1, big=True), None, "segment age before rolling (ms)", "long"),
+        _key("log.roll.hours", _at_least(1), 168, "segment age before rolling (hours)", "int"),
+        _key("log.index.interval.bytes", _at_least(0), 4096, "bytes between offset index entries", "int"),
+        _key("log.index.size.max.bytes", _at_least(4), 10485760, "maximum offset index size", "int"),
+        _key("log.flush.interval.messages", _at_least(1, big=True), INT64_MAX, "messages between fsyncs", "long"),
+        _key("log.flush.interval.ms", LONG, None, "ms between fsyncs", "long"),
+        _key("log.flush.scheduler.interval.ms", LONG, INT64_MAX, "how often the flusher checks logs", "long"),
+        _key("log.retention.ms", LONG, None, "retention time (ms, -1 = unlimited)", "long"),
+        _key("log.retention.minutes", INT, None, "retention time (minutes)", "int"),
+        _key("log.retention.hours", INT, 168, "retention time (hours)", "int"),
+        _key("log.retention.bytes", LONG, -1, "retention size per partition (-1 = unlimited)", "long"),
+        _key("log.retention.check.interval.ms", _at_least(1, big=True), 300000, "retention check period", "long"),
+        _key("log.segment.delete.delay.ms", _at_least(0, big=True), 60000, "delay before deleting a segment file", "long"),
+        _key("log.cleanup.policy", _cleanup_policy, ["delete"], "default cleanup policy", "list"),
+        _key("log.preallocate", _parse_bool, False, "preallocate segment files", "bool"),
+        _key(
+            "log.message.timestamp.type",
+            _choice_parser("CreateTime", "LogAppendTime"),
+            "CreateTime",
+            "timestamp kept in batches",
+            "string",
+        ),
+        _key("connections.max.idle.ms", LONG, 600000, "close connections idle this long", "long"),
+        _key("queued.max.requests", _at_least(1), 500, "requests read ahead per connection", "int"),
+        _key("offsets.topic.num.partitions", _at_least(1), 50, "partitions of the offsets topic", "int"),
+        _key("group.initial.rebalance.delay.ms", _at_least(0), 3000, "delay of the first rebalance", "int"),
+        _key("zookeeper.connect", _parse_string, None, "ZooKeeper connect string (cluster mode)", "string"),
+        # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
+        *[
+            _key(name, parse, default, "accepted for compatibility; no effect", kind, ignored=True)
+            for name, parse, default, kind in [
+                ("num.network.threads", _at_least(1), 3, "int"),
+                ("num.io.threads", _at_least(1), 8, "int"),
+                ("socket.send.buffer.bytes", INT, 102400, "int"),
+                ("socket.receive.buffer.bytes", INT, 102400, "int"),
+                ("num.recovery.threads.per.data.dir", _at_least(1), 1, "int"),
+                ("offsets.topic.replication.factor", _at_least(1), 3, "int"),
+                ("transaction.state.log.replication.factor", _at_least(1), 3, "int"),
+                ("transaction.state.log.min.isr", _at_least(1), 2, "int"),
+                ("zookeeper.connection.timeout.ms", INT, 18000, "int"),
+                ("zookeeper.session.timeout.ms", INT, 18000, "int"),
+                ("listener.security.protocol.map", _parse_list, None, "list"),
+                ("inter.broker.listener.name", _parse_string, None, "string"),
+                ("delete.topic.enable", _parse_bool, True, "bool"),
+                ("min.insync.replicas", _at_least(1), 1, "int"),
+                ("unclean.leader.election.enable", _parse_bool, False, "bool"),
+            ]
+        ],
+    ]
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicKey:
+    """A topic-level setting and the broker setting that supplies its default."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    broker_synonym: str | None
+    kind: str
+    doc: str
+
+
+TOPIC_KEYS: dict[str, TopicKey] = {
+    k.name: k
+    for k in [
+        TopicKey("cleanup.policy", _cleanup_policy, "log.cleanup.policy", "list", "delete and/or compact"),
+        TopicKey("retention.ms", LONG, "log.retention.ms", "long", "retention time (-1 = unlimited)"),
+        TopicKey("retention.bytes", LONG, "log.retention.bytes", "long", "retention size (-1 = unlimited)"),
+        TopicKey("segment.bytes", _at_least(14), "log.segment.bytes", "int", "segment size"),
+        TopicKey("segment.ms", _at_least(1, big=True), "log.roll.ms", "long", "segment age before rolling"),
+        TopicKey("segment.index.bytes", _at_least(4), "log.index.size.max.bytes", "int", "max index size"),
+        TopicKey("index.interval.bytes", _at_least(0), "log.index.interval.bytes", "int", "index density"),
+        TopicKey("flush.messages", _at_least(1, big=True), "log.flush.interval.messages", "long", "fsync period"),
+        TopicKey("flush.ms", _at_least(0, big=True), "log.flush.interval.ms", "long", "fsync period (ms)"),
+        TopicKey("max.message.bytes", _at_least(0), "message.max.bytes", "int", "largest batch"),
+        TopicKey(
+            "message.timestamp.type",
+            _choice_parser("CreateTime", "LogAppendTime"),
+            "log.message.timestamp.type",
+            "string",
+            "timestamp kept in batches",
+        ),
+        TopicKey("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long", "delete delay"),
+        TopicKey("preallocate", _parse_bool, "log.preallocate", "bool", "preallocate segment files"),
+    ]
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Java .properties reading (the subset Kafka's files use: comments, key=value / key:value /
+# key value, backslash line continuations and escapes).
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse the text of a Java properties file into a dict of raw strings."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    for raw_line in text.splitlines():
+        line = raw_line.lstrip() if not logical else raw_line.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the line.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry = "".join(logical)
+        logical = []
+        match = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:\s]?\s*(.*)$", entry)
+        if match is None:  # pragma: no cover - the pattern matches any string
+            continue
+        key, value = (_unescape(part) for part in match.groups())
+        if key:
+            props[key] = value.rstrip()
+    return props
+
+
+def _unescape(text: str) -> str:
+    escapes = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+    def repl(m: re.Match[str]) -> str:
+        ch = m.group(1)
+        if ch.startswith("u"):
+            return chr(int(ch[1:], 16))
+        return escapes.get(ch, ch)
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", repl, text)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    """One ``listeners`` entry: ``NAME://host:port``. An empty host binds all interfaces."""
+
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, key: str, text: str) -> Listener:
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)", text)
+        if match is None:
+            raise ConfigError(key, f"expected NAME://host:port, got {text!r}")
+        name, host, port_text = match.groups()
+        port = int(port_text)
+        if port > 65535:
+            raise ConfigError(key, f"port {port} out of range [0, 65535]")
+        if name.upper() != "PLAINTEXT":
+            raise ConfigError(key, f"listener {name} is not supported yet (only PLAINTEXT)")
+        return cls(name.upper(), host.strip("[]"), port)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+class BrokerConfig:
+    """Validated broker settings. Read values with attribute names (``log_segment_bytes``)
+    or Kafka names (``config["log.segment.bytes"]``).
+
+    Derived values follow Kafka's precedence rules: ``log.dirs`` over ``log.dir``,
+    ``log.roll.ms`` over ``log.roll.hours``, ``log.retention.ms`` over minutes over hours.
+    """
+
+    def __init__(self, props: Mapping[str, Any] | None = None):
+        props = dict(props or {})
+        self.originals: dict[str, Any] = props
+        self._values: dict[str, Any] = {}
+        unknown = sorted(k for k in props if k not in BROKER_KEYS)
+        if unknown:
+            raise ConfigError(unknown[0], "unknown configuration key")
+        for name, key in BROKER_KEYS.items():
+            raw = props.get(name)
+            if raw is None:
+                self._values[name] = key.default
+                continue
+            try:
+                self._values[name] = key.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
+        self._derive()
+
+    def _derive(self) -> None:
+        v = self._values
+        self.broker_id: int = v["broker.id"]
+        self.listeners = [Listener.parse("listeners", item) for item in v["listeners"]]
+        if not self.listeners:
+            raise ConfigError("listeners", "at least one listener is required")
+        if len(self.listeners) > 1:
+            raise ConfigError("listeners", "only one listener is supported yet")
+        advertised = v["advertised.listeners"]
+        self.advertised_listeners = (
+            [Listener.parse("advertised.listeners", item) for item in advertised]
+            if advertised
+            else list(self.listeners)
+        )
+        self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
+        if not self.log_dirs:
+            raise ConfigError("log.dirs", "at least one directory is required")
+        self.num_partitions: int = v["num.partitions"]
+        self.default_replication_factor: int = v["default.replication.factor"]
+        self.auto_create_topics_enable: bool = v["auto.create.topics.enable"]
+        self.message_max_bytes: int = v["message.max.bytes"]
+        self.socket_request_max_bytes: int = v["socket.request.max.bytes"]
+        self.log_segment_bytes: int = v["log.segment.bytes"]
+        self.log_roll_ms: int = (
+            v["log.roll.ms"] if v["log.roll.ms"] is not None else v["log.roll.hours"] * 3_600_000
+        )
+        self.log_index_interval_bytes: int = v["log.index.interval.bytes"]
+        self.log_index_size_max_bytes: int = v["log.index.size.max.bytes"]
+        self.log_flush_interval_messages: int = v["log.flush.interval.messages"]
+        # Kafka: log.flush.interval.ms defaults to log.flush.scheduler.interval.ms.
+        self.log_flush_interval_ms: int = (
+            v["log.flush.interval.ms"]
+            if v["log.flush.interval.ms"] is not None
+            else v["log.flush.scheduler.interval.ms"]
+        )
+        if v["log.retention.ms"] is not None:
+            retention_ms = v["log.retention.ms"]
+        elif v["log.retention.minutes"] is not None:
+            retention_ms = v["log.retention.minutes"] * 60_000
+        else:
+            retention_ms = v["log.retention.hours"] * 3_600_000
+        self.log_retention_ms: int = retention_ms if retention_ms >= 0 else -1
+        self.log_retention_bytes: int = v["log.retention.bytes"]
+        self.log_retention_check_interval_ms: int = v["log.retention.check.interval.ms"]
+        self.log_segment_delete_delay_ms: int = v["log.segment.delete.delay.ms"]
+        self.log_cleanup_policy: list[str] = v["log.cleanup.policy"]
+        self.log_preallocate: bool = v["log.preallocate"]
+        self.log_message_timestamp_type: str = v["log.message.timestamp.type"]
+        self.connections_max_idle_ms: int = v["connections.max.idle.ms"]
+        self.queued_max_requests: int = v["queued.max.requests"]
+        self.offsets_topic_num_partitions: int = v["offsets.topic.num.partitions"]
+        self.group_initial_rebalance_delay_ms: int = v["group.initial.rebalance.delay.ms"]
+        self.zookeeper_connect: str | None = v["zookeeper.connect"] or None
+
+    # -- access by Kafka name ------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def is_explicit(self, name: str) -> bool:
+        """True when ``name`` was given in server.properties or an override."""
+        return name in self.originals
+
+    def ignored_keys_set(self) -> list[str]:
+        """Keys accepted for compatibility that were set but have no effect."""
+        return sorted(k for k in self.originals if BROKER_KEYS[k].ignored)
+
+    # -- topic-level view --------------------------------------------------------------
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic-level settings (Kafka topic names) as this broker's defaults give them."""
+        return {
+            "cleanup.policy": list(self.log_cleanup_policy),
+            "retention.ms": self.log_retention_ms,
+            "retention.bytes": self.log_retention_bytes,
+            "segment.bytes": self.log_segment_bytes,
+            "segment.ms": self.log_roll_ms,
+            "segment.index.bytes": self.log_index_size_max_bytes,
+            "index.interval.bytes": self.log_index_interval_bytes,
+            "flush.messages": self.log_flush_interval_messages,
+            "flush.ms": self.log_flush_interval_ms,
+            "max.message.bytes": self.message_max_bytes,
+            "message.timestamp.type": self.log_message_timestamp_type,
+            "file.delete.delay.ms": self.log_segment_delete_delay_ms,
+            "preallocate": self.log_preallocate,
+        }
+
+    def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """Broker defaults merged with validated per-topic overrides."""
+        merged = self.topic_defaults()
+        merged.update(validate_topic_configs(overrides))
+        return merged
+
+    # -- construction from the command line ---------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        """Read ``path`` (a server.properties file, optional) then apply ``key=value``
+        overrides. Raises ConfigError for unknown keys and bad values, OSError when the
+        file cannot be read."""
+        props: dict[str, str] = {}
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                props.update(parse_properties(f.read()))
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(item, "an override must look like key=value")
+            props[key.strip()] = value.strip()
+        return cls(props)
+
+
+def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse per-topic overrides (CreateTopics configs). None values mean "use the default"
+    and are dropped. Raises ConfigError naming the first bad key."""
+    parsed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        key = TOPIC_KEYS.get(name)
+        if key is None:
+            raise ConfigError(name, "unknown topic configuration key")
+        if raw is None:
+            continue
+        try:
+            parsed[name] = key.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(name, str(exc)) from None
+    return parsed
+
+
+def format_config_value(value: Any) -> str | None:
+    """The string form Kafka uses in DescribeConfigs and property files."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
