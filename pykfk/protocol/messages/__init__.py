@@ -8,9 +8,58 @@ dispatch table.
 from __future__ import annotations
 
 from ..schema import ApiSpec
-from . import api_versions
+from . import (
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_groups,
+    delete_topics,
+    describe_configs,
+    describe_groups,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    offset_for_leader_epoch,
+    produce,
+    sasl_authenticate,
+    sasl_handshake,
+    sync_group,
+)
 
-_MODULES = (api_versions,)
+# In api key order.
+_MODULES = (
+    produce,
+    fetch,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    find_coordinator,
+    join_group,
+    heartbeat,
+    leave_group,
+    sync_group,
+    describe_groups,
+    list_groups,
+    sasl_handshake,
+    api_versions,
+    create_topics,
+    delete_topics,
+    init_producer_id,
+    offset_for_leader_epoch,
+    describe_configs,
+    sasl_authenticate,
+    create_partitions,
+    delete_groups,
+)
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}
 

@@ -1,0 +1,26 @@
+"""FindCoordinator (key 10): the broker that coordinates a group or transactional id.
+
+v1 adds key_type, throttle_time_ms and error_message; v2 same as v1; v3 first flexible
+version. (v4 batches keys, not declared.)
+"""
+
+from ..schema import ApiSpec, Field
+
+SPEC = ApiSpec(
+    10,
+    "FindCoordinator",
+    versions="0-3",
+    flexible="3+",
+    request=[
+        Field("key", "string", "0-3"),
+        Field("key_type", "int8", "1+", default=0),
+    ],
+    response=[
+        Field("throttle_time_ms", "int32", "1+"),
+        Field("error_code", "int16", "0-3"),
+        Field("error_message", "string", "1-3", nullable="1-3"),
+        Field("node_id", "int32", "0-3"),
+        Field("host", "string", "0-3"),
+        Field("port", "int32", "0-3"),
+    ],
+)

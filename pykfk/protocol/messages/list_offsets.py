@@ -1,0 +1,58 @@
+"""ListOffsets (key 2): offsets by timestamp (-1 latest, -2 earliest).
+
+v0 returns a list of old-style offsets (max_num_offsets); v1 returns one offset and its
+timestamp; v2 adds isolation_level and throttle_time_ms; v3 same as v2; v4 adds
+current_leader_epoch and leader_epoch; v5 same as v4; v6 first flexible version.
+"""
+
+from ..schema import ApiSpec, Field
+
+SPEC = ApiSpec(
+    2,
+    "ListOffsets",
+    versions="0-6",
+    flexible="6+",
+    request=[
+        Field("replica_id", "int32"),
+        Field("isolation_level", "int8", "2+"),
+        Field(
+            "topics",
+            "[]ListOffsetsTopic",
+            fields=[
+                Field("name", "string"),
+                Field(
+                    "partitions",
+                    "[]ListOffsetsPartition",
+                    fields=[
+                        Field("partition_index", "int32"),
+                        Field("current_leader_epoch", "int32", "4+", default=-1),
+                        Field("timestamp", "int64"),
+                        Field("max_num_offsets", "int32", "0", default=1),
+                    ],
+                ),
+            ],
+        ),
+    ],
+    response=[
+        Field("throttle_time_ms", "int32", "2+"),
+        Field(
+            "topics",
+            "[]ListOffsetsTopicResponse",
+            fields=[
+                Field("name", "string"),
+                Field(
+                    "partitions",
+                    "[]ListOffsetsPartitionResponse",
+                    fields=[
+                        Field("partition_index", "int32"),
+                        Field("error_code", "int16"),
+                        Field("old_style_offsets", "[]int64", "0"),
+                        Field("timestamp", "int64", "1+", default=-1),
+                        Field("offset", "int64", "1+", default=-1),
+                        Field("leader_epoch", "int32", "4+", default=-1),
+                    ],
+                ),
+            ],
+        ),
+    ],
+)
