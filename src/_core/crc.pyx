@@ -1,24 +1,55 @@
 # cython: language_level=3
-"""CRC-32 (IEEE) and CRC-32C (Castagnoli) over any contiguous buffer.
+"""CRC-32 (IEEE 802.3, zlib) and CRC-32C (Castagnoli, Kafka magic 2) over any contiguous buffer.
 
-Thin bindings over crc32.c. The GIL is released for inputs above GIL_RELEASE_BYTES.
+Bindings over crc32.c; crc.pyi documents the API. The GIL is released for inputs of
+GIL_RELEASE_BYTES or more so that other threads run while a large batch is checked.
 """
 from libc.stdint cimport uint32_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from _crc32 cimport (pk_crc32, pk_crc32c, pk_crc32_portable, pk_crc32c_portable,
                      pk_crc_hw_features)
 
-# aiokafka releases the GIL for CRCs over 5 KiB; bench/bench_crc32.py checks the figure.
-GIL_RELEASE_BYTES = 5 * 1024
+cdef extern from "crc32.h" nogil:
+    uint32_t pk_crc32_using(int features, uint32_t crc, const void *buf, size_t length)
+    uint32_t pk_crc32c_using(int features, uint32_t crc, const void *buf, size_t length)
+    int PK_CRC_HW_SSE42
+    int PK_CRC_HW_PCLMUL
+    int PK_CRC_HW_VPCLMUL512
+
+# Below this size the CRC takes less time than handing the GIL over and back can cost
+# (bench/bench_crc32.py::test_gil_release_cost measures both): at ~60 GB/s, 64 KiB take
+# about 1 us, and releasing costs ~0.1 us uncontended but up to a switch interval when
+# another thread grabs the GIL meanwhile, so only inputs well above that are worth it.
+GIL_RELEASE_BYTES = 64 * 1024
 cdef Py_ssize_t _gil_release_bytes = GIL_RELEASE_BYTES
 
-ctypedef uint32_t (*crc_fn)(uint32_t, const void *, size_t) noexcept nogil
+# Names used by hardware_features() and the *_using test hooks.
+_FEATURE_BITS = {
+    "sse4.2": PK_CRC_HW_SSE42,
+    "pclmulqdq": PK_CRC_HW_PCLMUL,
+    "vpclmulqdq": PK_CRC_HW_VPCLMUL512,
+}
+
+cdef enum:
+    USE_DISPATCH = -1   # whatever the CPU offers (the public functions)
+    USE_TABLES = 0      # slicing-by-8 only (the *_portable functions)
 
 
-cdef uint32_t _crc_over(crc_fn fn, object buf, Py_ssize_t start, object end, uint32_t value) except? 0xFFFFFFFF:
+cdef inline uint32_t _update(bint castagnoli, int features, uint32_t value,
+                             const unsigned char *p, size_t n) noexcept nogil:
+    if features == USE_DISPATCH:
+        return pk_crc32c(value, p, n) if castagnoli else pk_crc32(value, p, n)
+    if features == USE_TABLES:
+        return pk_crc32c_portable(value, p, n) if castagnoli else pk_crc32_portable(value, p, n)
+    return pk_crc32c_using(features, value, p, n) if castagnoli else pk_crc32_using(features, value, p, n)
+
+
+cdef object _crc_over(bint castagnoli, int features, object buf, Py_ssize_t start,
+                      object end, uint32_t value):
     cdef Py_buffer view
     cdef Py_ssize_t stop
     cdef const unsigned char *p
+    # PyBUF_SIMPLE: non-contiguous exporters (strided memoryviews) raise BufferError here.
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         stop = view.len if end is None else <Py_ssize_t>end
@@ -27,9 +58,9 @@ cdef uint32_t _crc_over(crc_fn fn, object buf, Py_ssize_t start, object end, uin
         p = <const unsigned char *>view.buf + start
         if stop - start >= _gil_release_bytes:
             with nogil:
-                value = fn(value, p, <size_t>(stop - start))
+                value = _update(castagnoli, features, value, p, <size_t>(stop - start))
         else:
-            value = fn(value, p, <size_t>(stop - start))
+            value = _update(castagnoli, features, value, p, <size_t>(stop - start))
         return value
     finally:
         PyBuffer_Release(&view)
@@ -37,25 +68,54 @@ cdef uint32_t _crc_over(crc_fn fn, object buf, Py_ssize_t start, object end, uin
 
 def crc32(buf, Py_ssize_t start=0, end=None, uint32_t value=0):
     """CRC-32 (zlib.crc32) of buf[start:end], continuing from ``value``."""
-    return _crc_over(<crc_fn>pk_crc32, buf, start, end, value)
+    return _crc_over(False, USE_DISPATCH, buf, start, end, value)
 
 
 def crc32c(buf, Py_ssize_t start=0, end=None, uint32_t value=0):
     """CRC-32C of buf[start:end], continuing from ``value``."""
-    return _crc_over(<crc_fn>pk_crc32c, buf, start, end, value)
+    return _crc_over(True, USE_DISPATCH, buf, start, end, value)
 
 
 def crc32_portable(buf, Py_ssize_t start=0, end=None, uint32_t value=0):
     """CRC-32 through the table path only (visible for testing)."""
-    return _crc_over(<crc_fn>pk_crc32_portable, buf, start, end, value)
+    return _crc_over(False, USE_TABLES, buf, start, end, value)
 
 
 def crc32c_portable(buf, Py_ssize_t start=0, end=None, uint32_t value=0):
     """CRC-32C through the table path only (visible for testing)."""
-    return _crc_over(<crc_fn>pk_crc32c_portable, buf, start, end, value)
+    return _crc_over(True, USE_TABLES, buf, start, end, value)
+
+
+cdef int _feature_bits(object features) except -1:
+    cdef int bits = 0
+    for name in features:
+        try:
+            bits |= _FEATURE_BITS[name]
+        except KeyError:
+            raise ValueError(f"unknown CPU feature {name!r}; known: {sorted(_FEATURE_BITS)}") from None
+    return bits
+
+
+def _crc32_using(features, buf, Py_ssize_t start=0, end=None, uint32_t value=0):
+    """CRC-32 using only the named accelerations (visible for testing)."""
+    return _crc_over(False, _feature_bits(features), buf, start, end, value)
+
+
+def _crc32c_using(features, buf, Py_ssize_t start=0, end=None, uint32_t value=0):
+    """CRC-32C using only the named accelerations (visible for testing)."""
+    return _crc_over(True, _feature_bits(features), buf, start, end, value)
+
+
+def _set_gil_release_bytes(Py_ssize_t nbytes):
+    """Set the GIL release threshold, returning the previous one (visible for benchmarking)."""
+    global _gil_release_bytes
+    if nbytes < 0:
+        raise ValueError("the GIL release threshold cannot be negative")
+    previous, _gil_release_bytes = _gil_release_bytes, nbytes
+    return previous
 
 
 def hardware_features():
     """Names of the CPU accelerations the CRC functions use on this machine."""
     cdef int bits = pk_crc_hw_features()
-    return frozenset(name for bit, name in ((1, "sse4.2"), (2, "pclmulqdq")) if bits & bit)
+    return frozenset(name for name, bit in _FEATURE_BITS.items() if bits & bit)
