@@ -1,0 +1,500 @@
+"""Listener and connections: size-prefixed Kafka frames in, ordered responses out.
+
+Reading uses ``asyncio.BufferedProtocol``: small frames are cut from one reusable 64 KiB
+buffer; a larger frame gets its own storage, grown as its bytes arrive, so a client that
+announces a big frame and sends nothing holds no memory. The 4-byte length prefix is
+checked against ``socket.request.max.bytes`` before anything is allocated (Kafka's
+``NetworkReceive``): an over-limit or negative prefix closes the connection.
+
+Requests on one connection are handled concurrently (each in its own task) but answered
+strictly in request order: a writer task awaits the oldest outstanding response, then
+writes it. Reading pauses while ``queued.max.requests`` responses are outstanding or too
+many request bytes are held, which bounds memory per connection.
+
+Writing bypasses the transport: the writer owns a duplicate of the socket's fd, sends
+header bytes with ``sendmsg`` and record bytes (FileRegion chunks) with
+``pykfk._core.sendfile.sendfile`` straight from the segment file, and waits for
+writability with ``loop.add_writer`` on that duplicate when the socket buffer is full.
+A transport without a real socket (only in tests) falls back to ``transport.write`` with
+bytes read by ``os.pread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import struct
+from typing import Any
+
+from pykfk.protocol.types import FileRegion
+from pykfk.server.dispatch import CloseConnection, Dispatcher
+
+log = logging.getLogger("pykfk.server")
+
+READ_BUFFER_SIZE = 64 * 1024  # small frames are parsed in place from this buffer
+LARGE_FRAME_CHUNK = 1024 * 1024  # growth step of a large frame's storage
+HELD_BYTES_LIMIT = 32 * 1024 * 1024  # request bytes held per connection before pausing reads
+IOV_MAX = 512  # buffers per sendmsg call (Linux IOV_MAX is 1024)
+PREAD_CHUNK = 256 * 1024  # fallback path only
+_SIZE = struct.Struct(">i")
+
+try:
+    from pykfk._core.sendfile import sendfile as _sendfile
+except ImportError:  # core not built yet: plain os.sendfile has the same contract
+    def _sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        try:
+            return os.sendfile(out_fd, in_fd, offset, count)
+        except BlockingIOError:
+            return 0
+
+
+def _is_file_region(chunk: Any) -> bool:
+    return type(chunk) is FileRegion
+
+
+class _Slot:
+    """One request in flight: its task (or ready chunks) and its context's owned fds."""
+
+    __slots__ = ("work", "owned_fds", "frame_size")
+
+    def __init__(self, work: asyncio.Future | list | None, owned_fds: list[int], frame_size: int):
+        self.work = work
+        self.owned_fds = owned_fds
+        self.frame_size = frame_size
+
+    def release(self) -> None:
+        for fd in self.owned_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.owned_fds.clear()
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection. Lives on the server's event loop."""
+
+    def __init__(self, server: KafkaServer):
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buf = bytearray(READ_BUFFER_SIZE)
+        self._start = 0  # first unparsed byte in _buf
+        self._end = 0  # end of received bytes in _buf
+        # Large-frame mode: chunks of the frame body received so far.
+        self._large_size = -1
+        self._large_chunks: list[bytearray] = []
+        self._large_got = 0
+        self._slots: collections.deque[_Slot] = collections.deque()
+        self._slot_added: asyncio.Future | None = None
+        self._held_bytes = 0
+        self._reading_paused = False
+        self._closed = False
+        self._draining = False
+        self._sock: socket.socket | None = None
+        self._writer_task: asyncio.Task | None = None
+        self._write_waiter: asyncio.Future | None = None
+        self._can_write = asyncio.Event()  # fallback path flow control
+        self._can_write.set()
+        self.last_active = self.loop.time()
+
+    # -- asyncio callbacks -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        raw = transport.get_extra_info("socket")
+        if raw is not None:
+            try:
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            try:
+                # Our own handle on the socket: the transport never writes, we do.
+                self._sock = socket.socket(fileno=os.dup(raw.fileno()))
+                self._sock.setblocking(False)
+            except OSError:
+                self._sock = None
+        self.server.connections.add(self)
+        self._writer_task = self.loop.create_task(self._write_loop())
+        log.debug("connection from %s", self.peer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        if self._writer_task is not None:
+            self._writer_task.cancel()
+        for slot in self._slots:
+            if isinstance(slot.work, asyncio.Future):
+                slot.work.cancel()
+                slot.work.add_done_callback(lambda _t, s=slot: s.release())
+            else:
+                slot.release()
+        self._slots.clear()
+        self._stop_waiting_writable()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._slot_added is not None and not self._slot_added.done():
+            self._slot_added.cancel()
+        log.debug("connection from %s closed%s", self.peer, f": {exc}" if exc else "")
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large_size >= 0:
+            chunk = self._large_chunks[-1]
+            filled = self._large_got - LARGE_FRAME_CHUNK * (len(self._large_chunks) - 1)
+            return memoryview(chunk)[filled:]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self.loop.time()
+        if self._large_size >= 0:
+            self._large_got += nbytes
+            if self._large_got == self._large_size:
+                frame = self._large_chunks[0] if len(self._large_chunks) == 1 else bytearray().join(self._large_chunks)
+                self._large_chunks = []
+                self._large_size = -1
+                self._deliver(frame)
+            elif self._large_got == LARGE_FRAME_CHUNK * len(self._large_chunks):
+                self._grow_large()
+            return
+        self._end += nbytes
+        self._parse_frames()
+
+    def eof_received(self) -> bool | None:
+        # The client will send no more requests; answer what is in flight, then close.
+        self._begin_drain()
+        return True
+
+    # -- framing ---------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        if self._start:
+            # Same-size slice assignment: never resizes (the buffer may be exported).
+            self._buf[0:pending] = self._buf[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def _parse_frames(self) -> None:
+        buf = self._buf
+        while not self._closed and self._end - self._start >= 4:
+            size = _SIZE.unpack_from(buf, self._start)[0]
+            if size < 0 or size > self.server.max_request_bytes:
+                log.warning(
+                    "closing connection from %s: request size %d is outside [0, %d] (socket.request.max.bytes)",
+                    self.peer,
+                    size,
+                    self.server.max_request_bytes,
+                )
+                self.abort()
+                return
+            body_start = self._start + 4
+            available = self._end - body_start
+            if available >= size:
+                frame = buf[body_start : body_start + size]  # a copy: the frame outlives buf
+                self._start = body_start + size
+                self._deliver(frame)
+                continue
+            if size > len(buf) - 4:
+                # Too big for the shared buffer: switch to dedicated storage.
+                self._large_size = size
+                first = bytearray(min(size, LARGE_FRAME_CHUNK))
+                first[:available] = buf[body_start : self._end]
+                self._large_chunks = [first]
+                self._large_got = available
+                self._start = self._end = 0
+                if self._large_got == len(first):  # pragma: no cover - needs size > chunk
+                    self._grow_large()
+                return
+            if self._start + 4 + size > len(buf):
+                self._compact()
+            return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _grow_large(self) -> None:
+        remaining = self._large_size - self._large_got
+        self._large_chunks.append(bytearray(min(remaining, LARGE_FRAME_CHUNK)))
+
+    def _deliver(self, frame: bytearray) -> None:
+        if self._closed or self._draining:
+            return
+        try:
+            work, owned_fds = self.server.dispatcher.prepare(frame, self.peer)
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self.abort()
+            return
+        except Exception:
+            log.exception("closing connection from %s: unexpected error decoding a request", self.peer)
+            self.abort()
+            return
+        if isinstance(work, list):
+            slot = _Slot(work, [], 0)
+        else:
+            task = asyncio.ensure_future(work)
+            slot = _Slot(task, owned_fds, len(frame))
+            self._held_bytes += len(frame)
+            task.add_done_callback(lambda _t, s=slot: self._request_done(s))
+        self._slots.append(slot)
+        if self._slot_added is not None and not self._slot_added.done():
+            self._slot_added.set_result(None)
+        self._update_reading()
+
+    def _request_done(self, slot: _Slot) -> None:
+        self._held_bytes -= slot.frame_size
+        slot.frame_size = 0
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._closed:
+            return
+        busy = (
+            self._draining
+            or len(self._slots) >= self.server.max_in_flight
+            or self._held_bytes > HELD_BYTES_LIMIT
+        )
+        if busy and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif not busy and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # -- writing ---------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        try:
+            while not self._closed:
+                if not self._slots:
+                    if self._draining:
+                        self.close()
+                        return
+                    self._slot_added = self.loop.create_future()
+                    await self._slot_added
+                    continue
+                slot = self._slots[0]
+                try:
+                    chunks = slot.work if not isinstance(slot.work, asyncio.Future) else await slot.work
+                except asyncio.CancelledError:
+                    raise
+                except CloseConnection as exc:
+                    log.info("closing connection from %s: %s", self.peer, exc)
+                    self.abort()
+                    return
+                except Exception:
+                    log.exception("closing connection from %s: request handler failed", self.peer)
+                    self.abort()
+                    return
+                self._slots.popleft()
+                try:
+                    if chunks:
+                        await self._send(chunks)
+                finally:
+                    slot.release()
+                self.last_active = self.loop.time()
+                self._update_reading()
+        except asyncio.CancelledError:
+            pass
+        except OSError as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self.abort()
+
+    async def _send(self, chunks: list) -> None:
+        if self._sock is None:
+            await self._send_via_transport(chunks)
+            return
+        pending: list = []
+        for chunk in chunks:
+            if _is_file_region(chunk):
+                if pending:
+                    await self._send_buffers(pending)
+                    pending = []
+                await self._send_file_region(chunk.fd, chunk.position, chunk.size)
+            elif len(chunk):
+                pending.append(chunk)
+        if pending:
+            await self._send_buffers(pending)
+
+    async def _send_buffers(self, buffers: list) -> None:
+        views = [memoryview(b).cast("B") for b in buffers]
+        while views:
+            sock = self._sock
+            if sock is None:
+                raise ConnectionResetError("connection closed")
+            try:
+                sent = sock.sendmsg(views[:IOV_MAX])
+            except (BlockingIOError, InterruptedError):
+                await self._wait_writable()
+                continue
+            # Drop what was sent; keep the unsent tail of a partly sent buffer.
+            while sent and views:
+                head = views[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    views.pop(0)
+                else:
+                    views[0] = head[sent:]
+                    sent = 0
+
+    async def _send_file_region(self, in_fd: int, position: int, size: int) -> None:
+        while size > 0:
+            sock = self._sock
+            if sock is None:
+                raise ConnectionResetError("connection closed")
+            sent = _sendfile(sock.fileno(), in_fd, position, size)
+            if sent == 0:
+                await self._wait_writable()
+                continue
+            position += sent
+            size -= sent
+
+    async def _wait_writable(self) -> None:
+        if self._sock is None:
+            raise ConnectionResetError("connection closed")
+        fd = self._sock.fileno()
+        waiter = self.loop.create_future()
+        self._write_waiter = waiter
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        self.loop.add_writer(fd, ready)
+        try:
+            await waiter
+        finally:
+            self._stop_waiting_writable()
+
+    def _stop_waiting_writable(self) -> None:
+        waiter, self._write_waiter = self._write_waiter, None
+        if waiter is None:
+            return
+        if self._sock is not None:
+            self.loop.remove_writer(self._sock.fileno())
+        if not waiter.done():
+            waiter.cancel()
+
+    async def _send_via_transport(self, chunks: list) -> None:
+        """Fallback for transports without a socket (never used for TCP)."""
+        assert self.transport is not None
+        for chunk in chunks:
+            if _is_file_region(chunk):
+                position, remaining = chunk.position, chunk.size
+                while remaining > 0:
+                    data = os.pread(chunk.fd, min(remaining, PREAD_CHUNK), position)
+                    if not data:
+                        raise OSError(f"file region ends early at {position}")
+                    await self._can_write.wait()
+                    self.transport.write(data)
+                    position += len(data)
+                    remaining -= len(data)
+            else:
+                await self._can_write.wait()
+                self.transport.write(bytes(chunk))
+
+    # -- closing ---------------------------------------------------------------------
+
+    def _begin_drain(self) -> None:
+        """Read no more requests; close once every request read so far is answered."""
+        if self._draining or self._closed:
+            return
+        self._draining = True
+        self._update_reading()
+        if self._slot_added is not None and not self._slot_added.done():
+            self._slot_added.set_result(None)
+        if not self._slots and self._writer_task is not None and self._writer_task.done():
+            self.close()
+
+    async def drain_and_close(self) -> None:
+        self._begin_drain()
+        if self._writer_task is not None:
+            await asyncio.shield(self._writer_task)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._slots)
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.abort()
+
+
+class KafkaServer:
+    """The listener: accepts connections and closes idle ones."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        max_request_bytes: int,
+        idle_ms: int,
+        max_in_flight: int = 500,
+    ):
+        self.loop = asyncio.get_running_loop()
+        self.dispatcher = dispatcher
+        self.max_request_bytes = max_request_bytes
+        self.idle_ms = idle_ms
+        self.max_in_flight = max_in_flight
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._idle_task: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on host:port (port 0 picks a free one); returns the bound address."""
+        self._server = await self.loop.create_server(
+            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024
+        )
+        sockname = self._server.sockets[0].getsockname()
+        if self.idle_ms > 0:
+            self._idle_task = self.loop.create_task(self._close_idle())
+        return sockname[0], sockname[1]
+
+    async def _close_idle(self) -> None:
+        period = min(max(self.idle_ms / 4000, 0.05), 10.0)
+        while True:
+            await asyncio.sleep(period)
+            deadline = self.loop.time() - self.idle_ms / 1000
+            for conn in list(self.connections):
+                if conn.in_flight == 0 and conn.last_active < deadline:
+                    log.debug("closing idle connection from %s (connections.max.idle.ms)", conn.peer)
+                    conn.close()
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop accepting, answer every request already read, close every connection."""
+        self.stop_accepting()
+        conns = list(self.connections)
+        if conns:
+            _done, pending = await asyncio.wait(
+                [asyncio.ensure_future(c.drain_and_close()) for c in conns], timeout=timeout
+            )
+            for task in pending:
+                task.cancel()
+        for conn in list(self.connections):
+            conn.abort()
+        await asyncio.sleep(0)

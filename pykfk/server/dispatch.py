@@ -1,0 +1,183 @@
+"""The handler registry: which APIs and versions this broker serves, and request dispatch.
+
+Each module in ``pykfk.server.handlers`` declares ``API_KEY``, ``VERSIONS = (min, max)``
+and ``async def handle(ctx, request) -> dict | None``. The registry collects them and is
+the only source of the ranges advertised in ApiVersions (redpanda's handler table idea).
+A declared range is clamped to what the protocol tables can decode, so the broker never
+advertises a version it cannot read.
+
+Dispatch rules (Kafka's ``SocketServer``/``KafkaApis``):
+- unknown api key, or a version outside the range: close the connection, except for
+  ApiVersions, which is answered with UNSUPPORTED_VERSION in a v0 body (KIP-511);
+- a request that does not decode: close the connection;
+- a handler returning None sends no response (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from pykfk.broker import Broker
+
+log = logging.getLogger("pykfk.server")
+
+API_VERSIONS_KEY = 18
+
+# One module per API, named like pykfk.protocol.messages.
+HANDLER_MODULES = (
+    "produce",
+    "fetch",
+    "list_offsets",
+    "metadata",
+    "offset_commit",
+    "offset_fetch",
+    "find_coordinator",
+    "join_group",
+    "heartbeat",
+    "leave_group",
+    "sync_group",
+    "describe_groups",
+    "list_groups",
+    "sasl_handshake",
+    "api_versions",
+    "create_topics",
+    "delete_topics",
+    "init_producer_id",
+    "describe_configs",
+    "create_partitions",
+    "delete_groups",
+)
+
+# Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.
+_FIXED_HEADER = struct.Struct(">hhi")
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection must be closed (Kafka's way)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiHandler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Callable[[RequestContext, Any], Awaitable[dict | None]]
+
+
+@dataclasses.dataclass
+class RequestContext:
+    """What a handler knows about the request besides its body.
+
+    ``owned_fds`` are file descriptors (duplicates of segment files) that the response
+    refers to through FileRegions; the connection closes them once the response is sent
+    or dropped, so a segment deleted meanwhile can never be replaced under a send.
+    """
+
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    owned_fds: list[int] = dataclasses.field(default_factory=list)
+
+
+class Registry:
+    """API key -> handler, built from handler modules."""
+
+    def __init__(self, modules: Iterable[Any]):
+        self._handlers: dict[int, ApiHandler] = {}
+        try:
+            from pykfk.protocol.messages import API_SPECS
+        except ImportError:  # protocol tables not importable: serve nothing
+            API_SPECS = {}
+        for module in modules:
+            api_key = module.API_KEY
+            lo, hi = module.VERSIONS
+            spec = API_SPECS.get(api_key)
+            if spec is None:
+                log.warning("no protocol table for api key %d; not served", api_key)
+                continue
+            lo, hi = max(lo, spec.min_version), min(hi, spec.max_version)
+            if lo > hi:
+                log.warning("api key %d: no version both handled and decodable", api_key)
+                continue
+            if (lo, hi) != tuple(module.VERSIONS):
+                log.debug("api key %d served as %d-%d (declared %s)", api_key, lo, hi, module.VERSIONS)
+            self._handlers[api_key] = ApiHandler(api_key, spec.name, lo, hi, module.handle)
+
+    @classmethod
+    def default(cls) -> Registry:
+        return cls(importlib.import_module(f"pykfk.server.handlers.{name}") for name in HANDLER_MODULES)
+
+    def get(self, api_key: int) -> ApiHandler | None:
+        return self._handlers.get(api_key)
+
+    def api_versions(self) -> list[dict[str, int]]:
+        """The ApiVersions ``api_keys`` array, ascending by key."""
+        return [
+            {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
+            for h in sorted(self._handlers.values(), key=lambda h: h.api_key)
+        ]
+
+
+class Dispatcher:
+    """Turns a request frame into a coroutine that produces the response chunks."""
+
+    def __init__(self, broker: Broker, registry: Registry):
+        self.broker = broker
+        self.registry = registry
+        from pykfk.protocol import framing
+        from pykfk.protocol.messages import API_SPECS
+
+        self._framing = framing
+        self._specs = API_SPECS
+
+    def prepare(
+        self, frame: bytearray, client_host: str
+    ) -> tuple[Awaitable[list | None] | list, list[int]]:
+        """Decode ``frame`` (a request without its size prefix).
+
+        Returns ``(work, owned_fds)``: work is either the encoded response chunks (answered
+        without a handler) or an awaitable giving them (None: no response); owned_fds is
+        the context's list of fds to close after sending. Raises CloseConnection.
+        """
+        if len(frame) < _FIXED_HEADER.size:
+            raise CloseConnection(f"request of {len(frame)} bytes is shorter than a header")
+        api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+        handler = self.registry.get(api_key)
+        if handler is None:
+            raise CloseConnection(f"unknown api key {api_key}")
+        if not handler.min_version <= api_version <= handler.max_version:
+            if api_key == API_VERSIONS_KEY:
+                return self.unsupported_api_versions(correlation_id), []
+            raise CloseConnection(f"unsupported version {api_version} of {handler.name}")
+        view = memoryview(frame)
+        try:
+            header, body_offset = self._framing.decode_request_header(view)
+            request = self._specs[api_key].decode_request(view, body_offset, api_version)
+        except Exception as exc:  # ProtocolError, or anything a hostile frame provokes
+            raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
+        ctx = RequestContext(
+            self.broker, api_key, api_version, correlation_id, header.client_id, client_host
+        )
+        return self._run(handler, ctx, request), ctx.owned_fds
+
+    async def _run(self, handler: ApiHandler, ctx: RequestContext, request: Any) -> list | None:
+        body = await handler.handle(ctx, request)
+        if body is None:
+            return None
+        return self._framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+
+    def unsupported_api_versions(self, correlation_id: int) -> list:
+        """KIP-511 fallback: UNSUPPORTED_VERSION in a v0 body listing what we support."""
+        ranges = [(r["api_key"], r["min_version"], r["max_version"]) for r in self.registry.api_versions()]
+        return [self._framing.encode_api_versions_fallback(correlation_id, ranges)]

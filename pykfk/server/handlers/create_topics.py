@@ -1,0 +1,67 @@
+"""CreateTopics (key 19): Kafka's checks (name, duplicates, partitions, replication
+factor, assignments, configs), ``validate_only``, and creation through the metadata store.
+
+v4 allows -1 for num_partitions / replication_factor, meaning the broker defaults
+(``num.partitions``, ``default.replication.factor``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode, KafkaError
+
+API_KEY = 19
+VERSIONS = (0, 4)
+
+
+def _from_assignments(broker: Any, topic: Any) -> tuple[int, int]:
+    """Partition count and replication factor implied by explicit replica assignments."""
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+        )
+    indexes = sorted(a.partition_index for a in topic.assignments)
+    if indexes != list(range(len(indexes))):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions must be numbered 0..n-1 without gaps.")
+    known = {b.node_id for b in broker.metadata.brokers()}
+    factors = set()
+    for a in topic.assignments:
+        if len(set(a.broker_ids)) != len(a.broker_ids) or not a.broker_ids:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid replicas for partition {a.partition_index}.")
+        if not set(a.broker_ids) <= known:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Unknown broker ids in the assignment of partition {a.partition_index}: {sorted(set(a.broker_ids) - known)}.",
+            )
+        factors.add(len(a.broker_ids))
+    if len(factors) != 1:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions must have the same number of replicas.")
+    return len(indexes), factors.pop()
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    broker = ctx.broker
+    validate_only = bool(getattr(request, "validate_only", False))
+    counts: dict[str, int] = {}
+    for topic in request.topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
+    results = []
+    for topic in request.topics:
+        name = topic.name
+        try:
+            if counts[name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request contains topic {name} more than once.")
+            partitions, replication = topic.num_partitions, topic.replication_factor
+            if topic.assignments:
+                partitions, replication = _from_assignments(broker, topic)
+            configs = {c.name: c.value for c in topic.configs}
+            partitions, replication, configs = broker.check_new_topic(name, partitions, replication, configs)
+            if not validate_only:
+                await broker.create_topic(name, partitions, replication, configs)
+            code, message = ErrorCode.NONE, None
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        results.append({"name": name, "error_code": code, "error_message": message})
+    return {"throttle_time_ms": 0, "topics": results}

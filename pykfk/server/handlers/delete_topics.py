@@ -1,0 +1,22 @@
+"""DeleteTopics (key 20): remove topics from the metadata store and delete their logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode, KafkaError
+
+API_KEY = 20
+VERSIONS = (0, 3)
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    responses = []
+    for name in dict.fromkeys(request.topic_names):
+        try:
+            await ctx.broker.delete_topic(name)
+            code = ErrorCode.NONE
+        except KafkaError as exc:
+            code = exc.code
+        responses.append({"name": name, "error_code": code})
+    return {"throttle_time_ms": 0, "responses": responses}

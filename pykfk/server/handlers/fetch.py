@@ -1,0 +1,132 @@
+"""Fetch (key 1): whole record batches straight from segment files, with long polling.
+
+For each partition the log returns a FileRegion (file, position, size) covering whole
+batches from the one holding the fetch offset; the connection sends it with sendfile, so
+record bytes never pass through Python. At least one whole batch is returned even when
+it exceeds ``partition_max_bytes``/``max_bytes`` (Fetch v3+ semantics). When fewer than
+``min_bytes`` are available the request parks until an append to one of its partitions
+or ``max_wait_ms`` (Kafka's DelayedFetch); nothing polls.
+
+Fetch sessions (KIP-227) are not kept: session_id 0 in every answer makes clients send
+full requests. Without transactions the last stable offset is the high watermark.
+Versions below 4 expect magic 0/1 message sets: those batches are down-converted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import FileRegion
+
+API_KEY = 1
+VERSIONS = (0, 11)
+
+log = logging.getLogger("pykfk.server")
+
+INT32_MAX = 2**31 - 1
+
+
+def _partition_error(partition: int, code: int) -> dict:
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": None,
+    }
+
+
+def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
+    """One pass over the requested partitions: (responses, bytes available, any error).
+
+    The FileRegions point at duplicated fds owned by the request context, so the
+    response stays valid if retention deletes a segment before it is sent.
+    """
+    broker = ctx.broker
+    version = ctx.api_version
+    remaining = request.max_bytes if version >= 3 else INT32_MAX
+    total = 0
+    error = False
+    responses = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            plog = broker.get_log(topic.topic, part.partition)
+            if plog is None:
+                partitions.append(_partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                error = True
+                continue
+            limit = min(part.partition_max_bytes, remaining)
+            high_watermark = plog.high_watermark
+            records: Any = None
+            try:
+                if limit > 0 or total == 0:
+                    data = plog.read(part.fetch_offset, max(limit, 1), max_offset=high_watermark)
+                    region = data.file_region
+                    log_start = data.log_start_offset
+                else:
+                    region, log_start = None, plog.log_start_offset
+                    if not log_start <= part.fetch_offset <= high_watermark:
+                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            except KafkaError as exc:
+                partitions.append(_partition_error(part.partition, exc.code))
+                error = True
+                continue
+            if region is not None and region.size > 0:
+                total += region.size
+                remaining -= region.size
+                records = _owned_region(ctx, region, version)
+            partitions.append(
+                {
+                    "partition_index": part.partition,
+                    "error_code": ErrorCode.NONE,
+                    "high_watermark": high_watermark,
+                    "last_stable_offset": high_watermark,
+                    "log_start_offset": log_start,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": -1,
+                    "records": records,
+                }
+            )
+        responses.append({"topic": topic.topic, "partitions": partitions})
+    return responses, total, error
+
+
+def _owned_region(ctx: Any, region: Any, version: int) -> Any:
+    if version < 4:
+        from pykfk._core.records import to_legacy
+
+        data = os.pread(region.fd, region.size, region.position)
+        return to_legacy(data, 0 if version < 2 else 1)
+    fd = os.dup(region.fd)
+    ctx.owned_fds.append(fd)
+    return FileRegion(fd, region.position, region.size)
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    broker = ctx.broker
+    if ctx.api_version >= 7 and request.session_id != 0:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        responses, available, error = _read_all(ctx, request)
+        remaining = deadline - loop.time()
+        if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+        _release_fds(ctx)
+        await broker.waiters.wait(keys, remaining)
+
+
+def _release_fds(ctx: Any) -> None:
+    for fd in ctx.owned_fds:
+        os.close(fd)
+    ctx.owned_fds.clear()

@@ -1,0 +1,27 @@
+"""InitProducerId (key 22): a fresh producer id with epoch 0 for idempotent producers.
+
+Ids come from the metadata store, which persists them in blocks so that no id is handed
+out twice, even across restarts. Transactional ids need a transaction coordinator, which
+this broker does not have: they get COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode
+
+API_KEY = 22
+VERSIONS = (0, 1)
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    if request.transactional_id is not None:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    producer_id = await ctx.broker.allocate_producer_id()
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}

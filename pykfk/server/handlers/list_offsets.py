@@ -1,0 +1,60 @@
+"""ListOffsets (key 2): earliest (-2), latest (-1) or the first offset at or after a
+timestamp, looked up through the segments' time indexes (the seeds' getOffsetsBefore).
+
+v0 answers with a list of offsets (``old_style_offsets``); v1+ with one offset and its
+timestamp. Standalone, "latest" is the high watermark, which is the log end offset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode, KafkaError
+
+API_KEY = 2
+VERSIONS = (0, 3)
+
+LATEST = -1
+EARLIEST = -2
+
+
+def _lookup(plog: Any, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) answered for ``timestamp``; (-1, -1) when no record is that late."""
+    if timestamp == LATEST:
+        return -1, plog.high_watermark
+    if timestamp == EARLIEST:
+        return -1, plog.log_start_offset
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    if isinstance(found, int):
+        return timestamp, found
+    if isinstance(found, tuple):
+        return found[0], found[1]
+    return found.timestamp, found.offset
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    broker = ctx.broker
+    v0 = ctx.api_version == 0
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            entry: dict[str, Any] = {"partition_index": part.partition_index}
+            plog = broker.get_log(topic.name, part.partition_index)
+            try:
+                if plog is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                timestamp, offset = _lookup(plog, part.timestamp)
+                entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset)
+                if v0:
+                    wanted = max(part.max_num_offsets, 0)
+                    entry["old_style_offsets"] = [offset][:wanted] if offset >= 0 else []
+            except KafkaError as exc:
+                entry.update(error_code=exc.code, timestamp=-1, offset=-1, old_style_offsets=[])
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,74 @@
+"""Metadata (key 3): brokers, controller and topic partitions, with auto-creation.
+
+When ``auto.create.topics.enable`` is on and the request allows it (always below v4, the
+``allow_auto_topic_creation`` flag from v4), a missing topic is created synchronously and
+returned ready, with its partitions and leaders, in this same response: older librdkafka
+fails sends to an explicit partition if it first sees LEADER_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode, KafkaError
+
+API_KEY = 3
+VERSIONS = (0, 5)
+
+
+async def handle(ctx: Any, request: Any) -> dict:
+    broker = ctx.broker
+    version = ctx.api_version
+    store = broker.metadata
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        names = sorted(store.topics())  # null (v1+) or empty (v0): every topic
+        allow_create = False
+    else:
+        names = [t.name for t in requested]
+        allow_create = broker.config.auto_create_topics_enable and (
+            version < 4 or request.allow_auto_topic_creation
+        )
+    topics = []
+    for name in dict.fromkeys(names):  # keep order, drop duplicates
+        info = store.get_topic(name)
+        if info is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if allow_create:
+                try:
+                    info = broker.auto_create_topic(name)
+                except KafkaError as exc:
+                    code = exc.code
+                    if code == ErrorCode.TOPIC_ALREADY_EXISTS:  # pragma: no cover - checked above
+                        info = store.get_topic(name)
+        if info is None:
+            topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
+            continue
+        topics.append(
+            {
+                "error_code": ErrorCode.NONE,
+                "name": name,
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": ErrorCode.NONE,
+                        "partition_index": p,
+                        "leader_id": broker.broker_id,
+                        "leader_epoch": 0,
+                        "replica_nodes": [broker.broker_id],
+                        "isr_nodes": [broker.broker_id],
+                        "offline_replicas": [],
+                    }
+                    for p in range(info.partitions)
+                ],
+            }
+        )
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in store.brokers()
+        ],
+        "cluster_id": store.cluster_id,
+        "controller_id": store.controller_id(),
+        "topics": topics,
+    }

@@ -1,0 +1,95 @@
+"""Produce (key 0): append each partition's record batches to its log.
+
+The batches are appended as the client sent them (compressed stays compressed): the log
+validates framing and CRC and assigns offsets in place inside the request frame, so no
+record is copied or re-encoded. Standalone: acks=1 and acks=all are both answered after
+the local append (the high watermark is the log end offset). acks=0 gets no response.
+
+From v3 a partition's data must be exactly one magic-2 batch (Kafka's
+ProduceRequest.validateRecords); v0-2 may carry legacy magic 0/1 message sets, which are
+validated with CRC-32 and converted to v2 batches before the append.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pykfk._core import records as core_records
+from pykfk._core.errors import CoreError
+from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.server.dispatch import CloseConnection
+
+API_KEY = 0
+VERSIONS = (0, 7)
+
+log = logging.getLogger("pykfk.server")
+
+
+def _check_v3_records(buf: Any) -> None:
+    if len(buf) < 17:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
+    if core_records.is_legacy(buf):
+        raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
+    count, _complete = core_records.scan_batches(buf)
+    if count != 1:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"Produce v3+ requires exactly one record batch per partition, got {count}",
+        )
+
+
+def _append(broker: Any, topic: str, partition: int, records: Any, version: int) -> dict:
+    plog = broker.get_log(topic, partition)
+    if plog is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not on this broker")
+    if records is None or len(records) == 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
+    if version >= 3:
+        _check_v3_records(records)
+    elif core_records.is_legacy(records):
+        records = core_records.convert_legacy(records)
+    info = plog.append(records)
+    broker.appended(topic, partition)
+    return {
+        "error_code": ErrorCode.NONE,
+        "base_offset": info.first_offset,
+        "log_append_time_ms": info.log_append_time_ms,
+        "log_start_offset": info.log_start_offset,
+    }
+
+
+def _error(code: int) -> dict:
+    return {"error_code": code, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
+
+
+async def handle(ctx: Any, request: Any) -> dict | None:
+    broker = ctx.broker
+    acks = request.acks
+    responses = []
+    for topic in request.topic_data:
+        partitions = []
+        for pdata in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                result = _error(ErrorCode.INVALID_REQUIRED_ACKS)
+            else:
+                try:
+                    result = _append(broker, topic.name, pdata.index, pdata.records, ctx.api_version)
+                except KafkaError as exc:
+                    result = _error(exc.code)
+                    log.debug("produce to %s-%d failed: %s", topic.name, pdata.index, exc)
+                except CoreError as exc:
+                    result = _error(error_for_core_exception(exc))
+                    log.debug("produce to %s-%d rejected: %s", topic.name, pdata.index, exc)
+                except Exception:
+                    log.exception("produce to %s-%d failed", topic.name, pdata.index)
+                    result = _error(ErrorCode.UNKNOWN_SERVER_ERROR)
+            result["index"] = pdata.index
+            partitions.append(result)
+        responses.append({"name": topic.name, "partition_responses": partitions})
+    if acks == 0:
+        # No response to carry an error: Kafka closes the connection so the client notices.
+        if any(p["error_code"] for t in responses for p in t["partition_responses"]):
+            raise CloseConnection("a produce request with acks=0 failed")
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}
