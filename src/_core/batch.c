@@ -1,4 +1,8 @@
-/* Magic 2 batch framing checks. Layout and contract: batch.h. */
+/* Magic 2 batch framing checks. Layout and contract: batch.h.
+ *
+ * Bounds discipline: every pointer `p` stays within [start, end]; a length read from the
+ * bytes is compared with `end - p` (as ptrdiff_t / size_t, never after adding it to p)
+ * before the bytes it covers are touched. */
 #include <stdio.h>
 #include "batch.h"
 #include "crc32.h"
@@ -19,6 +23,8 @@ size_t pk_read_varlong(const uint8_t *p, const uint8_t *end, int64_t *out)
     for (size_t i = 0; i < 10 && p + i < end; i++) {
         raw |= (uint64_t)(p[i] & 0x7F) << (7 * i);
         if (!(p[i] & 0x80)) {
+            if (i == 9 && p[i] > 1) /* the 10th byte holds only bit 63 */
+                return 0;
             *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
             return i + 1;
         }
@@ -32,11 +38,46 @@ size_t pk_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out)
     for (size_t i = 0; i < 5 && p + i < end; i++) {
         raw |= (uint32_t)(p[i] & 0x7F) << (7 * i);
         if (!(p[i] & 0x80)) {
+            if (i == 4 && p[i] > 0x0F) /* the 5th byte holds only bits 28-31 */
+                return 0;
             *out = (int32_t)(raw >> 1) ^ -(int32_t)(raw & 1);
             return i + 1;
         }
     }
     return 0;
+}
+
+size_t pk_write_varlong(uint8_t *out, int64_t v)
+{
+    uint64_t raw = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    size_t n = 0;
+    while (raw >= 0x80) {
+        out[n++] = (uint8_t)(raw | 0x80);
+        raw >>= 7;
+    }
+    out[n++] = (uint8_t)raw;
+    return n;
+}
+
+size_t pk_write_varint(uint8_t *out, int32_t v)
+{
+    return pk_write_varlong(out, v); /* same bytes: zigzag of a sign-extended int32 */
+}
+
+size_t pk_varlong_size(int64_t v)
+{
+    uint64_t raw = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    size_t n = 1;
+    while (raw >= 0x80) {
+        raw >>= 7;
+        n++;
+    }
+    return n;
+}
+
+size_t pk_varint_size(int32_t v)
+{
+    return pk_varlong_size(v);
 }
 
 int pk_batch_parse_header(const uint8_t *buf, size_t avail, pk_batch_header *h, pk_batch_error *err)
@@ -63,6 +104,7 @@ int pk_batch_parse_header(const uint8_t *buf, size_t avail, pk_batch_header *h, 
     h->producer_epoch = (int16_t)pk_load_u16(buf + PK_BATCH_PRODUCER_EPOCH);
     h->base_sequence = (int32_t)pk_load_u32(buf + PK_BATCH_BASE_SEQUENCE);
     h->records_count = (int32_t)pk_load_u32(buf + PK_BATCH_RECORDS_COUNT);
+    /* magic first (a legacy message set is named as such), the same order as above */
     if (h->magic != 2)
         return fail(err, "magic", PK_BATCH_MAGIC, "unsupported magic byte (expected 2)");
     if (h->batch_length < PK_BATCH_HEADER_SIZE - PK_BATCH_LOG_OVERHEAD)
@@ -70,57 +112,103 @@ int pk_batch_parse_header(const uint8_t *buf, size_t avail, pk_batch_header *h, 
     return PK_BATCH_OK;
 }
 
-int pk_records_check(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
-                     pk_batch_error *err)
+/* Reads a length-prefixed field (key, value, header key/value) at *pp: the varint length,
+ * then skips that many bytes. min_length is -1 where null is allowed, 0 where not. */
+static int read_span(const uint8_t *area, const uint8_t **pp, const uint8_t *end, int32_t min_length,
+                     int32_t *length, size_t *pos, const char *field, pk_batch_error *err)
+{
+    const uint8_t *p = *pp;
+    size_t n = pk_read_varint(p, end, length);
+    if (!n)
+        return fail(err, field, (size_t)(p - area), "bad length varint");
+    if (*length < min_length)
+        return fail(err, field, (size_t)(p - area), "negative length");
+    if (*length > 0 && (size_t)*length > (size_t)(end - p) - n)
+        return fail(err, field, (size_t)(p - area), "length runs past the end of the record");
+    *pos = (size_t)(p + n - area);
+    *pp = p + n + (*length > 0 ? *length : 0);
+    return PK_BATCH_OK;
+}
+
+int pk_record_parse(const uint8_t *area, const uint8_t *p, const uint8_t *end, pk_record *r,
+                    pk_batch_error *err)
+{
+    const uint8_t *start = p;
+    int32_t rec_len;
+    size_t n = pk_read_varint(p, end, &rec_len);
+    if (!n)
+        return fail(err, "record.length", (size_t)(p - area), "bad record length varint");
+    if (rec_len < 1 || (size_t)rec_len > (size_t)(end - p) - n)
+        return fail(err, "record.length", (size_t)(p - area), "record length out of bounds");
+    p += n;
+    const uint8_t *rec_end = p + rec_len;
+    r->attributes = (int8_t)*p++;
+    if (!(n = pk_read_varlong(p, rec_end, &r->timestamp_delta)))
+        return fail(err, "record.timestamp_delta", (size_t)(p - area), "bad timestamp_delta varint");
+    p += n;
+    if (!(n = pk_read_varint(p, rec_end, &r->offset_delta)))
+        return fail(err, "record.offset_delta", (size_t)(p - area), "bad offset_delta varint");
+    p += n;
+    if (read_span(area, &p, rec_end, -1, &r->key_length, &r->key_pos, "record.key", err))
+        return PK_BATCH_CORRUPT;
+    if (read_span(area, &p, rec_end, -1, &r->value_length, &r->value_pos, "record.value", err))
+        return PK_BATCH_CORRUPT;
+    if (!(n = pk_read_varint(p, rec_end, &r->headers_count)) || r->headers_count < 0)
+        return fail(err, "record.headers", (size_t)(p - area), "bad header count");
+    p += n;
+    r->headers_pos = (size_t)(p - area);
+    /* Each header takes at least two bytes, and every read below is bounded by rec_end,
+     * so a huge headers_count fails after at most rec_len / 2 rounds. */
+    for (int32_t k = 0; k < r->headers_count; k++) {
+        int32_t length;
+        size_t pos;
+        if (read_span(area, &p, rec_end, 0, &length, &pos, "record.header.key", err))
+            return PK_BATCH_CORRUPT;
+        if (read_span(area, &p, rec_end, -1, &length, &pos, "record.header.value", err))
+            return PK_BATCH_CORRUPT;
+    }
+    if (p != rec_end)
+        return fail(err, "record.length", (size_t)(start - area), "record length does not match its fields");
+    r->size = (size_t)(rec_end - start);
+    return PK_BATCH_OK;
+}
+
+int pk_records_check_ex(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
+                        int checks, pk_batch_error *err)
 {
     const uint8_t *start = p, *end = p + len;
     int64_t prev_delta = -1;
+    pk_record r;
+    /* count comes from the bytes: the loop ends at the first record that does not fit,
+     * so 2^31-1 costs no more than the bytes actually present. */
     for (int32_t i = 0; i < count; i++) {
-        int32_t rec_len, offset_delta, klen, vlen, nheaders;
-        int64_t ts_delta;
-        size_t n = pk_read_varint(p, end, &rec_len);
-        if (!n || rec_len < 1 || (size_t)rec_len > (size_t)(end - p - n))
-            return fail(err, "record.length", (size_t)(p - start), "record length out of bounds");
-        p += n;
-        const uint8_t *rec_end = p + rec_len;
-        p += 1; /* record attributes (unused) */
-        if (!(n = pk_read_varlong(p, rec_end, &ts_delta)))
-            return fail(err, "record.timestamp_delta", (size_t)(p - start), "bad timestamp_delta varint");
-        p += n;
-        if (!(n = pk_read_varint(p, rec_end, &offset_delta)))
-            return fail(err, "record.offset_delta", (size_t)(p - start), "bad offset_delta varint");
-        if (offset_delta <= prev_delta || offset_delta > last_delta)
-            return fail(err, "record.offset_delta", (size_t)(p - start),
+        if (p == end)
+            return fail(err, "records_count", (size_t)(p - start), "fewer records than records_count");
+        if (pk_record_parse(start, p, end, &r, err) != PK_BATCH_OK)
+            return PK_BATCH_CORRUPT;
+        /* r.size >= 2, and offset_delta sits after the length varint and attributes */
+        size_t delta_at = (size_t)(p - start) + 1;
+        if ((checks & PK_CHECK_CLIENT) && r.offset_delta != i)
+            return fail(err, "record.offset_delta", delta_at,
+                        "offset_delta is not the record's index in the batch");
+        if (r.offset_delta <= prev_delta || r.offset_delta > last_delta)
+            return fail(err, "record.offset_delta", delta_at,
                         "offset_delta not increasing or beyond last_offset_delta");
-        prev_delta = offset_delta;
-        p += n;
-        if (!(n = pk_read_varint(p, rec_end, &klen)) || klen < -1 || (klen > 0 && klen > rec_end - p - (ptrdiff_t)n))
-            return fail(err, "record.key", (size_t)(p - start), "key length out of bounds");
-        p += n + (klen > 0 ? klen : 0);
-        if (!(n = pk_read_varint(p, rec_end, &vlen)) || vlen < -1 || (vlen > 0 && vlen > rec_end - p - (ptrdiff_t)n))
-            return fail(err, "record.value", (size_t)(p - start), "value length out of bounds");
-        p += n + (vlen > 0 ? vlen : 0);
-        if (!(n = pk_read_varint(p, rec_end, &nheaders)) || nheaders < 0)
-            return fail(err, "record.headers", (size_t)(p - start), "bad header count");
-        p += n;
-        for (int32_t k = 0; k < nheaders; k++) {
-            int32_t hk, hv;
-            if (!(n = pk_read_varint(p, rec_end, &hk)) || hk < 0 || hk > rec_end - p - (ptrdiff_t)n)
-                return fail(err, "record.header.key", (size_t)(p - start), "header key length out of bounds");
-            p += n + hk;
-            if (!(n = pk_read_varint(p, rec_end, &hv)) || hv < -1 || (hv > 0 && hv > rec_end - p - (ptrdiff_t)n))
-                return fail(err, "record.header.value", (size_t)(p - start), "header value length out of bounds");
-            p += n + (hv > 0 ? hv : 0);
-        }
-        if (p != rec_end)
-            return fail(err, "record.length", (size_t)(p - start), "record length does not match its fields");
+        prev_delta = r.offset_delta;
+        p += r.size;
     }
     if (p != end)
         return fail(err, "records_count", (size_t)(p - start), "bytes left after records_count records");
     return PK_BATCH_OK;
 }
 
-int pk_batch_validate(const uint8_t *buf, size_t avail, size_t max_batch_size, int check_records,
+int pk_records_check(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
+                     pk_batch_error *err)
+{
+    return pk_records_check_ex(p, len, count, last_delta, PK_CHECK_RECORDS, err);
+}
+
+int pk_batch_validate(const uint8_t *buf, size_t avail, size_t max_batch_size, int checks,
                       pk_batch_header *h, pk_batch_error *err)
 {
     int rc = pk_batch_parse_header(buf, avail, h, err);
@@ -131,17 +219,32 @@ int pk_batch_validate(const uint8_t *buf, size_t avail, size_t max_batch_size, i
         return fail(err, "batch_length", PK_BATCH_LENGTH, "batch larger than the allowed maximum");
     if (total > avail)
         return PK_BATCH_INCOMPLETE;
+    uint32_t crc = pk_crc32c(0, buf + PK_BATCH_ATTRIBUTES, total - PK_BATCH_ATTRIBUTES);
+    if (crc != h->crc)
+        return fail(err, "crc", PK_BATCH_CRC, "CRC-32C mismatch");
+    /* Field checks after the CRC: a batch with a bad CRC is reported as such (the usual
+     * cause is a damaged byte, and Kafka answers CORRUPT_MESSAGE for it), while a batch
+     * whose CRC matches but whose fields break the rules was written that way. */
+    if ((h->attributes & PK_ATTR_CODEC_MASK) > PK_CODEC_MAX)
+        return fail(err, "attributes", PK_BATCH_ATTRIBUTES, "unknown compression codec");
     if (h->records_count < 0)
         return fail(err, "records_count", PK_BATCH_RECORDS_COUNT, "negative records_count");
     if (h->last_offset_delta < 0)
         return fail(err, "last_offset_delta", PK_BATCH_LAST_OFFSET_DELTA, "negative last_offset_delta");
-    uint32_t crc = pk_crc32c(0, buf + PK_BATCH_ATTRIBUTES, total - PK_BATCH_ATTRIBUTES);
-    if (crc != h->crc)
-        return fail(err, "crc", PK_BATCH_CRC, "CRC-32C mismatch");
-    if (check_records && (h->attributes & PK_ATTR_CODEC_MASK) == 0) {
-        /* Each record takes at least 7 bytes, which bounds a lying records_count. */
-        rc = pk_records_check(buf + PK_BATCH_HEADER_SIZE, total - PK_BATCH_HEADER_SIZE,
-                              h->records_count, h->last_offset_delta, err);
+    /* Deltas are distinct and >= 0, so n records need last_offset_delta >= n - 1. */
+    if (h->last_offset_delta < h->records_count - 1)
+        return fail(err, "last_offset_delta", PK_BATCH_LAST_OFFSET_DELTA,
+                    "last_offset_delta smaller than records_count - 1");
+    if (checks & PK_CHECK_CLIENT) {
+        if (h->records_count < 1)
+            return fail(err, "records_count", PK_BATCH_RECORDS_COUNT, "batch has no records");
+        if (h->last_offset_delta != h->records_count - 1)
+            return fail(err, "last_offset_delta", PK_BATCH_LAST_OFFSET_DELTA,
+                        "last_offset_delta is not records_count - 1");
+    }
+    if ((checks & PK_CHECK_RECORDS) && (h->attributes & PK_ATTR_CODEC_MASK) == 0) {
+        rc = pk_records_check_ex(buf + PK_BATCH_HEADER_SIZE, total - PK_BATCH_HEADER_SIZE,
+                                 h->records_count, h->last_offset_delta, checks, err);
         if (rc != PK_BATCH_OK) {
             if (err)
                 err->offset += PK_BATCH_HEADER_SIZE;

@@ -25,5 +25,10 @@ class InvalidRecordError(CorruptBatchError):
     """A batch whose framing is sound but whose records break a rule (INVALID_RECORD)."""
 
 
+class RecordTooLargeError(CorruptBatchError):
+    """A batch (or its decompressed records) larger than the configured maximum
+    (MESSAGE_TOO_LARGE). The bytes may be sound; the limit is policy."""
+
+
 class IndexCorruptError(CoreError):
     """An offset or time index whose entries are out of order or out of range."""
