@@ -1,5 +1,294 @@
 """pytest plugin shipped with pykfk: fixtures that give tests a real broker.
 
 Registered through the ``pytest11`` entry point, so any project that installs pykfk can
-ask for the ``pykfk_broker`` fixture.
+ask for these fixtures:
+
+- ``pykfk_broker``: a broker *process* (``python -m pykfk.broker``) on a free 127.0.0.1
+  port with its log dir under the test's tmp_path; stopped with SIGTERM at teardown.
+  ``pykfk_broker.bootstrap`` is the ``host:port`` string clients take.
+- ``pykfk_broker_inprocess``: the same broker running on an event loop in a thread of the
+  test process (faster to start; the test fails if the loop reports an unhandled error).
+- ``pykfk_broker_factory``: ``factory(log_dir=None, **overrides)`` starts more broker
+  processes (Kafka property names, dots or underscores: ``log_segment_bytes=1024``); all
+  are stopped at teardown.
+
+``BrokerProcess`` is usable outside pytest too: start, stop (SIGTERM), kill (SIGKILL),
+restart on the same port, read the server log and the process RSS.
 """
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+DEFAULT_START_TIMEOUT = 30.0
+DEFAULT_STOP_TIMEOUT = 30.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for restarting on a known port)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _property_name(name: str) -> str:
+    return name if "." in name else name.replace("_", ".")
+
+
+class BrokerProcess:
+    """A ``pykfk-broker`` subprocess on 127.0.0.1 with its own log dir.
+
+    ``overrides`` take Kafka property names. The first start binds a free port (port 0);
+    restarts reuse it, so clients can reconnect to the same address.
+    """
+
+    def __init__(
+        self,
+        log_dir: str,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        log_level: str = "INFO",
+        port: int = 0,
+    ):
+        self.log_dir = log_dir
+        self.overrides = {_property_name(k): v for k, v in (overrides or {}).items()}
+        self.log_level = log_level
+        self.host = "127.0.0.1"
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        os.makedirs(log_dir, exist_ok=True)
+        self.server_log = os.path.join(os.path.dirname(os.path.abspath(log_dir)), os.path.basename(log_dir) + ".server.log")
+        self._ready_file = self.server_log + ".ready"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "broker not started"
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        props = {"log.dirs": self.log_dir, "listeners": f"PLAINTEXT://{self.host}:{self.port}"}
+        props.update({k: str(v) for k, v in self.overrides.items()})
+        args = [sys.executable, "-m", "pykfk.broker", "--log-level", self.log_level, "--ready-file", self._ready_file]
+        for key, value in props.items():
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> BrokerProcess:
+        """Start and wait until the broker accepts connections."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("broker already running")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._ready_file)
+        log_file = open(self.server_log, "ab")
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT)
+        finally:
+            log_file.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(self._ready_file):
+                with open(self._ready_file, encoding="utf-8") as f:
+                    ready = json.load(f)
+                self.port = int(ready["port"])
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            time.sleep(0.02)
+        self.kill()
+        raise TimeoutError(f"broker did not start within {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> int:
+        """SIGTERM and wait; returns the exit status (SIGKILL after ``timeout``)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: an unclean stop, as after a crash or power loss of the process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self, timeout: float = DEFAULT_START_TIMEOUT, *, clean: bool = True) -> BrokerProcess:
+        """Stop (SIGTERM, or SIGKILL when ``clean`` is False) and start on the same port."""
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start(timeout)
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss_kb(self) -> int:
+        """Resident set size of the broker process (VmRSS), in KiB."""
+        with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("VmRSS not found")
+
+    def log_text(self) -> str:
+        try:
+            with open(self.server_log, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if not self.is_running() else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class InProcessBroker:
+    """A Broker on its own event loop in a daemon thread of this process."""
+
+    def __init__(self, log_dir: str, overrides: Mapping[str, Any] | None = None):
+        from pykfk.config import BrokerConfig
+
+        props = {"log.dirs": log_dir, "listeners": "PLAINTEXT://127.0.0.1:0"}
+        props.update({_property_name(k): str(v) for k, v in (overrides or {}).items()})
+        self.config = BrokerConfig(props)
+        self.broker: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_errors: list[dict[str, Any]] = []
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._start_error: BaseException | None = None
+
+    @property
+    def host(self) -> str:
+        return self.broker.host
+
+    @property
+    def port(self) -> int:
+        return self.broker.port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> InProcessBroker:
+        self._thread = threading.Thread(target=self._run, name="pykfk-broker", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("in-process broker did not start")
+        if self._start_error is not None:
+            raise RuntimeError("in-process broker failed to start") from self._start_error
+        return self
+
+    def _run(self) -> None:
+        from pykfk.broker import Broker
+
+        loop = asyncio.new_event_loop()
+        self.loop = loop
+        loop.set_exception_handler(lambda _loop, context: self.loop_errors.append(context))
+
+        async def serve() -> None:
+            self._stop = asyncio.Event()
+            self.broker = Broker(self.config)
+            try:
+                await self.broker.start()
+            except BaseException as exc:
+                self._start_error = exc
+                self._started.set()
+                await self.broker.stop()
+                return
+            self._started.set()
+            await self._stop.wait()
+            await self.broker.stop()
+
+        try:
+            loop.run_until_complete(serve())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def call(self, coro_fn: Any, timeout: float = 30.0) -> Any:
+        """Run ``coro_fn()`` on the broker's loop and return its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro_fn(), self.loop).result(timeout)
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
+        if self._thread is None:
+            return
+        if self.loop is not None and self._stop is not None and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("in-process broker did not stop")
+        self._thread = None
+
+
+@pytest.fixture
+def pykfk_broker(tmp_path: Any) -> Iterator[BrokerProcess]:
+    """A broker process on a free loopback port with a temporary log dir."""
+    broker = BrokerProcess(str(tmp_path / "pykfk-data"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def pykfk_broker_inprocess(tmp_path: Any) -> Iterator[InProcessBroker]:
+    """A broker on an event loop thread of the test process."""
+    broker = InProcessBroker(str(tmp_path / "pykfk-data"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+    if broker.loop_errors:
+        pytest.fail(f"unhandled errors on the broker loop: {broker.loop_errors}")
+
+
+@pytest.fixture
+def pykfk_broker_factory(tmp_path: Any) -> Iterator[Any]:
+    """``factory(log_dir=None, *, log_level="INFO", **overrides) -> BrokerProcess`` (started)."""
+    started: list[BrokerProcess] = []
+
+    def factory(log_dir: str | None = None, *, log_level: str = "INFO", **overrides: Any) -> BrokerProcess:
+        directory = log_dir or tempfile.mkdtemp(prefix="pykfk-data-", dir=str(tmp_path))
+        broker = BrokerProcess(directory, overrides, log_level=log_level)
+        started.append(broker)
+        return broker.start()
+
+    try:
+        yield factory
+    finally:
+        for broker in started:
+            broker.stop()
