@@ -1,0 +1,136 @@
+"""BrokerConfig: Kafka names, precedence rules, validation and the command line."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pykfk.config import BrokerConfig, ConfigError, parse_properties, validate_topic_configs
+
+
+def test_defaults_are_a_loopback_developer_broker():
+    config = BrokerConfig()
+    assert [str(listener) for listener in config.listeners] == ["PLAINTEXT://127.0.0.1:9092"]
+    assert config.log_dirs == ["./data"]
+    assert config.num_partitions == 1
+    assert config.auto_create_topics_enable is True
+    assert config.message_max_bytes == 1048588
+    assert config.socket_request_max_bytes == 104857600
+    assert config.log_retention_ms == 168 * 3_600_000
+    assert config.log_roll_ms == 168 * 3_600_000
+    assert config.connections_max_idle_ms == 600000
+
+
+def test_precedence_of_time_and_dir_settings():
+    config = BrokerConfig(
+        {
+            "log.dir": "/a",
+            "log.dirs": "/b,/c",
+            "log.retention.hours": "1",
+            "log.retention.minutes": "5",
+            "log.roll.hours": "2",
+        }
+    )
+    assert config.log_dirs == ["/b", "/c"]
+    assert config.log_retention_ms == 5 * 60_000  # minutes beat hours
+    assert config.log_roll_ms == 2 * 3_600_000
+    config = BrokerConfig({"log.retention.ms": "1234", "log.retention.minutes": "5", "log.roll.ms": "99"})
+    assert config.log_retention_ms == 1234
+    assert config.log_roll_ms == 99
+    assert BrokerConfig({"log.retention.ms": "-1"}).log_retention_ms == -1
+
+
+def test_properties_file_syntax():
+    text = (
+        "# comment\n! also a comment\n"
+        "broker.id=3\n"
+        "log.dirs = /x, /y\n"
+        "num.partitions: 8\n"
+        "listeners PLAINTEXT://127.0.0.1:19092\n"
+        "log.retention.hours=\\\n   24\n"
+    )
+    props = parse_properties(text)
+    assert props == {
+        "broker.id": "3",
+        "log.dirs": "/x, /y",
+        "num.partitions": "8",
+        "listeners": "PLAINTEXT://127.0.0.1:19092",
+        "log.retention.hours": "24",
+    }
+
+
+def test_overrides_beat_the_file(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=4\nlog.segment.bytes=2048\n")
+    config = BrokerConfig.load(str(path), ["num.partitions=8"])
+    assert config.num_partitions == 8
+    assert config.log_segment_bytes == 2048
+    assert config.is_explicit("log.segment.bytes")
+    assert not config.is_explicit("message.max.bytes")
+
+
+@pytest.mark.parametrize(
+    "props, key",
+    [
+        ({"no.such.key": "1"}, "no.such.key"),
+        ({"num.partitions": "zero"}, "num.partitions"),
+        ({"num.partitions": "0"}, "num.partitions"),
+        ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+        ({"log.message.timestamp.type": "Now"}, "log.message.timestamp.type"),
+        ({"listeners": "PLAINTEXT:/127.0.0.1"}, "listeners"),
+        ({"listeners": "SSL://127.0.0.1:9093"}, "listeners"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:70000"}, "listeners"),
+        ({"socket.request.max.bytes": "99999999999"}, "socket.request.max.bytes"),
+    ],
+)
+def test_invalid_settings_name_their_key(props, key):
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(props)
+    assert info.value.key == key
+    assert key in str(info.value)
+
+
+def test_topic_configs_are_validated():
+    assert validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "compact,delete"}) == {
+        "retention.ms": 1000,
+        "cleanup.policy": ["compact", "delete"],
+    }
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        validate_topic_configs({"segment.bytes": "small"})
+    with pytest.raises(ConfigError, match="retention.hours"):
+        validate_topic_configs({"retention.hours": "1"})
+    with pytest.raises(ConfigError, match="cleanup.policy"):
+        validate_topic_configs({"cleanup.policy": "shred"})
+
+
+def test_topic_defaults_follow_the_broker():
+    config = BrokerConfig({"log.segment.bytes": "4096", "message.max.bytes": "5000"})
+    merged = config.topic_config({"segment.bytes": "8192"})
+    assert merged["segment.bytes"] == 8192
+    assert merged["max.message.bytes"] == 5000
+
+
+def _run_broker(*args, timeout=30):
+    return subprocess.run(
+        [sys.executable, "-m", "pykfk.broker", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_command_line_rejects_unknown_key():
+    result = _run_broker("--override", "log.segmnet.bytes=1024")
+    assert result.returncode != 0
+    assert "log.segmnet.bytes" in result.stderr
+
+
+def test_command_line_rejects_bad_value_from_file(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("log.retention.hours=forever\n")
+    result = _run_broker(str(path))
+    assert result.returncode != 0
+    assert "log.retention.hours" in result.stderr
+
+
+def test_command_line_refuses_cluster_mode_for_now():
+    result = _run_broker("--override", "zookeeper.connect=127.0.0.1:2181")
+    assert result.returncode != 0
+    assert "zookeeper.connect" in result.stderr and "not available yet" in result.stderr
