@@ -1,0 +1,863 @@
+"""One partition's log: ordered segments, append, read, roll, flush, retention, recovery
+(apache/kafka ``UnifiedLog`` and ``LocalLog``; on-disk names from ``LogFileUtils``).
+
+Directory ``<topic>-<partition>``::
+
+    00000000000000000000.log          record batches (magic 2), as produced
+    00000000000000000000.index        sparse offset index, derived (rebuilt if missing)
+    00000000000000000000.timeindex    sparse time index, derived (rebuilt if missing)
+    00000000000000001234.snapshot     producer state as of offset 1234
+    *.deleted                         segment files waiting out file.delete.delay.ms
+
+Threads: ``append``, ``read`` and ``roll`` run on the event loop thread; ``flush``,
+``delete_retained_segments`` and ``sweep_deleted_segments`` do disk work and belong on a
+worker thread (the LogManager runs them in its executor). A lock serialises changes to
+the segment list; readers never take it: they work on an immutable snapshot of the list,
+and a removed segment's file descriptor stays open for ``file_delete_delay_ms`` so a
+region handed to sendfile remains readable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pykfk._core import records as core_records
+from pykfk._core.segment import Segment
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.checkpoints import write_atomic
+from pykfk.log.config import LogConfig
+from pykfk.log.producer_state import (
+    ProducerBatch,
+    ProducerStateManager,
+    SnapshotError,
+    list_snapshots,
+    snapshot_path,
+)
+from pykfk.log.retention import deletable_segments
+from pykfk.protocol.types import FileRegion
+
+logger = logging.getLogger("pykfk.log")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+DELETE_DIR_SUFFIX = "-delete"
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+# ListOffsets special timestamps (Kafka ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+# Index entries store offsets relative to the segment base as int32.
+INT32_MAX = 2**31 - 1
+# Size of the fixed magic-2 batch header (see src/_core/batch.h).
+BATCH_HEADER_SIZE = 61
+# Producer snapshots kept per log; older ones are deleted when a new one is written.
+SNAPSHOTS_TO_KEEP = 2
+# Without a snapshot, producer state is rebuilt from this many trailing segments.
+SEGMENTS_TO_SCAN_FOR_PRODUCERS = 2
+# Recovery logs one line per segment; past this many bytes it also reports a percentage.
+RECOVERY_PROGRESS_BYTES = 64 * 1024 * 1024
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def time_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """``my-topic-3`` -> ("my-topic", 3); ValueError when the name is not of that form."""
+    match = _PARTITION_DIR.match(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
+    return match.group(1), int(match.group(2))
+
+
+class Scheduler(Protocol):
+    """Runs disk work off the event loop. ``schedule`` may be called from any thread;
+    ``fn`` runs on a worker thread after ``delay_ms``."""
+
+    def schedule(self, delay_ms: int, fn: Callable[[], Any]) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class AppendInfo:
+    """What an append did. For a duplicate batch (an idempotent producer's retry) the
+    offsets are those of the original write and nothing was appended."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
+    log_start_offset: int
+    record_count: int
+    headers: list  # BatchHeader per appended batch, with its final offsets
+    duplicate: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchData:
+    """Answer of ``Log.read``: the record bytes as a file region (None when there is
+    nothing to return) and the offsets a Fetch response reports."""
+
+    file_region: FileRegion | None
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingDelete:
+    deadline_ms: int
+    segment: Segment
+    paths: list[str]
+
+
+class _View:
+    """Immutable snapshot of the segment list, swapped whole so readers never lock."""
+
+    __slots__ = ("segments", "base_offsets")
+
+    def __init__(self, segments: list[Segment]):
+        self.segments = segments
+        self.base_offsets = [s.base_offset for s in segments]
+
+
+class Log:
+    """The log of one partition in directory ``dir`` (named ``<topic>-<partition>``).
+
+    Opening loads every segment; unless ``clean_shutdown`` is set, segments past
+    ``recovery_point`` are checked batch by batch and a torn tail is truncated. Indexes
+    that are missing or inconsistent are rebuilt either way. ``log_start_offset`` comes
+    from the log-start-offset checkpoint (the first segment's base when higher).
+    """
+
+    def __init__(
+        self,
+        dir: str,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        scheduler: Scheduler | None = None,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+    ):
+        self.dir = os.path.abspath(dir)
+        self.topic, self.partition = parse_partition_dir(os.path.basename(self.dir))
+        self.config = config
+        self.scheduler = scheduler
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self._view = _View([])
+        self._created_ms: dict[int, int] = {}
+        self._pending_deletes: list[_PendingDelete] = []
+        self._log_start_offset = max(0, log_start_offset)
+        self._log_end_offset = 0
+        self._recovery_point = max(0, recovery_point)
+        self._high_watermark: int | None = None
+        self._last_flush_ms = time_ms()
+        self._flush_scheduled = False
+        self.producer_state = ProducerStateManager()
+        self._load(clean_shutdown)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, log_start_offset={self._log_start_offset}, "
+                f"log_end_offset={self._log_end_offset}, segments={len(self._view.segments)})")
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _prefix(self) -> str:
+        return f"[Log partition={self.name}, dir={os.path.dirname(self.dir)}]"
+
+    # -- offsets ---------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are flushed to disk (recovery starts here after a crash)."""
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset up to which consumers may read. Follows the log end offset until set
+        (a standalone broker); set it to None to follow the log end offset again."""
+        return self._log_end_offset if self._high_watermark is None else self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int | None) -> None:
+        if value is None:
+            self._high_watermark = None
+        else:
+            self._high_watermark = min(max(value, self._log_start_offset), self._log_end_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._view.segments)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The live segments, oldest first (a copy)."""
+        return list(self._view.segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._view.segments[-1]
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._log_end_offset - self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    def flush_due(self, now_ms: int | None = None) -> bool:
+        """True when flush.ms has passed since the last flush and data is unflushed."""
+        now = time_ms() if now_ms is None else now_ms
+        return (self.unflushed_messages > 0
+                and now - self._last_flush_ms >= self.config.flush_interval_ms)
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from the next append (index sizes from the next segment)."""
+        self.config = config
+
+    # -- loading and recovery ----------------------------------------------------------
+
+    def _load(self, clean_shutdown: bool) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        bases = self._clean_directory()
+        segments = []
+        missing_indexes = set()
+        for base in bases:
+            if not all(os.path.exists(self._file(base, s))
+                       for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                missing_indexes.add(base)
+            segments.append(self._open_segment(base))
+        if clean_shutdown:
+            recovered = set()
+        else:
+            segments, recovered = self._recover(segments)
+        for seg in segments:
+            if seg.base_offset in recovered:
+                continue
+            if seg.base_offset in missing_indexes or not seg.sanity_check():
+                logger.warning("%s Rebuilding the indexes of segment %d (%s)", self._prefix(),
+                               seg.base_offset,
+                               "missing" if seg.base_offset in missing_indexes else "corrupt")
+                seg.rebuild_indexes()
+        if not segments:
+            segments.append(self._open_segment(self._log_start_offset))
+        self._view = _View(segments)
+        self._log_end_offset = segments[-1].next_offset
+        self._log_start_offset = min(max(self._log_start_offset, segments[0].base_offset),
+                                     self._log_end_offset)
+        # Everything below the log end offset is now either flushed (clean shutdown) or
+        # checked and flushed by recovery.
+        self._recovery_point = self._log_end_offset
+        self._load_producer_state()
+        logger.info("%s Loaded log with %d segments, log start offset %d, log end offset %d",
+                    self._prefix(), len(segments), self._log_start_offset, self._log_end_offset)
+
+    def _clean_directory(self) -> list[int]:
+        """Removes leftovers of interrupted deletes and writes; returns the base offsets
+        of the segments present, ascending."""
+        logs, indexes = set(), []
+        for name in os.listdir(self.dir):
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(".swap") \
+                    or name.endswith(".cleaned"):
+                logger.info("%s Removing leftover file %s", self._prefix(), name)
+                os.unlink(path)
+                continue
+            match = _SEGMENT_FILE.match(name)
+            if not match:
+                continue
+            if match.group(2) == "log":
+                logs.add(int(match.group(1)))
+            else:
+                indexes.append((int(match.group(1)), path))
+        for base, path in indexes:
+            if base not in logs:
+                logger.info("%s Removing index %s without a log file", self._prefix(),
+                            os.path.basename(path))
+                os.unlink(path)
+        return sorted(logs)
+
+    def _recover(self, segments: list[Segment]) -> tuple[list[Segment], set[int]]:
+        """Checks every segment holding offsets at or past the recovery point; truncates
+        at the first bad byte and drops the segments after a truncated one."""
+        start = 0
+        while start < len(segments) - 1 and segments[start + 1].base_offset <= self._recovery_point:
+            start += 1
+        todo = segments[start:]
+        total = sum(s.size for s in todo)
+        if not todo:
+            return segments, set()
+        logger.info("%s Recovering %d unflushed segments (%d bytes) from recovery point %d",
+                    self._prefix(), len(todo), total, self._recovery_point)
+        done_bytes = 0
+        recovered = set()
+        for i, seg in enumerate(todo):
+            size = seg.size
+            truncated = seg.recover()
+            recovered.add(seg.base_offset)
+            done_bytes += size
+            if total >= RECOVERY_PROGRESS_BYTES:
+                logger.info("%s Recovered segment %d (%d/%d segments, %d%%)", self._prefix(),
+                            seg.base_offset, i + 1, len(todo), done_bytes * 100 // max(total, 1))
+            if truncated:
+                logger.warning("%s Truncated %d bytes of a torn or corrupt tail in segment %d; "
+                               "log end offset now %d", self._prefix(), truncated,
+                               seg.base_offset, seg.next_offset)
+                seg.flush()
+                dropped = todo[i + 1:]
+                for later in dropped:
+                    logger.warning("%s Deleting segment %d, which follows the truncated one",
+                                   self._prefix(), later.base_offset)
+                    later.delete()
+                return segments[:start + i + 1], recovered
+        for seg in todo:
+            seg.flush()
+        return segments, recovered
+
+    # -- segments ------------------------------------------------------------------------
+
+    def _file(self, base_offset: int, suffix: str) -> str:
+        return os.path.join(self.dir, segment_file_name(base_offset, suffix))
+
+    def _open_segment(self, base_offset: int, now_ms: int | None = None) -> Segment:
+        seg = Segment(self.dir, base_offset,
+                      index_interval_bytes=self.config.index_interval_bytes,
+                      max_index_bytes=self.config.max_index_bytes,
+                      preallocate=self.config.preallocate)
+        self._created_ms[base_offset] = time_ms() if now_ms is None else now_ms
+        return seg
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is closed")
+
+    def roll(self, base_offset: int | None = None, *, now_ms: int | None = None) -> Segment:
+        """Starts a new active segment at the log end offset (or ``base_offset`` when
+        larger, for follower appends that skip offsets). No-op while the active segment
+        is empty. The previous segment is flushed in the background."""
+        with self._lock:
+            self._check_open()
+            active = self._view.segments[-1]
+            if active.size == 0:
+                return active
+            start = time.monotonic()
+            new_base = max(self._log_end_offset, base_offset or 0)
+            self._take_producer_snapshot(new_base)
+            seg = self._open_segment(new_base, now_ms)
+            self._view = _View(self._view.segments + [seg])
+            self._log_end_offset = new_base
+            logger.info("%s Rolled new log segment at offset %d in %.1f ms", self._prefix(),
+                        new_base, (time.monotonic() - start) * 1000)
+        # Kafka flushes the finished segment right after a roll, off the append path, so
+        # the recovery point moves forward segment by segment.
+        if self.scheduler is not None:
+            self.scheduler.schedule(0, lambda: self.flush(new_base))
+        return seg
+
+    def _roll_reason(self, seg: Segment, size: int, max_timestamp: int, last_offset: int,
+                     now_ms: int) -> str | None:
+        if seg.size == 0:
+            return None
+        if seg.size > self.config.segment_bytes - size:
+            return "segment.bytes"
+        first_ts = getattr(seg, "first_batch_timestamp", -1)
+        if first_ts >= 0 and max_timestamp >= 0:
+            waited = max_timestamp - first_ts
+        else:
+            waited = now_ms - self._created_ms.get(seg.base_offset, now_ms)
+        if waited > self.config.segment_ms:
+            return "segment.ms"
+        if seg.is_index_full():
+            return "index full"
+        if last_offset - seg.base_offset > INT32_MAX:
+            return "relative offset overflow"
+        return None
+
+    # -- append ----------------------------------------------------------------------------
+
+    def append(self, records: Any, *, leader_epoch: int = -1, assign_offsets: bool = True,
+               now_ms: int | None = None) -> AppendInfo:
+        """Appends whole magic-2 batches (a Produce payload; legacy magic 0/1 message sets
+        are converted first).
+
+        With ``assign_offsets`` (a leader) the batches get offsets from the log end offset
+        and ``leader_epoch`` in place, in the caller's buffer, and idempotent producers are
+        checked; without it (a follower) the batches keep their offsets, which must start
+        at or after the log end offset and increase. Raises pykfk._core errors for bad
+        bytes (CorruptBatchError, InvalidRecordError, RecordTooLargeError) and KafkaError
+        for producer-state violations and RECORD_LIST_TOO_LARGE.
+        """
+        buf = records if isinstance(records, memoryview) else memoryview(records)
+        if assign_offsets and len(buf) > 16 and core_records.is_legacy(buf):
+            buf = memoryview(core_records.convert_legacy(buf))
+        headers = core_records.validate_batches(buf, self.config.max_message_bytes)
+        if not headers:
+            return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+        if len(buf) > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{len(buf)} bytes do not fit in a segment of "
+                             f"{self.config.segment_bytes} bytes")
+        now = time_ms() if now_ms is None else now_ms
+        log_append_time = assign_offsets and self.config.log_append_time
+        if buf.readonly and (assign_offsets or log_append_time):
+            buf = memoryview(bytearray(buf))  # offsets are written in place
+        flush_now = False
+        with self._lock:
+            self._check_open()
+            if assign_offsets:
+                first_offset = self._log_end_offset
+                batches = self._producer_batches(headers, first_offset)
+                duplicate = self.producer_state.check(batches)
+                if duplicate is not None:
+                    logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
+                                 self._prefix(), duplicate.first_offset, duplicate.last_offset)
+                    return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
+                                      self._log_start_offset, 0, [], duplicate=True)
+                next_offset = core_records.assign_offsets(buf, first_offset, leader_epoch)
+                if log_append_time:
+                    core_records.set_log_append_time(buf, now)
+                headers = self._reparse_headers(buf, len(headers))
+            else:
+                self._check_follower_offsets(headers)
+                first_offset = headers[0].base_offset
+                next_offset = headers[-1].last_offset + 1
+                batches = self._producer_batches(headers, -1)
+            max_timestamp = now if log_append_time else max(h.max_timestamp for h in headers)
+            segment = self._view.segments[-1]
+            reason = self._roll_reason(segment, len(buf), max_timestamp, next_offset - 1, now)
+            if reason is None and first_offset - segment.base_offset > INT32_MAX:
+                reason = "relative offset overflow"
+            if reason is not None:
+                logger.info("%s Rolling segment %d (%s)", self._prefix(), segment.base_offset,
+                            reason)
+                segment = self.roll(first_offset, now_ms=now)
+            try:
+                segment.append(buf)
+            except OSError as exc:
+                logger.error("%s Append to segment %d failed: %s", self._prefix(),
+                             segment.base_offset, exc)
+                segment.truncate_to(self._log_end_offset)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            self._log_end_offset = next_offset
+            if assign_offsets:
+                batches = self._producer_batches(headers, -1)
+            self.producer_state.update(batches)
+            if self.unflushed_messages >= self.config.flush_interval_messages:
+                flush_now = self._request_flush()
+            info = AppendInfo(first_offset, next_offset - 1, now if log_append_time else -1,
+                              self._log_start_offset,
+                              sum(h.records_count for h in headers), headers)
+        if flush_now:
+            self.flush()
+        return info
+
+    @staticmethod
+    def _producer_batches(headers: list, first_offset: int) -> list[ProducerBatch]:
+        batches = []
+        offset = first_offset
+        for h in headers:
+            batches.append(ProducerBatch.from_header(h, offset))
+            if offset >= 0:
+                offset += h.last_offset_delta + 1
+        return batches
+
+    @staticmethod
+    def _reparse_headers(buf: memoryview, count: int) -> list:
+        headers, pos = [], 0
+        for _ in range(count):
+            h = core_records.parse_batch_header(buf, pos)
+            headers.append(h)
+            pos += h.size
+        return headers
+
+    def _check_follower_offsets(self, headers: list) -> None:
+        expected = self._log_end_offset
+        for h in headers:
+            if h.base_offset < expected:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"batch at offset {h.base_offset} is below the next "
+                                 f"expected offset {expected}")
+            expected = h.last_offset + 1
+
+    def _request_flush(self) -> bool:
+        """flush.messages reached: flush on the scheduler, or inline (returns True) when
+        the log runs without one."""
+        if self.scheduler is None:
+            return True
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.scheduler.schedule(0, self._scheduled_flush)
+        return False
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
+             min_one_message: bool = True) -> FetchData:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least
+        one batch when ``min_one_message``, Fetch v3+) and below ``max_offset`` (the high
+        watermark for consumers). Raises KafkaError(OFFSET_OUT_OF_RANGE) when ``offset`` is
+        outside [log_start_offset, log_end_offset]. Never takes the lock."""
+        view = self._view
+        log_start, log_end = self._log_start_offset, self._log_end_offset
+        high_watermark = self.high_watermark
+        if offset < log_start or offset > log_end or offset < view.base_offsets[0]:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is outside [{log_start}, {log_end}] of {self.name}")
+        limit = log_end if max_offset is None else min(max_offset, log_end)
+        empty = FetchData(None, log_start, log_end, high_watermark)
+        if offset >= limit or (max_bytes <= 0 and not min_one_message):
+            return empty
+        i = bisect.bisect_right(view.base_offsets, offset) - 1
+        while i < len(view.segments):
+            seg = view.segments[i]
+            if seg.base_offset >= limit:
+                break
+            max_position = seg.position_of(limit) if limit < seg.next_offset else -1
+            found = seg.read(max(offset, seg.base_offset), max(max_bytes, 0), max_position)
+            if found is not None and found[1] > 0:
+                position, size = found
+                if not min_one_message and size > max_bytes:
+                    size = max_bytes  # clients drop a partial trailing batch
+                return FetchData(FileRegion(seg.fileno(), position, size), log_start, log_end,
+                                 high_watermark)
+            i += 1
+        return empty
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """ListOffsets: the first offset of the first batch with a timestamp at or after
+        ``timestamp``; -1 (latest) gives the log end offset, -2 (earliest) the log start
+        offset; None when no batch is that recent."""
+        if timestamp == LATEST_TIMESTAMP:
+            return self._log_end_offset
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset
+        for seg in self._view.segments:
+            if seg.max_timestamp >= timestamp:
+                offset = seg.offset_for_timestamp(timestamp)
+                if offset is not None:
+                    return max(offset, self._log_start_offset)
+        return None
+
+    # -- flush --------------------------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsyncs the segments holding offsets from the recovery point up to ``up_to``
+        (the log end offset by default) and moves the recovery point there. Blocking:
+        call it from a worker thread when an event loop is running."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                end = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+                start = self._recovery_point
+                view = self._view
+            if end > start:
+                segs = view.segments
+                for i, seg in enumerate(segs):
+                    seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset
+                    if seg_end > start and seg.base_offset < end:
+                        seg.flush()
+            with self._lock:
+                self._recovery_point = max(self._recovery_point, min(end, self._log_end_offset))
+                self._last_flush_ms = time_ms()
+
+    # -- truncation (followers) ---------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Removes every batch at or after ``offset`` (a follower matching its leader).
+        Returns the number of segments removed. No-op when offset >= log end offset."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return 0
+            view = self._view
+            if offset <= view.segments[0].base_offset:
+                return self._truncate_fully_locked(offset)
+            keep = [s for s in view.segments if s.base_offset < offset]
+            dropped = view.segments[len(keep):]
+            keep[-1].truncate_to(offset)
+            self._view = _View(keep)
+            self._log_end_offset = keep[-1].next_offset
+            self._after_truncation()
+            logger.info("%s Truncated to offset %d, log end offset %d", self._prefix(), offset,
+                        self._log_end_offset)
+        self._schedule_delete(dropped)
+        return len(dropped)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Deletes all data and restarts the log empty at ``offset`` (a follower whose
+        leader's log starts past its end)."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> int:
+        dropped = self._view.segments
+        self._view = _View([])
+        for base in list_snapshots(self.dir):
+            os.unlink(snapshot_path(self.dir, base))
+        self._schedule_delete(dropped)
+        self._view = _View([self._open_segment(offset)])
+        self._log_start_offset = offset
+        self._log_end_offset = offset
+        self._after_truncation()
+        logger.info("%s Truncated fully, log restarts at offset %d", self._prefix(), offset)
+        return len(dropped)
+
+    def _after_truncation(self) -> None:
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+        if self._high_watermark is not None:
+            self._high_watermark = min(self._high_watermark, self._log_end_offset)
+        for base in list_snapshots(self.dir):
+            if base > self._log_end_offset:
+                os.unlink(snapshot_path(self.dir, base))
+        self._load_producer_state()
+
+    # -- retention and deletion -----------------------------------------------------------
+
+    def delete_retained_segments(self, now_ms: int | None = None) -> int:
+        """Deletes the oldest segments that retention.ms, retention.bytes or the log start
+        offset allow (never the active one, never data at or past the high watermark) and
+        moves the log start offset. Returns the number of segments deleted. Blocking."""
+        now = time_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return 0
+            view = self._view
+            count, reason = deletable_segments(
+                view.segments, self.config, now_ms=now, high_watermark=self.high_watermark,
+                log_start_offset=self._log_start_offset, mtime_ms=_mtime_ms)
+            if count:
+                doomed, remaining = view.segments[:count], view.segments[count:]
+                # Start offset first: a reader that sees the new start with the old list is
+                # safe; one that sees the old start with the new list is caught in read().
+                self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
+                self._view = _View(remaining)
+                self._recovery_point = max(self._recovery_point, self._log_start_offset)
+                logger.info("%s Deleting %d segments (%s), log start offset now %d",
+                            self._prefix(), count, reason, self._log_start_offset)
+        if count:
+            self._schedule_delete(doomed)
+        self.sweep_deleted_segments(now)
+        return count
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: offsets below ``offset`` become unreadable; whole segments below
+        it go at the next retention pass."""
+        with self._lock:
+            if offset > self.high_watermark:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"{offset} is past the high watermark of {self.name}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                logger.info("%s Log start offset advanced to %d", self._prefix(), offset)
+
+    def _schedule_delete(self, segments: list[Segment]) -> None:
+        """Renames the files of removed segments to ``*.deleted`` (a restart finishes the
+        job) and closes and unlinks them after file.delete.delay.ms, so descriptors handed
+        to readers stay valid meanwhile."""
+        if not segments:
+            return
+        deadline = time_ms() + self.config.file_delete_delay_ms
+        for seg in segments:
+            paths = []
+            for suffix in SEGMENT_FILE_SUFFIXES:
+                path = self._file(seg.base_offset, suffix)
+                try:
+                    os.rename(path, path + DELETED_SUFFIX)
+                    paths.append(path + DELETED_SUFFIX)
+                except FileNotFoundError:
+                    pass
+            self._created_ms.pop(seg.base_offset, None)
+            with self._lock:
+                self._pending_deletes.append(_PendingDelete(deadline, seg, paths))
+        if self.scheduler is not None:
+            self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
+
+    def sweep_deleted_segments(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Closes and unlinks removed segments whose delay is over (all with ``force``).
+        Returns how many went."""
+        now = time_ms() if now_ms is None else now_ms
+        with self._lock:
+            due = [p for p in self._pending_deletes if force or p.deadline_ms <= now]
+            if not due:
+                return 0
+            self._pending_deletes = [p for p in self._pending_deletes if p not in due]
+        with self._flush_lock:
+            for pending in due:
+                try:
+                    pending.segment.close()
+                except (OSError, ValueError) as exc:
+                    logger.warning("%s Closing deleted segment %d: %s", self._prefix(),
+                                   pending.segment.base_offset, exc)
+                for path in pending.paths:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+                logger.info("%s Deleted segment files of offset %d", self._prefix(),
+                            pending.segment.base_offset)
+        return len(due)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def _take_producer_snapshot(self, offset: int, *, sync: bool = False) -> None:
+        write_atomic(snapshot_path(self.dir, offset), self.producer_state.snapshot_bytes(),
+                     sync=sync)
+        for old in list_snapshots(self.dir)[:-SNAPSHOTS_TO_KEEP]:
+            try:
+                os.unlink(snapshot_path(self.dir, old))
+            except FileNotFoundError:
+                pass
+
+    def _load_producer_state(self) -> None:
+        """Latest usable snapshot at or below the log end offset, then the batch headers
+        after it; without a snapshot, the headers of the last segments."""
+        state = ProducerStateManager()
+        start = None
+        for offset in reversed(list_snapshots(self.dir)):
+            path = snapshot_path(self.dir, offset)
+            if offset > self._log_end_offset:
+                os.unlink(path)
+                continue
+            try:
+                with open(path, "rb") as f:
+                    state.load_snapshot_bytes(f.read(), offset)
+                start = offset
+                break
+            except (OSError, SnapshotError) as exc:
+                logger.warning("%s Ignoring producer snapshot %s: %s", self._prefix(),
+                               os.path.basename(path), exc)
+                os.unlink(path)
+        segments = self._view.segments
+        if start is None:
+            start = segments[max(0, len(segments) - SEGMENTS_TO_SCAN_FOR_PRODUCERS)].base_offset
+        scanned = self._replay_producer_batches(state, start)
+        self.producer_state = state
+        if scanned or state.producers:
+            logger.info("%s Loaded producer state of %d producers (%d batches replayed from "
+                        "offset %d)", self._prefix(), len(state.producers), scanned, start)
+
+    def _replay_producer_batches(self, state: ProducerStateManager, start: int) -> int:
+        count = 0
+        for seg in self._view.segments:
+            if seg.next_offset <= start:
+                continue
+            fd, size = seg.fileno(), seg.size
+            position = seg.position_of(start) if start > seg.base_offset else 0
+            while position + BATCH_HEADER_SIZE <= size:
+                raw = os.pread(fd, BATCH_HEADER_SIZE, position)
+                try:
+                    header = core_records.parse_batch_header(raw)
+                except ValueError as exc:
+                    logger.warning("%s Stopped replaying producer state in segment %d at "
+                                   "byte %d: %s", self._prefix(), seg.base_offset, position, exc)
+                    break
+                if header.last_offset >= start:
+                    state.update([ProducerBatch.from_header(header)])
+                    count += 1
+                position += header.size
+        state.map_end_offset = max(state.map_end_offset, self._log_end_offset)
+        return count
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flushes, writes a producer snapshot at the log end offset and closes every
+        segment (also those waiting for deletion). Blocking."""
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._take_producer_snapshot(self._log_end_offset, sync=True)
+            self._closed = True
+            view = self._view
+        self.sweep_deleted_segments(force=True)
+        with self._flush_lock:
+            for seg in view.segments:
+                seg.close()
+        logger.info("%s Closed at log end offset %d", self._prefix(), self._log_end_offset)
+
+    def close_for_delete(self) -> None:
+        """Stops the log without flushing: its data is about to be deleted."""
+        with self._lock:
+            self._closed = True
+
+    def delete(self) -> None:
+        """Closes the log and removes its directory with every file in it. Blocking."""
+        with self._lock:
+            self._closed = True
+            view = self._view
+        self.sweep_deleted_segments(force=True)
+        with self._flush_lock:
+            for seg in view.segments:
+                try:
+                    seg.close()
+                except (OSError, ValueError):
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        logger.info("%s Deleted log", self._prefix())
+
+    def rename_for_delete(self) -> str:
+        """Renames the directory to ``<topic>-<partition>.<id>-delete`` so a restart
+        finishes an interrupted delete; open descriptors stay valid. Returns the new path."""
+        with self._lock:
+            self._closed = True
+            target = f"{self.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.rename(self.dir, target)
+            self.dir = target
+            return target
+
+
+def _mtime_ms(segment: Segment) -> int:
+    try:
+        return int(os.stat(segment.path).st_mtime * 1000)
+    except OSError:
+        return 0

@@ -1,0 +1,312 @@
+"""Idempotent producer state of one partition (apache/kafka ``ProducerStateManager``).
+
+For every producer id the log remembers the producer epoch and the sequence and offset
+ranges of its last five batches, so a retried batch is recognised and answered with its
+original offsets instead of being written twice, and a gap in the sequence is refused.
+
+Rules (Kafka's ``ProducerAppendInfo.checkProducerEpoch`` / ``checkSequence``, with the
+pre-KIP-360 answer for producers the log has never seen):
+
+- producer_id -1, and control batches: no checks, no state.
+- a batch equal (epoch, first and last sequence) to one of the last five: duplicate.
+- epoch lower than the known one: INVALID_PRODUCER_EPOCH.
+- new epoch (or unknown producer): the first sequence must be 0; otherwise
+  OUT_OF_ORDER_SEQUENCE_NUMBER for a known producer, UNKNOWN_PRODUCER_ID for an unknown one.
+- same epoch: the first sequence must follow the last one (wrapping after 2**31-1);
+  otherwise OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Thread affinity: the owning Log calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pykfk.errors import ErrorCode, KafkaError
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+
+# Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: the largest
+# max.in.flight.requests.per.connection an idempotent producer may use.
+NUM_BATCHES_TO_RETAIN = 5
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Sequence numbers wrap from 2**31-1 to 0 (Kafka DefaultRecordBatch.incrementSequence)."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Sequence and offset range of one batch a producer wrote."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    """The producer fields of one batch, as the log sees it before and after offsets are
+    assigned (first_offset/last_offset are -1 before)."""
+
+    producer_id: int
+    producer_epoch: int
+    first_seq: int
+    last_seq: int
+    timestamp: int
+    first_offset: int = -1
+    last_offset: int = -1
+    is_control: bool = False
+
+    @classmethod
+    def from_header(cls, header, first_offset: int = -1) -> ProducerBatch:
+        """From a pykfk._core.records.BatchHeader; ``first_offset`` overrides the header's
+        base_offset (used before offsets are written into the buffer)."""
+        base = header.base_offset if first_offset < 0 else first_offset
+        delta = header.last_offset_delta
+        return cls(
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            first_seq=header.base_sequence,
+            last_seq=increment_sequence(header.base_sequence, delta)
+            if header.base_sequence >= 0 else NO_SEQUENCE,
+            timestamp=header.max_timestamp,
+            first_offset=base,
+            last_offset=base + delta,
+            is_control=header.is_control,
+        )
+
+
+class ProducerStateEntry:
+    """What the log knows about one producer id."""
+
+    __slots__ = ("producer_id", "producer_epoch", "batches", "last_timestamp")
+
+    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH,
+                 batches: Iterable[BatchMetadata] = (), last_timestamp: int = -1):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = last_timestamp
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, producer_epoch: int, first_seq: int,
+                       last_seq: int) -> BatchMetadata | None:
+        if producer_epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def add(self, batch: ProducerBatch) -> None:
+        if batch.producer_epoch != self.producer_epoch:
+            # A new epoch starts a new sequence: the old batches can no longer be retried.
+            self.producer_epoch = batch.producer_epoch
+            self.batches.clear()
+        self.batches.append(BatchMetadata(batch.first_seq, batch.last_seq, batch.first_offset,
+                                          batch.last_offset, batch.timestamp))
+        self.last_timestamp = max(self.last_timestamp, batch.timestamp)
+
+    def __repr__(self) -> str:
+        return (f"ProducerStateEntry(producer_id={self.producer_id}, "
+                f"producer_epoch={self.producer_epoch}, batches={list(self.batches)})")
+
+
+class SnapshotError(ValueError):
+    """A producer snapshot file that is truncated, corrupt or of an unknown version."""
+
+
+class ProducerStateManager:
+    """Producer entries of one partition plus the offset up to which they reflect the log
+    (``map_end_offset``)."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0
+
+    def check(self, batches: Iterable[ProducerBatch]) -> BatchMetadata | None:
+        """Validates a client append against the known state without changing it.
+
+        Returns the original metadata when a batch is a duplicate of one of the last
+        five (the caller then appends nothing); raises KafkaError on an epoch or sequence
+        violation. Several batches of the same producer in one append are checked against
+        each other.
+        """
+        pending: dict[int, tuple[int, int]] = {}  # producer_id -> (epoch, last_seq)
+        for batch in batches:
+            if batch.producer_id < 0 or batch.is_control:
+                continue
+            entry = self.producers.get(batch.producer_id)
+            if entry is not None and batch.producer_id not in pending:
+                duplicate = entry.find_duplicate(batch.producer_epoch, batch.first_seq,
+                                                 batch.last_seq)
+                if duplicate is not None:
+                    return duplicate
+            if batch.producer_id in pending:
+                current_epoch, last_seq = pending[batch.producer_id]
+            elif entry is not None:
+                current_epoch, last_seq = entry.producer_epoch, entry.last_seq
+            else:
+                current_epoch, last_seq = NO_PRODUCER_EPOCH, NO_SEQUENCE
+            self._check_one(batch, current_epoch, last_seq)
+            pending[batch.producer_id] = (batch.producer_epoch, batch.last_seq)
+        return None
+
+    @staticmethod
+    def _check_one(batch: ProducerBatch, current_epoch: int, last_seq: int) -> None:
+        pid = batch.producer_id
+        if batch.producer_epoch < current_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {pid} epoch {batch.producer_epoch} is older than the current "
+                f"epoch {current_epoch}")
+        if batch.producer_epoch != current_epoch:
+            if batch.first_seq != 0:
+                if current_epoch != NO_PRODUCER_EPOCH:
+                    raise KafkaError(
+                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        f"producer {pid} starts epoch {batch.producer_epoch} at sequence "
+                        f"{batch.first_seq}, expected 0")
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_PRODUCER_ID,
+                    f"producer {pid} is unknown to this partition and its first sequence "
+                    f"is {batch.first_seq}, not 0")
+        elif not in_sequence(last_seq, batch.first_seq):
+            raise KafkaError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {pid} epoch {batch.producer_epoch}: sequence {batch.first_seq} "
+                f"does not follow {last_seq}")
+
+    def update(self, batches: Iterable[ProducerBatch]) -> None:
+        """Records batches that are now in the log (offsets assigned). No checks: also
+        used for follower appends and for replaying the log on open."""
+        for batch in batches:
+            if batch.last_offset >= self.map_end_offset:
+                self.map_end_offset = batch.last_offset + 1
+            if batch.producer_id < 0 or batch.is_control:
+                continue
+            entry = self.producers.get(batch.producer_id)
+            if entry is None:
+                entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
+            entry.add(batch)
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def truncate(self) -> None:
+        """Forget everything (before a rebuild after the log was truncated)."""
+        self.producers.clear()
+        self.map_end_offset = 0
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Drops producers that wrote nothing for ``expiration_ms`` (Kafka's
+        producer.id.expiration.ms), so the table cannot grow without bound."""
+        expired = [pid for pid, entry in self.producers.items()
+                   if now_ms - entry.last_timestamp > expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    # Snapshot file <20-digit offset>.snapshot: the state as of that offset (the log end
+    # offset when it was taken). Big-endian:
+    #
+    #   offset size  field
+    #    0     2     version (1)
+    #    2     4     crc: CRC-32C of every byte after this field
+    #    6     4     producer count
+    #   10     ...   producers, each:
+    #                  8 producer_id, 2 producer_epoch, 8 last_timestamp, 1 batch count (0..5)
+    #                  then per batch: 4 first_seq, 4 last_seq, 8 first_offset, 8 last_offset,
+    #                  8 timestamp
+    #
+    # Kafka's own snapshot keeps only the last batch of each producer; this one keeps all
+    # five so duplicates of any in-flight batch are still caught after a restart.
+
+    _HEAD = struct.Struct(">hIi")
+    _PRODUCER = struct.Struct(">qhqB")
+    _BATCH = struct.Struct(">iiqqq")
+
+    def snapshot_bytes(self) -> bytes:
+        from pykfk._core import crc32c
+
+        parts = [struct.pack(">i", len(self.producers))]
+        for pid, entry in sorted(self.producers.items()):
+            parts.append(self._PRODUCER.pack(pid, entry.producer_epoch, entry.last_timestamp,
+                                             len(entry.batches)))
+            for b in entry.batches:
+                parts.append(self._BATCH.pack(b.first_seq, b.last_seq, b.first_offset,
+                                              b.last_offset, b.timestamp))
+        body = b"".join(parts)
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
+
+    def load_snapshot_bytes(self, data: bytes, offset: int) -> None:
+        """Replaces the state with a snapshot's; raises SnapshotError (state unchanged)."""
+        from pykfk._core import crc32c
+
+        if len(data) < self._HEAD.size:
+            raise SnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
+        version, crc, count = self._HEAD.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise SnapshotError(f"unknown snapshot version {version}")
+        if crc32c(memoryview(data)[6:]) != crc:
+            raise SnapshotError("snapshot CRC mismatch")
+        producers: dict[int, ProducerStateEntry] = {}
+        pos = self._HEAD.size
+        for _ in range(max(count, 0)):
+            if pos + self._PRODUCER.size > len(data):
+                raise SnapshotError("snapshot truncated inside a producer entry")
+            pid, epoch, last_ts, n = self._PRODUCER.unpack_from(data, pos)
+            pos += self._PRODUCER.size
+            if n > NUM_BATCHES_TO_RETAIN or pos + n * self._BATCH.size > len(data):
+                raise SnapshotError(f"snapshot entry of producer {pid} is malformed")
+            batches = [BatchMetadata(*self._BATCH.unpack_from(data, pos + i * self._BATCH.size))
+                       for i in range(n)]
+            pos += n * self._BATCH.size
+            producers[pid] = ProducerStateEntry(pid, epoch, batches, last_ts)
+        if pos != len(data):
+            raise SnapshotError(f"{len(data) - pos} unexpected bytes after the last entry")
+        self.producers = producers
+        self.map_end_offset = offset
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+def list_snapshots(directory: str) -> list[int]:
+    """Offsets of the snapshot files in ``directory``, ascending."""
+    offsets = []
+    for name in os.listdir(directory):
+        match = _SNAPSHOT_NAME.match(name)
+        if match:
+            offsets.append(int(match.group(1)))
+    return sorted(offsets)
