@@ -39,7 +39,7 @@ def _partition_error(partition: int, code: int) -> dict:
         "log_start_offset": -1,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",
     }
 
 
@@ -65,7 +65,7 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
                 continue
             limit = min(part.partition_max_bytes, remaining)
             high_watermark = plog.high_watermark
-            records: Any = None
+            records: Any = b""
             try:
                 if limit > 0 or total == 0:
                     data = plog.read(part.fetch_offset, max(limit, 1), max_offset=high_watermark)

@@ -7,8 +7,10 @@ timestamp. Standalone, "latest" is the high watermark, which is the log end offs
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
 
 API_KEY = 2
@@ -29,11 +31,21 @@ def _lookup(plog: Any, timestamp: int) -> tuple[int, int]:
     found = plog.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1
-    if isinstance(found, int):
-        return timestamp, found
-    if isinstance(found, tuple):
-        return found[0], found[1]
-    return found.timestamp, found.offset
+    return _first_record_at_or_after(plog, found, timestamp)
+
+
+def _first_record_at_or_after(plog: Any, offset: int, timestamp: int) -> tuple[int, int]:
+    """The index finds the batch; Kafka answers with the first *record* whose timestamp
+    is >= the target, and that record's own timestamp, so look inside the batch."""
+    data = plog.read(offset, 1, max_offset=plog.high_watermark)
+    region = data.file_region
+    if region is None or region.size == 0:
+        return timestamp, offset
+    batch = os.pread(region.fd, region.size, region.position)
+    for record in iter_records(batch):
+        if record.offset >= offset and record.timestamp >= timestamp:
+            return record.timestamp, record.offset
+    return timestamp, offset
 
 
 async def handle(ctx: Any, request: Any) -> dict:
