@@ -91,8 +91,17 @@ class Broker:
             cfg.log_dirs[0], BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port)
         )
         self._default_log_config = LogConfig.from_properties(_as_strings(cfg.topic_defaults()))
+        flush_check_ms = (
+            cfg["log.flush.scheduler.interval.ms"] if cfg.is_explicit("log.flush.scheduler.interval.ms") else 1000
+        )
         self.log_manager = LogManager(
-            cfg.log_dirs, self._default_log_config, broker_id=cfg.broker_id, cluster_id=store.cluster_id
+            cfg.log_dirs,
+            self._default_log_config,
+            broker_id=cfg.broker_id,
+            cluster_id=store.cluster_id,
+            config_for=self._log_config_for_name,
+            retention_check_interval_ms=cfg.log_retention_check_interval_ms,
+            flush_check_interval_ms=flush_check_ms,
         )
         # Recovery after an unclean stop can take a while: keep the loop free meanwhile.
         await loop.run_in_executor(None, self.log_manager.open)
@@ -153,6 +162,10 @@ class Broker:
 
     def log_config_for(self, topic: TopicInfo) -> Any:
         return self._default_log_config.with_overrides(topic.configs)
+
+    def _log_config_for_name(self, name: str) -> Any:
+        info = self.metadata.get_topic(name)
+        return self._default_log_config if info is None else self.log_config_for(info)
 
     def appended(self, topic: str, partition: int) -> None:
         """Wake fetches long-polling on (topic, partition)."""

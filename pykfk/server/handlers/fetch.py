@@ -68,7 +68,11 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
             records: Any = b""
             try:
                 if limit > 0 or total == 0:
-                    data = plog.read(part.fetch_offset, max(limit, 1), max_offset=high_watermark)
+                    # Only the first partition with data may exceed the limits (one whole
+                    # batch); later ones are cut, and clients drop a partial last batch.
+                    data = plog.read(
+                        part.fetch_offset, max(limit, 0), max_offset=high_watermark, min_one_message=total == 0
+                    )
                     region = data.file_region
                     log_start = data.log_start_offset
                 else:
