@@ -67,7 +67,7 @@ BATCH_HEADER_SIZE = 61
 SNAPSHOTS_TO_KEEP = 2
 # Without a snapshot, producer state is rebuilt from this many trailing segments.
 SEGMENTS_TO_SCAN_FOR_PRODUCERS = 2
-# Recovery logs one line per segment; past this many bytes it also reports a percentage.
+# Recovery logs one line per segment; past this many bytes also progress inside segments.
 RECOVERY_PROGRESS_BYTES = 64 * 1024 * 1024
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
@@ -147,6 +147,9 @@ class Log:
     that are missing or inconsistent are rebuilt either way. ``log_start_offset`` comes
     from the log-start-offset checkpoint (the first segment's base when higher).
     """
+
+    # Decompress compressed batches on leader appends to check their records (Kafka does).
+    validate_compressed = True
 
     def __init__(
         self,
@@ -251,25 +254,26 @@ class Log:
 
     def _load(self, clean_shutdown: bool) -> None:
         os.makedirs(self.dir, exist_ok=True)
-        bases = self._clean_directory()
-        segments = []
-        missing_indexes = set()
-        for base in bases:
-            if not all(os.path.exists(self._file(base, s))
-                       for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
-                missing_indexes.add(base)
-            segments.append(self._open_segment(base))
+        segments = [self._open_segment(base) for base in self._clean_directory()]
         if clean_shutdown:
             recovered = set()
         else:
             segments, recovered = self._recover(segments)
         for seg in segments:
+            if seg.indexes_rebuilt:
+                logger.warning("%s Rebuilt the indexes of segment %d: %s", self._prefix(),
+                               seg.base_offset, seg.index_rebuild_reason)
             if seg.base_offset in recovered:
                 continue
-            if seg.base_offset in missing_indexes or not seg.sanity_check():
-                logger.warning("%s Rebuilding the indexes of segment %d (%s)", self._prefix(),
-                               seg.base_offset,
-                               "missing" if seg.base_offset in missing_indexes else "corrupt")
+            if seg.needs_recovery:
+                # A torn tail below the recovery point (a stale checkpoint or a clean-shutdown
+                # marker that lied): the segment serves only its whole batches until checked.
+                truncated = seg.recover()
+                logger.warning("%s Segment %d ended in a damaged batch; truncated %d bytes",
+                               self._prefix(), seg.base_offset, truncated)
+            elif not seg.sanity_check():
+                logger.warning("%s Rebuilding the inconsistent indexes of segment %d",
+                               self._prefix(), seg.base_offset)
                 seg.rebuild_indexes()
         if not segments:
             segments.append(self._open_segment(self._log_start_offset))
@@ -325,12 +329,13 @@ class Log:
         recovered = set()
         for i, seg in enumerate(todo):
             size = seg.size
-            truncated = seg.recover()
+            truncated = seg.recover(progress=self._recovery_progress(done_bytes, total),
+                                    progress_interval=max(size // 10, 1))
             recovered.add(seg.base_offset)
             done_bytes += size
-            if total >= RECOVERY_PROGRESS_BYTES:
-                logger.info("%s Recovered segment %d (%d/%d segments, %d%%)", self._prefix(),
-                            seg.base_offset, i + 1, len(todo), done_bytes * 100 // max(total, 1))
+            logger.info("%s Recovered segment %d (%d/%d segments, %d%% of %d bytes)",
+                        self._prefix(), seg.base_offset, i + 1, len(todo),
+                        done_bytes * 100 // max(total, 1), total)
             if truncated:
                 logger.warning("%s Truncated %d bytes of a torn or corrupt tail in segment %d; "
                                "log end offset now %d", self._prefix(), truncated,
@@ -345,6 +350,17 @@ class Log:
         for seg in todo:
             seg.flush()
         return segments, recovered
+
+    def _recovery_progress(self, done_before: int, total: int) -> Callable[[int, int], None] | None:
+        """Progress lines inside a segment, only for logs large enough to take a while."""
+        if total < RECOVERY_PROGRESS_BYTES:
+            return None
+
+        def progress(position: int, segment_size: int) -> None:
+            if position < segment_size:
+                logger.info("%s Recovery %d%% done", self._prefix(),
+                            (done_before + position) * 100 // total)
+        return progress
 
     # -- segments ------------------------------------------------------------------------
 
@@ -363,7 +379,8 @@ class Log:
         if self._closed:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is closed")
 
-    def roll(self, base_offset: int | None = None, *, now_ms: int | None = None) -> Segment:
+    def roll(self, base_offset: int | None = None, *, now_ms: int | None = None,
+             reason: str = "requested") -> Segment:
         """Starts a new active segment at the log end offset (or ``base_offset`` when
         larger, for follower appends that skip offsets). No-op while the active segment
         is empty. The previous segment is flushed in the background."""
@@ -378,8 +395,8 @@ class Log:
             seg = self._open_segment(new_base, now_ms)
             self._view = _View(self._view.segments + [seg])
             self._log_end_offset = new_base
-            logger.info("%s Rolled new log segment at offset %d in %.1f ms", self._prefix(),
-                        new_base, (time.monotonic() - start) * 1000)
+            logger.info("%s Rolled new log segment at offset %d (%s) in %.1f ms",
+                        self._prefix(), new_base, reason, (time.monotonic() - start) * 1000)
         # Kafka flushes the finished segment right after a roll, off the append path, so
         # the recovery point moves forward segment by segment.
         if self.scheduler is not None:
@@ -422,7 +439,11 @@ class Log:
         buf = records if isinstance(records, memoryview) else memoryview(records)
         if assign_offsets and len(buf) > 16 and core_records.is_legacy(buf):
             buf = memoryview(core_records.convert_legacy(buf))
-        headers = core_records.validate_batches(buf, self.config.max_message_bytes)
+        # A leader checks what producers send as Kafka's LogValidator does, compressed
+        # record framing included; a follower copies batches its leader already checked.
+        headers = core_records.validate_batches(
+            buf, self.config.max_message_bytes, from_client=assign_offsets,
+            decompress=assign_offsets and self.validate_compressed)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
         if len(buf) > self.config.segment_bytes:
@@ -460,9 +481,7 @@ class Log:
             if reason is None and first_offset - segment.base_offset > INT32_MAX:
                 reason = "relative offset overflow"
             if reason is not None:
-                logger.info("%s Rolling segment %d (%s)", self._prefix(), segment.base_offset,
-                            reason)
-                segment = self.roll(first_offset, now_ms=now)
+                segment = self.roll(first_offset, now_ms=now, reason=reason)
             try:
                 segment.append(buf)
             except OSError as exc:
@@ -604,7 +623,8 @@ class Log:
         Returns the number of segments removed. No-op when offset >= log end offset."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
-        with self._lock:
+        # Segment.truncate_to refuses to run while the segment is being fsynced.
+        with self._flush_lock, self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
                 return 0
@@ -625,7 +645,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Deletes all data and restarts the log empty at ``offset`` (a follower whose
         leader's log starts past its end)."""
-        with self._lock:
+        with self._flush_lock, self._lock:
             self._check_open()
             self._truncate_fully_locked(offset)
 
