@@ -211,7 +211,12 @@ class InProcessBroker:
     def _run(self) -> None:
         from pykfk.broker import Broker
 
-        loop = asyncio.new_event_loop()
+        try:
+            import uvloop  # the event loop pykfk-broker runs on
+
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
         self.loop = loop
         loop.set_exception_handler(lambda _loop, context: self.loop_errors.append(context))
 
