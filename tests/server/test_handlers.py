@@ -409,3 +409,14 @@ def test_idle_connections_are_closed(pykfk_broker_factory):
     assert client.is_closed_by_peer(timeout=5)
     assert time.monotonic() - started >= 0.2
     client.close()
+
+
+def test_large_request_and_response_frames(raw):
+    # A 3 MiB batch crosses the large-frame path on the way in and partial sendfile
+    # writes on the way out.
+    create_topic(raw, "big", 1, {"max.message.bytes": str(8 << 20)})
+    value = bytes(range(256)) * (3 * 4096)
+    batch = build_batch([(b"k", value, 7, [])])
+    assert produce(raw, "big", 0, batch).error_code == 0
+    part = fetch(raw, "big", 0, 0, partition_max_bytes=8 << 20, max_bytes=8 << 20)
+    assert records_of(part.records) == [(0, b"k", value, 7, [])]
