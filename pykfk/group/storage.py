@@ -10,6 +10,7 @@ without a data directory). A replicated broker can supply its own implementation
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -22,6 +23,15 @@ OffsetsRecord = tuple[bytes, "bytes | None"]
 
 # Bytes read from the log per step while loading; Kafka's offsets.load.buffer.size default.
 LOAD_BUFFER_SIZE = 5 * 1024 * 1024
+
+# Topic configuration Kafka gives __consumer_offsets (GroupCoordinator.offsetsTopicConfigs,
+# offsets.topic.segment.bytes default): compacted, never deleted by age, so committed
+# offsets live until the coordinator writes their tombstones.
+OFFSETS_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": 100 * 1024 * 1024,
+    "compression.type": "producer",
+}
 
 
 class OffsetsLog(Protocol):
@@ -80,7 +90,8 @@ class LogOffsetsLog:
         batch = bytearray(build_batch([(k, v, now_ms, ()) for k, v in records]))
         self.log.append(batch)
         if self.flush:
-            self.log.flush()
+            # Log.flush blocks on fsync: keep it off the event loop.
+            await asyncio.get_running_loop().run_in_executor(None, self.log.flush)
 
     def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
         from pykfk._core.records import iter_records, parse_batch_header
@@ -93,7 +104,7 @@ class LogOffsetsLog:
                 return
             buf = os.pread(region.fd, region.size, region.position)
             for record in iter_records(buf):
-                if record.offset >= offset and record.key is not None:
+                if record.offset >= offset and record.key is not None and not record.batch.is_control:
                     yield bytes(record.key), None if record.value is None else bytes(record.value)
             # Step past whole batches (also those without data records, e.g. control
             # batches); a partial batch at the end of the region is read again next round.
