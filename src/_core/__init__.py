@@ -11,9 +11,20 @@ except ImportError as exc:  # pragma: no cover - exercised only on broken instal
         "install pykfk with `pip install .` or build it in place with `make compile`"
     ) from exc
 
-from pykfk._core.errors import CoreError, CorruptBatchError, IndexCorruptError, InvalidRecordError
+from pykfk._core.errors import (
+    CoreError, CorruptBatchError, IndexCorruptError, InvalidRecordError, RecordTooLargeError,
+)
+from pykfk._core.records import (
+    BatchHeader, DecodedRecords, Record, assign_offsets, build_batch, convert_legacy,
+    decode_records, is_legacy, iter_records, parse_batch_header, scan_batches,
+    set_log_append_time, to_legacy, validate_batches,
+)
 
 __all__ = [
     "crc32", "crc32c", "hardware_features",
     "CoreError", "CorruptBatchError", "IndexCorruptError", "InvalidRecordError",
+    "RecordTooLargeError",
+    "BatchHeader", "DecodedRecords", "Record", "assign_offsets", "build_batch", "convert_legacy",
+    "decode_records", "is_legacy", "iter_records", "parse_batch_header", "scan_batches",
+    "set_log_append_time", "to_legacy", "validate_batches",
 ]
