@@ -1,0 +1,215 @@
+"""LogManager: log dirs, meta.properties, checkpoints, clean shutdown, recovery, background
+work on an event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log import LogConfig, LogManager
+from pykfk.log.checkpoints import read_offset_checkpoint
+from pykfk.log.manager import InconsistentBrokerMetadataError, LogDirInUseError
+
+from .helpers import batch, read_records
+
+
+def manager(dirs, config=None, **kw):
+    kw.setdefault("broker_id", 1)
+    kw.setdefault("cluster_id", "cluster-A")
+    m = LogManager([str(d) for d in dirs], config or LogConfig(), **kw)
+    m.open()
+    return m
+
+
+def test_meta_properties_are_written_and_checked(tmp_path):
+    m = manager([tmp_path / "a"])
+    m.shutdown()
+    text = (tmp_path / "a" / "meta.properties").read_text()
+    assert "broker.id=1\n" in text and "cluster.id=cluster-A\n" in text and "version=0\n" in text
+    with pytest.raises(InconsistentBrokerMetadataError, match="broker.id 1"):
+        manager([tmp_path / "a"], broker_id=2)
+    with pytest.raises(InconsistentBrokerMetadataError, match="cluster-A"):
+        manager([tmp_path / "a"], cluster_id="cluster-B")
+    m = manager([tmp_path / "a"], cluster_id=None)  # adopts the stored cluster id
+    assert m.cluster_id == "cluster-A"
+    m.shutdown()
+
+
+def test_a_log_dir_serves_one_broker_at_a_time(tmp_path):
+    m = manager([tmp_path / "a"])
+    with pytest.raises(LogDirInUseError):
+        manager([tmp_path / "a"])
+    m.shutdown()
+    manager([tmp_path / "a"]).shutdown()
+
+
+def test_new_partitions_go_to_the_dir_with_fewest(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    m = manager(dirs)
+    for p in range(2):
+        m.create_log("pre", p)
+    assert m.partition_counts() == {str(dirs[0]): 1, str(dirs[1]): 1, str(dirs[2]): 0}
+    log = m.create_log("orders", 0)
+    assert log.dir == str(dirs[2] / "orders-0")
+    for p in range(1, 5):
+        m.create_log("orders", p)
+    assert sorted(m.partition_counts().values()) == [2, 2, 3]
+    assert m.create_log("orders", 0) is log  # existing logs are returned, not recreated
+    assert m.get_log("orders", 9) is None and len(m.logs()) == 7
+    m.shutdown()
+
+
+@pytest.mark.parametrize("topic", ["", "../evil", "a/b", "x" * 250, ".", "..", "sp ace"])
+def test_illegal_topic_names_never_become_paths(tmp_path, topic):
+    m = manager([tmp_path / "a"])
+    with pytest.raises(KafkaError) as err:
+        m.create_log(topic, 0)
+    assert err.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    m.shutdown()
+
+
+def test_clean_shutdown_round_trip(tmp_path, caplog):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    for p in range(3):
+        log = m.create_log("t", p)
+        for _ in range(p + 1):
+            log.append(batch(2))
+    m.get_log("t", 1).advance_log_start_offset(1)
+    m.shutdown()
+    for d in dirs:
+        assert (d / ".kafka_cleanshutdown").exists()
+    points = {}
+    for d in dirs:
+        points.update(read_offset_checkpoint(str(d / "recovery-point-offset-checkpoint")))
+    assert points == {("t", 0): 2, ("t", 1): 4, ("t", 2): 6}
+    starts = read_offset_checkpoint(str(dirs[1] / "log-start-offset-checkpoint"))
+    assert starts == {("t", 1): 1}
+    hws = read_offset_checkpoint(str(dirs[0] / "replication-offset-checkpoint"))
+    assert hws == {("t", 0): 2, ("t", 2): 6}
+
+    with caplog.at_level(logging.INFO, logger="pykfk.log"):
+        m = manager(dirs)
+    assert "Recover" not in caplog.text and "after a clean shutdown" in caplog.text
+    assert not any((d / ".kafka_cleanshutdown").exists() for d in dirs)  # a crash now recovers
+    assert {tp: log.log_end_offset for tp, log in m.logs().items()} == {
+        ("t", 0): 2, ("t", 1): 4, ("t", 2): 6}
+    assert m.get_log("t", 1).log_start_offset == 1
+    assert m.high_watermark_checkpoint("t", 2) == 6
+    m.shutdown()
+
+
+# A broker that appends through its LogManager, writes checkpoints once, appends more and
+# is killed with SIGKILL.
+BROKER = """
+import os, signal, sys
+from pykfk._core import records
+from pykfk.log import LogConfig, LogManager
+m = LogManager([sys.argv[1]], LogConfig(segment_bytes=400), broker_id=1)
+m.open()
+log = m.create_log("t", 0)
+for i in range(30):
+    log.append(bytearray(records.build_batch([(None, b"%d" % i, 1000 + i, [])])))
+    if i == 9:
+        log.flush()
+        m.write_checkpoints()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_killed_broker_recovers_from_its_recovery_point(tmp_path, caplog):
+    d = tmp_path / "a"
+    proc = subprocess.run([sys.executable, "-c", BROKER, str(d)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert not (d / ".kafka_cleanshutdown").exists()
+    assert read_offset_checkpoint(str(d / "recovery-point-offset-checkpoint")) == {("t", 0): 10}
+    segment_logs = sorted((d / "t-0").glob("*.log"))
+    with open(segment_logs[-1], "r+b") as f:  # tear the last batch
+        f.truncate(f.seek(0, 2) - 1)
+    with caplog.at_level(logging.INFO, logger="pykfk.log"):
+        m = manager([d], cluster_id=None)
+    assert "after an unclean shutdown" in caplog.text
+    assert "Recovering" in caplog.text and "Truncated" in caplog.text
+    log = m.get_log("t", 0)
+    assert log.log_end_offset == 29
+    assert [v for _, v in read_records(log)] == [b"%d" % i for i in range(29)]
+    m.shutdown()
+
+
+def test_delete_log_waits_for_the_delay_and_restarts_finish_it(tmp_path):
+    d = tmp_path / "a"
+    m = manager([d], LogConfig(file_delete_delay_ms=3_600_000))
+    log = m.create_log("gone", 0)
+    log.append(batch(3))
+    region = log.read(0, 1000).file_region
+    assert m.delete_log("gone", 0) and not m.delete_log("gone", 0)
+    assert m.get_log("gone", 0) is None
+    assert not (d / "gone-0").exists()
+    (pending,) = [p for p in d.iterdir() if p.name.endswith("-delete")]
+    assert len(os.pread(region.fd, region.size, region.position)) == region.size
+    m.create_log("gone", 0)  # the name is free again at once
+    m.write_checkpoints()
+    # Stop without shutdown, as a crash would: the pending delete is left behind and the
+    # process exit drops the dir lock.
+    m._release_locks()
+    assert pending.exists()
+    m2 = manager([d])
+    assert not pending.exists()
+    assert m2.get_log("gone", 0).log_end_offset == 0
+    m2.shutdown()
+
+
+async def test_background_retention_and_flush_run_off_the_loop(tmp_path):
+    one = len(batch(1))
+    config = LogConfig(segment_bytes=2 * one, retention_bytes=4 * one, retention_ms=-1,
+                       file_delete_delay_ms=0, flush_interval_ms=0)
+    m = manager([tmp_path / "a"], config, retention_check_interval_ms=20,
+                flush_check_interval_ms=20, checkpoint_interval_ms=20)
+    log = m.create_log("t", 0)
+    flush_threads = []
+    original_flush = log.flush
+
+    def recording_flush(*args):
+        flush_threads.append(threading.current_thread().name)
+        return original_flush(*args)
+
+    log.flush = recording_flush
+    m.start()
+    for _ in range(10):
+        log.append(batch(1))
+    loop_thread = threading.current_thread().name
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if log.log_start_offset == 6 and log.recovery_point == 10 and not log.pending_deletes:
+            break
+    assert [s.base_offset for s in log.segments] == [6, 8]
+    assert log.recovery_point == 10
+    assert flush_threads and loop_thread not in flush_threads
+    assert all(name.startswith("pykfk-log") for name in flush_threads)
+    assert not list((tmp_path / "a" / "t-0").glob("*.deleted"))
+    points = read_offset_checkpoint(str(tmp_path / "a" / "recovery-point-offset-checkpoint"))
+    assert points == {("t", 0): 10}
+    await m.aclose()
+    assert (tmp_path / "a" / ".kafka_cleanshutdown").exists()
+
+
+async def test_flush_messages_through_the_manager_runs_on_its_worker(tmp_path):
+    m = manager([tmp_path / "a"], LogConfig(flush_interval_messages=5))
+    m.start()
+    log = m.create_log("t", 0)
+    log.append(batch(5))
+    for _ in range(200):
+        if log.recovery_point == 5:
+            break
+        await asyncio.sleep(0.01)
+    assert log.recovery_point == 5
+    await m.aclose()
