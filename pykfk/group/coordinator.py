@@ -283,8 +283,9 @@ class GroupCoordinator:
         JoinGroup/SyncGroup requests get NOT_COORDINATOR and the groups are dropped."""
         if self._logs.pop(partition, None) is None:
             return
-        for group in [g for g in self._groups.values() if self.partition_for(g.group_id) == partition]:
-            self._drop_group(group, E.NOT_COORDINATOR)
+        for group in list(self._groups.values()):
+            if self.partition_for(group.group_id) == partition:
+                self._drop_group(group, E.NOT_COORDINATOR)
 
     def _drop_group(self, group: Group, error: ErrorCode) -> None:
         for member in list(group.members.values()):
@@ -302,7 +303,9 @@ class GroupCoordinator:
 
     # == request validation ======================================================================
 
-    def _check_group(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode | None:
+    def _check_group(
+        self, group_id: str | None, *, allow_empty_id: bool = False
+    ) -> ErrorCode | None:
         """Kafka's validateGroupStatus: a usable id, an active coordinator, a loaded partition
         owned here. OffsetCommit/OffsetFetch/DescribeGroups/DeleteGroups accept "" as id."""
         if group_id is None or (group_id == "" and not allow_empty_id):
@@ -349,7 +352,9 @@ class GroupCoordinator:
         if error is not None:
             return _join_error(member_id, error)
         cfg = self.config
-        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+        min_session, max_session = (cfg.group_min_session_timeout_ms,
+                                    cfg.group_max_session_timeout_ms)
+        if not min_session <= session_timeout_ms <= max_session:
             return _join_error(member_id, E.INVALID_SESSION_TIMEOUT)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
@@ -366,7 +371,8 @@ class GroupCoordinator:
                 return _join_error(member_id, E.UNKNOWN_MEMBER_ID)
             group = self._groups[group_id] = Group(group_id, GroupState.EMPTY, self._now_ms())
 
-        replacing_static = group_instance_id is not None and group_instance_id in group.static_members
+        replacing_static = (group_instance_id is not None
+                            and group_instance_id in group.static_members)
         if is_unknown and not replacing_static and (
             len(group.members) + len(group.pending_members) >= cfg.group_max_size
         ):
@@ -377,7 +383,8 @@ class GroupCoordinator:
             self._remove_member_and_update_group(group, group.members[member_id])
             return _join_error("", E.GROUP_MAX_SIZE_REACHED)
 
-        args = (rebalance_timeout_ms, session_timeout_ms, client_id, client_host, protocol_type, plain)
+        args = (rebalance_timeout_ms, session_timeout_ms, client_id, client_host,
+                protocol_type, plain)
         if is_unknown:
             outcome = await self._join_unknown_member(
                 group, group_instance_id, require_known_member_id, *args)
@@ -545,7 +552,9 @@ class GroupCoordinator:
         member.join_future = self._loop.create_future()
         return member.join_future
 
-    def _join_result(self, group: Group, member: Member, *, with_members: bool | None = None) -> Result:
+    def _join_result(
+        self, group: Group, member: Member, *, with_members: bool | None = None
+    ) -> Result:
         if with_members is None:
             with_members = group.is_leader(member.member_id)
         members = [
@@ -606,7 +615,8 @@ class GroupCoordinator:
             group.initial_join = False
             group.join_timer = self._loop.call_later(
                 group.rebalance_timeout_ms / 1000, self._on_join_timeout, group)
-        log.info("group %r: preparing rebalance (generation %d)", group.group_id, group.generation_id)
+        log.info("group %r: preparing rebalance (generation %d)",
+                 group.group_id, group.generation_id)
         group.transition_to(GroupState.PREPARING_REBALANCE, self._now_ms())
         self._try_complete_join(group)
 
@@ -687,7 +697,9 @@ class GroupCoordinator:
 
     # == sessions ==============================================================================
 
-    def _schedule_heartbeat(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
+    def _schedule_heartbeat(
+        self, group: Group, member: Member, timeout_ms: int | None = None
+    ) -> None:
         assert self._loop is not None
         self._cancel_heartbeat(member)
         member.last_heartbeat = self._loop.time()
@@ -797,7 +809,9 @@ class GroupCoordinator:
             self._spawn(self._store_assignment(group, group.generation_id, full))
         return await future
 
-    async def _store_assignment(self, group: Group, generation_id: int, assignment: dict[str, bytes]) -> None:
+    async def _store_assignment(
+        self, group: Group, generation_id: int, assignment: dict[str, bytes]
+    ) -> None:
         """Persist the leader's assignment, then hand it out (runs as its own task so a
         leader that disconnects mid-write does not leave the group half-synced)."""
         error = await self._store_group(group, assignment)
@@ -813,14 +827,17 @@ class GroupCoordinator:
         self._propagate_assignment(group, E.NONE)
         group.transition_to(GroupState.STABLE, self._now_ms())
 
-    async def _store_group(self, group: Group, assignment: dict[str, bytes] | None = None) -> ErrorCode:
+    async def _store_group(
+        self, group: Group, assignment: dict[str, bytes] | None = None
+    ) -> ErrorCode:
         record = group.to_record(assignment)
         key = encode_group_metadata_key(group.group_id)
         try:
             await self._append(group.group_id, [(key, encode_group_metadata_value(record))])
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
             code = _storage_error(exc, commit=False)
-            log.warning("group %r: storing group metadata failed: %r -> %s", group.group_id, exc, code.name)
+            log.warning("group %r: storing group metadata failed: %r -> %s",
+                        group.group_id, exc, code.name)
             return code
         return E.NONE
 
@@ -995,18 +1012,22 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, group.members[member_id])
         return None
 
-    async def _store_offsets(self, group: Group, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> ErrorCode:
+    async def _store_offsets(
+        self, group: Group, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> ErrorCode:
         """Write the commit, then make it visible; the caller has counted ``offsets`` in
         group.pending_commits."""
         records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_commit_key(group.group_id, topic, partition), encode_offset_commit_value(value))
+            (encode_offset_commit_key(group.group_id, topic, partition),
+             encode_offset_commit_value(value))
             for (topic, partition), value in offsets.items()
         ]
         try:
             await self._append(group.group_id, records)
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
             code = _storage_error(exc, commit=True)
-            log.warning("group %r: storing offsets failed: %r -> %s", group.group_id, exc, code.name)
+            log.warning("group %r: storing offsets failed: %r -> %s",
+                        group.group_id, exc, code.name)
             return code
         finally:
             group.pending_commits.subtract(offsets.keys())
@@ -1113,11 +1134,13 @@ class GroupCoordinator:
                 elif not group.is_(GroupState.EMPTY):
                     error = E.NON_EMPTY_GROUP
                 else:
-                    records[group_id] = self._tombstones(group, list(group.offsets) + list(group.pending_commits))
+                    records[group_id] = self._tombstones(
+                        group, list(group.offsets) + list(group.pending_commits))
                     group.offsets.clear()
                     self._drop_group(group, E.COORDINATOR_NOT_AVAILABLE)
                     records[group_id].append((encode_group_metadata_key(group_id), None))
-            results.append({"group_id": group_id, "error_code": error if error is not None else E.NONE})
+            results.append({"group_id": group_id,
+                            "error_code": error if error is not None else E.NONE})
         for group_id, tombstones in records.items():
             try:
                 await asyncio.shield(self._spawn(self._append(group_id, tombstones)))
@@ -1128,7 +1151,9 @@ class GroupCoordinator:
         return {"results": results}
 
     @staticmethod
-    def _tombstones(group: Group, keys: Iterable[tuple[str, int]]) -> list[tuple[bytes, bytes | None]]:
+    def _tombstones(
+        group: Group, keys: Iterable[tuple[str, int]]
+    ) -> list[tuple[bytes, bytes | None]]:
         return [(encode_offset_commit_key(group.group_id, topic, partition), None)
                 for topic, partition in dict.fromkeys(keys)]
 
@@ -1152,7 +1177,8 @@ class GroupCoordinator:
             if partition not in self._logs:
                 continue
             expired = [key for key, value in group.offsets.items()
-                       if key not in group.pending_commits and self._expired(group, value, now, retention)]
+                       if key not in group.pending_commits
+                       and self._expired(group, value, now, retention)]
             records = self._tombstones(group, expired)
             for key in expired:
                 del group.offsets[key]
@@ -1168,7 +1194,8 @@ class GroupCoordinator:
             try:
                 await asyncio.shield(self._spawn(self._append(any_group_id, records)))
             except Exception as exc:  # noqa: BLE001
-                log.warning("__consumer_offsets-%d: writing expiry tombstones failed: %r", partition, exc)
+                log.warning("__consumer_offsets-%d: writing expiry tombstones failed: %r",
+                            partition, exc)
         if removed:
             log.info("expired %d committed offsets", removed)
         return removed

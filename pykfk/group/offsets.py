@@ -238,7 +238,8 @@ class _Reader:
     def _take(self, n: int, what: str) -> bytes:
         end = self.pos + n
         if n < 0 or end > len(self.buf):
-            raise OffsetsRecordError(f"{what}: needs {n} bytes at {self.pos}, record has {len(self.buf)}")
+            raise OffsetsRecordError(
+                f"{what}: needs {n} bytes at {self.pos}, record has {len(self.buf)}")
         data = bytes(self.buf[self.pos:end])
         self.pos = end
         return data
@@ -306,7 +307,9 @@ class _Reader:
             raise OffsetsRecordError(f"{what}: {len(self.buf) - self.pos} trailing bytes")
 
 
-def decode_key(key: bytes | bytearray | memoryview) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
+def decode_key(
+    key: bytes | bytearray | memoryview,
+) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
     r = _Reader(key)
     key_type = r.int16("key type")
     if key_type in (0, 1):

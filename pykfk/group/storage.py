@@ -104,8 +104,9 @@ class LogOffsetsLog:
                 return
             buf = os.pread(region.fd, region.size, region.position)
             for record in iter_records(buf):
-                if record.offset >= offset and record.key is not None and not record.batch.is_control:
-                    yield bytes(record.key), None if record.value is None else bytes(record.value)
+                if record.offset < offset or record.key is None or record.batch.is_control:
+                    continue
+                yield bytes(record.key), None if record.value is None else bytes(record.value)
             # Step past whole batches (also those without data records, e.g. control
             # batches); a partial batch at the end of the region is read again next round.
             pos = 0

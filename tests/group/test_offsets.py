@@ -94,7 +94,8 @@ def test_java_string_hash_known_values(text, expected):
     assert java_string_hash(text) == expected
 
 
-@pytest.mark.parametrize("text", ["console-consumer-12345", "my-group", "zzzzzzzzzzzzzzzz", "grüße"])
+@pytest.mark.parametrize(
+    "text", ["console-consumer-12345", "my-group", "zzzzzzzzzzzzzzzz", "grüße"])
 def test_java_string_hash_matches_int32_reference(text):
     assert java_string_hash(text) == reference_hash(text)
 
@@ -153,7 +154,8 @@ def test_offset_commit_value_with_expiry_is_v1():
     om = OffsetAndMetadata(5, "", 1000, -1, expire_timestamp=9000)
     value = encode_offset_commit_value(om)
     r = SpecReader(value)
-    assert (r.fmt(">h"), r.fmt(">q"), r.string(), r.fmt(">q"), r.fmt(">q")) == (1, 5, "", 1000, 9000)
+    fields = (r.fmt(">h"), r.fmt(">q"), r.string(), r.fmt(">q"), r.fmt(">q"))
+    assert fields == (1, 5, "", 1000, 9000)
     assert r.at_end()
     assert decode_offset_commit_value(value) == om
 

@@ -21,7 +21,8 @@ PARTITIONS = 3
 
 def open_logs(root: str, config: LogConfig | None = None) -> dict[int, Log]:
     return {
-        p: Log(os.path.join(root, f"__consumer_offsets-{p}"), config or LogConfig(cleanup_policy="compact"))
+        p: Log(os.path.join(root, f"__consumer_offsets-{p}"),
+               config or LogConfig(cleanup_policy="compact"))
         for p in range(PARTITIONS)
     }
 
@@ -40,7 +41,8 @@ async def join_and_sync(coordinator: GroupCoordinator, group: str) -> dict:
     join = await coordinator.join_group(group, "", "consumer", [("range", b"sub")],
                                         session_timeout_ms=10_000, client_id="c")
     member_id = join["member_id"]
-    sync = await coordinator.sync_group(group, join["generation_id"], member_id, [(member_id, b"asg")])
+    sync = await coordinator.sync_group(group, join["generation_id"], member_id,
+                                        [(member_id, b"asg")])
     assert sync["error_code"] == E.NONE
     return join
 
@@ -76,7 +78,8 @@ async def test_offsets_survive_a_restart_from_disk(tmp_path):
     again = await start_coordinator(reopened)
     try:
         fetched = await again.offset_fetch("grp", None)
-        got = {(t["name"], p["partition_index"]): (p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
+        got = {(t["name"], p["partition_index"]):
+               (p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
                for t in fetched["topics"] for p in t["partitions"]}
         assert got == {("orders", 0): (42, 2, "second"), ("orders", 1): (7, -1, "")}
         standalone = await again.offset_fetch("standalone", [("orders", [5])])
