@@ -47,6 +47,10 @@ class LogConfig:
                               ("index_interval_bytes", 0)):
             if getattr(self, name) < minimum:
                 raise ValueError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
+        # Index entries hold int32 positions, so a segment cannot outgrow 2 GiB (Kafka's
+        # segment.bytes is an int for the same reason).
+        if self.segment_bytes > 2**31 - 1:
+            raise ValueError(f"segment_bytes must be at most 2147483647, got {self.segment_bytes}")
         for name in ("segment_ms", "flush_interval_messages", "flush_interval_ms",
                      "max_message_bytes", "file_delete_delay_ms"):
             if getattr(self, name) < 0:

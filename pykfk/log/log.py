@@ -483,11 +483,10 @@ class Log:
             if reason is not None:
                 segment = self.roll(first_offset, now_ms=now, reason=reason)
             try:
-                segment.append(buf)
+                segment.append(buf)  # leaves no partial batch behind when the write fails
             except OSError as exc:
                 logger.error("%s Append to segment %d failed: %s", self._prefix(),
                              segment.base_offset, exc)
-                segment.truncate_to(self._log_end_offset)
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             self._log_end_offset = next_offset
             if assign_offsets:
@@ -552,6 +551,15 @@ class Log:
         one batch when ``min_one_message``, Fetch v3+) and below ``max_offset`` (the high
         watermark for consumers). Raises KafkaError(OFFSET_OUT_OF_RANGE) when ``offset`` is
         outside [log_start_offset, log_end_offset]. Never takes the lock."""
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one_message)
+        except ValueError:
+            # A segment of the list this read started from was closed meanwhile (deleted
+            # with file.delete.delay.ms 0); the current list answers correctly.
+            return self._read(offset, max_bytes, max_offset, min_one_message)
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None,
+              min_one_message: bool) -> FetchData:
         view = self._view
         log_start, log_end = self._log_start_offset, self._log_end_offset
         high_watermark = self.high_watermark

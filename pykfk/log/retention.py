@@ -50,8 +50,9 @@ def deletable_segments(
 
     counts = []
     if config.deletes_segments and config.retention_ms >= 0:
+        oldest_allowed = now_ms - config.retention_ms
         n = 0
-        while n < limit and now_ms - _largest_timestamp(segments[n], mtime_ms) > config.retention_ms:
+        while n < limit and _largest_timestamp(segments[n], mtime_ms) < oldest_allowed:
             n += 1
         counts.append((n, "retention.ms"))
     if config.deletes_segments and config.retention_bytes >= 0:

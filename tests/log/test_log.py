@@ -337,3 +337,46 @@ def test_directory_name_must_be_topic_dash_partition(tmp_path):
         Log(str(tmp_path / "nopartition"), LogConfig())
     log = Log(str(tmp_path / "my-dashed-topic-12"), LogConfig())
     assert (log.topic, log.partition) == ("my-dashed-topic", 12)
+
+
+def test_appends_and_reads_while_a_worker_flushes_and_deletes(tmp_path):
+    """The loop thread appends and reads while a worker thread flushes and applies
+    retention, as under the LogManager; nothing fails and every read is consistent."""
+    one = len(batch(1))
+    # Deleted segments stay open for file.delete.delay.ms: the regions read here stay valid.
+    log = open_log(tmp_path, segment_bytes=4 * one, retention_bytes=8 * one, retention_ms=-1,
+                   file_delete_delay_ms=60_000)
+    stop = threading.Event()
+    errors = []
+
+    def worker():
+        try:
+            while not stop.is_set():
+                log.flush()
+                log.delete_retained_segments()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        for i in range(200):
+            log.append(batch(1, value=b"%d" % i))
+            start = log.log_start_offset
+            try:
+                data = log.read(start, 1 << 20)
+            except KafkaError as exc:  # retention moved the start between the two lines
+                assert exc.code == ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            first = next(records.iter_records(region_bytes(data)))
+            assert first.offset <= start and first.value == b"%d-0" % first.offset
+    finally:
+        stop.set()
+        t.join(10)
+    assert not errors
+    log.flush()
+    log.delete_retained_segments()
+    assert log.recovery_point == 200
+    assert [o for o, _ in read_records(log)] == list(range(log.log_start_offset, 200))
+    assert log.log_start_offset >= 200 - 12
+    assert log.sweep_deleted_segments(force=True) > 40

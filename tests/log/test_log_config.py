@@ -35,7 +35,8 @@ def test_from_properties_parses_strings_and_ignores_other_keys():
 
 
 @pytest.mark.parametrize("props", [
-    {"segment.bytes": "13"}, {"segment.bytes": "ten"}, {"retention.ms": "-2"},
+    {"segment.bytes": "13"}, {"segment.bytes": "ten"}, {"segment.bytes": 2**31},
+    {"retention.ms": "-2"},
     {"message.timestamp.type": "Now"}, {"cleanup.policy": "forever"}, {"flush.messages": 0},
     {"preallocate": "yes"}, {"segment.index.bytes": 3}, {"max.message.bytes": -1},
 ])
