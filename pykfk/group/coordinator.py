@@ -297,6 +297,7 @@ class GroupCoordinator:
                 timer.cancel()
         group.pending_members.clear()
         self._cancel_join_timer(group)
+        self._cancel_sync_expiry(group)
         group.transition_to(GroupState.DEAD, self._clock_ms())
         if self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
@@ -371,16 +372,13 @@ class GroupCoordinator:
                 return _join_error(member_id, E.UNKNOWN_MEMBER_ID)
             group = self._groups[group_id] = Group(group_id, GroupState.EMPTY, self._now_ms())
 
-        replacing_static = (group_instance_id is not None
+        replacing_static = (is_unknown and group_instance_id is not None
                             and group_instance_id in group.static_members)
-        if is_unknown and not replacing_static and (
-            len(group.members) + len(group.pending_members) >= cfg.group_max_size
-        ):
-            return _join_error("", E.GROUP_MAX_SIZE_REACHED)
-        if (not is_unknown and len(group.members) > cfg.group_max_size and group.has(member_id)
-                and not group.members[member_id].is_awaiting_join):
-            # Over capacity after a reload with a smaller group.max.size: shed this member.
-            self._remove_member_and_update_group(group, group.members[member_id])
+        if not replacing_static and not self._accepts_joining_member(group, member_id):
+            if group.has(member_id):
+                # Over capacity (group.max.size lowered): shed a member that has not rejoined.
+                self._remove_member_and_update_group(group, group.members[member_id])
+            self._forget_if_unused(group)
             return _join_error("", E.GROUP_MAX_SIZE_REACHED)
 
         args = (rebalance_timeout_ms, session_timeout_ms, client_id, client_host,
@@ -397,6 +395,17 @@ class GroupCoordinator:
                 self._forget_if_unused(group)
             return outcome
         return await outcome
+
+    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: new members up to group.max.size; while rebalancing
+        the members that already rejoined count, so the last ones to rejoin are refused."""
+        limit = self.config.group_max_size
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            return (member is not None and member.is_awaiting_join) or group.num_awaiting_join < limit
+        return group.has(member_id) or len(group.members) < limit
 
     def _forget_if_unused(self, group: Group) -> None:
         """Drop a group that a refused JoinGroup created and nothing else uses (it was
@@ -446,12 +455,9 @@ class GroupCoordinator:
             return self._add_member_and_rebalance(
                 group, member_id, None, rebalance_timeout_ms, session_timeout_ms,
                 client_id, client_host, protocol_type, protocols)
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return _join_error(member_id, E.FENCED_INSTANCE_ID)
-        if not group.has(member_id) or (
-            group_instance_id is not None and group_instance_id not in group.static_members
-        ):
-            return _join_error(member_id, E.UNKNOWN_MEMBER_ID)
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return _join_error(member_id, error)
         member = group.members[member_id]
         state = group.state
         if state is GroupState.PREPARING_REBALANCE:
@@ -602,6 +608,7 @@ class GroupCoordinator:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, E.REBALANCE_IN_PROGRESS)
         self._cancel_join_timer(group)
+        self._cancel_sync_expiry(group)
         if group.is_(GroupState.EMPTY):
             # Kafka's InitialDelayedJoin: wait group.initial.rebalance.delay.ms for more
             # members, again each time one arrives, within the rebalance timeout.
@@ -674,6 +681,40 @@ class GroupCoordinator:
             if self._complete_join(member, self._join_result(group, member)):
                 self._schedule_heartbeat(group, member)
             member.is_new = False
+        # Every member must now send SyncGroup within the rebalance timeout.
+        group.pending_sync = set(group.members)
+        group.sync_timer = self._loop.call_later(
+            group.rebalance_timeout_ms / 1000, self._on_sync_expired, group, group.generation_id)
+
+    def _sync_received(self, group: Group, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._cancel_sync_expiry(group)
+
+    def _cancel_sync_expiry(self, group: Group) -> None:
+        group.pending_sync.clear()
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+
+    def _on_sync_expired(self, group: Group, generation_id: int) -> None:
+        """Kafka's DelayedSync: members that got their JoinGroup answer but never sent
+        SyncGroup within the rebalance timeout are removed, and the group rebalances."""
+        group.sync_timer = None
+        if (not self._is_current(group) or group.generation_id != generation_id
+                or group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+                or not group.pending_sync):
+            return
+        log.info("group %r: members %s sent no SyncGroup in time, removing them",
+                 group.group_id, sorted(group.pending_sync))
+        for member_id in list(group.pending_sync):
+            member = group.members.get(member_id)
+            if member is not None:
+                member.is_leaving = True
+                self._cancel_heartbeat(member)
+                self._complete_sync(member, _sync_result(E.UNKNOWN_MEMBER_ID))
+                group.remove(member_id)
+        self._prepare_rebalance(group)
 
     def _reset_and_propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -772,10 +813,9 @@ class GroupCoordinator:
             return _sync_result(E.UNKNOWN_MEMBER_ID)
         if group.is_(GroupState.DEAD):
             return _sync_result(E.COORDINATOR_NOT_AVAILABLE)
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return _sync_result(E.FENCED_INSTANCE_ID)
-        if not group.has(member_id):
-            return _sync_result(E.UNKNOWN_MEMBER_ID)
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return _sync_result(error)
         if generation_id != group.generation_id:
             return _sync_result(E.ILLEGAL_GENERATION)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
@@ -787,6 +827,7 @@ class GroupCoordinator:
             return _sync_result(E.UNKNOWN_MEMBER_ID)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return _sync_result(E.REBALANCE_IN_PROGRESS)
+        self._sync_received(group, member_id)
         if group.is_(GroupState.STABLE):
             self._schedule_heartbeat(group, member)
             return _sync_result(E.NONE, member.assignment, group)
@@ -868,16 +909,15 @@ class GroupCoordinator:
             return {"error_code": E.UNKNOWN_MEMBER_ID}
         if group.is_(GroupState.DEAD):
             return {"error_code": E.COORDINATOR_NOT_AVAILABLE}
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return {"error_code": E.FENCED_INSTANCE_ID}
-        if not group.has(member_id):
-            return {"error_code": E.UNKNOWN_MEMBER_ID}
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return {"error_code": error}
         if generation_id != group.generation_id:
             return {"error_code": E.ILLEGAL_GENERATION}
         if group.is_(GroupState.EMPTY):
             return {"error_code": E.UNKNOWN_MEMBER_ID}
-        if group.is_(GroupState.COMPLETING_REBALANCE):
-            return {"error_code": E.REBALANCE_IN_PROGRESS}
+        # CompletingRebalance counts as alive too: clients start heartbeating as soon as
+        # they have their JoinGroup answer (Kafka 2.6+ answers NONE there).
         self._schedule_heartbeat(group, group.members[member_id])
         if group.is_(GroupState.PREPARING_REBALANCE):
             return {"error_code": E.REBALANCE_IN_PROGRESS}
@@ -907,21 +947,24 @@ class GroupCoordinator:
         return {"error_code": E.NONE, "members": results}
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
-        if member_id and group.is_static_member_fenced(member_id, instance_id):
-            return E.FENCED_INSTANCE_ID
-        if member_id in group.pending_members:
+        if member_id == "":
+            # Administrative removal of a static member by its instance id alone.
+            current = group.static_members.get(instance_id or "")
+            if current is None:
+                return E.UNKNOWN_MEMBER_ID
+            member_id = current
+        elif member_id in group.pending_members:
             timer = group.pending_members.pop(member_id)
             if timer is not None:
                 timer.cancel()
             if group.is_(GroupState.PREPARING_REBALANCE):
                 self._try_complete_join(group)
             return E.NONE
-        if instance_id is not None and instance_id in group.static_members:
-            member = group.members[group.static_members[instance_id]]
-        elif member_id in group.members:
-            member = group.members[member_id]
         else:
-            return E.UNKNOWN_MEMBER_ID
+            error = group.validate_member(member_id, instance_id)
+            if error is not None:
+                return error
+        member = group.members[member_id]
         log.info("group %r: member %r left", group.group_id, member.member_id)
         self._remove_member_and_update_group(group, member)
         return E.NONE
@@ -996,12 +1039,13 @@ class GroupCoordinator:
             return None
         if group.is_(GroupState.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return E.FENCED_INSTANCE_ID
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return None
-        if not group.has(member_id):
-            return E.UNKNOWN_MEMBER_ID
+        if generation_id < 0 and member_id == "" and group_instance_id is None:
+            return E.UNKNOWN_MEMBER_ID  # only members commit while the group has members
+        error = group.validate_member(member_id, group_instance_id)
+        if error is not None:
+            return error
         if generation_id != group.generation_id:
             return E.ILLEGAL_GENERATION
         if group.is_(GroupState.COMPLETING_REBALANCE):
@@ -1085,22 +1129,31 @@ class GroupCoordinator:
         error = E.COORDINATOR_LOAD_IN_PROGRESS if self._loading else E.NONE
         return {"error_code": error, "groups": groups}
 
-    async def describe_groups(self, group_ids: Iterable[str]) -> Result:
-        """DescribeGroups. Returns {groups: [{error_code, group_id, group_state,
-        protocol_type, protocol_data, members: [{member_id, group_instance_id, client_id,
-        client_host, member_metadata, member_assignment}], authorized_operations}]}.
-        An unknown group is reported as state "Dead" with no error (Kafka before v6)."""
+    async def describe_groups(
+        self, group_ids: Iterable[str], *, unknown_as_error: bool = False
+    ) -> Result:
+        """DescribeGroups. Returns {groups: [{error_code, error_message, group_id,
+        group_state, protocol_type, protocol_data, members: [{member_id, group_instance_id,
+        client_id, client_host, member_metadata, member_assignment}],
+        authorized_operations}]}. An unknown group is state "Dead" with no error, or
+        GROUP_ID_NOT_FOUND with ``unknown_as_error`` (what Kafka answers from v6)."""
         out = []
         for group_id in group_ids:
-            entry: Result = {"error_code": E.NONE, "group_id": group_id, "group_state": "",
-                             "protocol_type": "", "protocol_data": "", "members": [],
+            entry: Result = {"error_code": E.NONE, "error_message": None, "group_id": group_id,
+                             "group_state": "", "protocol_type": "", "protocol_data": "",
+                             "members": [],
                              "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
             error = self._check_group(group_id, allow_empty_id=True)
             group = self._groups.get(group_id) if error is None else None
+            if group is not None and group.is_(GroupState.DEAD):
+                group = None
             if error is not None:
                 entry["error_code"] = error
             elif group is None:
                 entry["group_state"] = GroupState.DEAD.value
+                if unknown_as_error:
+                    entry["error_code"] = E.GROUP_ID_NOT_FOUND
+                    entry["error_message"] = f"Group {group_id} not found."
             else:
                 stable = group.is_(GroupState.STABLE)
                 entry.update({

@@ -22,6 +22,7 @@ import enum
 from collections import Counter
 from typing import Any
 
+from pykfk.errors import ErrorCode
 from pykfk.group.offsets import GroupMetadataRecord, MemberRecord, OffsetAndMetadata
 
 
@@ -144,6 +145,10 @@ class Group:
         self.join_timer: asyncio.TimerHandle | None = None
         self.initial_join: bool = False
         self.new_member_added = False
+        # Members of this generation that have not sent SyncGroup yet, and the timer that
+        # expels them after the rebalance timeout (Kafka's DelayedSync).
+        self.pending_sync: set[str] = set()
+        self.sync_timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return (
@@ -193,6 +198,7 @@ class Group:
                 del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
+        self.pending_sync.discard(member_id)
         return member
 
     def update_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
@@ -211,6 +217,9 @@ class Group:
         self.static_members[group_instance_id] = new_member_id
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id
+        if old_member_id in self.pending_sync:
+            self.pending_sync.discard(old_member_id)
+            self.pending_sync.add(new_member_id)
         return member
 
     def is_static_member_fenced(self, member_id: str, group_instance_id: str | None) -> bool:
@@ -219,6 +228,23 @@ class Group:
             return False
         current = self.static_members.get(group_instance_id)
         return current is not None and current != member_id
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Kafka's validateCurrentMember: an instance id must exist and map to this member
+        id (FENCED_INSTANCE_ID when another id holds it), and the member id must exist."""
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    @property
+    def num_awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.is_awaiting_join)
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id

@@ -282,7 +282,28 @@ async def test_commit_while_completing_rebalance_is_refused_with_rebalance_in_pr
     await asyncio.gather(c1.join(), c2.join())
     assert coord.group("g").state is GroupState.COMPLETING_REBALANCE
     assert await c2.commit({("t", 0): 1}) == {("t", 0): E.REBALANCE_IN_PROGRESS}
-    assert await c2.heartbeat() == E.REBALANCE_IN_PROGRESS
+    # Clients heartbeat as soon as they have the JoinGroup answer: that is fine.
+    assert await c2.heartbeat() == E.NONE
+
+
+async def test_member_that_never_sends_sync_group_is_removed():
+    coord, _ = await make_coordinator()
+    try:
+        c1 = Client(coord, "c1", rebalance_ms=150)
+        c2 = Client(coord, "c2", rebalance_ms=150)
+        await asyncio.gather(c1.join(), c2.join())
+        await c1.sync([(c1.member_id, b"a"), (c2.member_id, b"b")])
+        # c2 keeps heartbeating but never syncs: after the rebalance timeout it is out.
+        for _ in range(20):
+            if await c2.heartbeat() != E.NONE:
+                break
+            await asyncio.sleep(0.02)
+        assert await c2.heartbeat() == E.UNKNOWN_MEMBER_ID
+        assert await c1.heartbeat() == E.REBALANCE_IN_PROGRESS
+        join = await c1.join()
+        assert [m["member_id"] for m in join["members"]] == [c1.member_id]
+    finally:
+        await coord.shutdown()
 
 
 async def test_session_expiry_expels_member_and_the_rest_get_a_new_generation(coord):
@@ -548,6 +569,10 @@ async def test_known_member_with_someone_elses_instance_id_is_fenced(coord):
     impostor = await coord.join_group("g", "other-id", "consumer", [("roundrobin", b"")],
                                       session_timeout_ms=5000, group_instance_id="i1")
     assert impostor["error_code"] == E.FENCED_INSTANCE_ID
+    assert (await coord.heartbeat("g", 1, "other-id", "i1"))["error_code"] == E.FENCED_INSTANCE_ID
+    # A member id that claims an instance id the group does not know.
+    unknown_instance = await coord.heartbeat("g", 1, s1.member_id, "i9")
+    assert unknown_instance["error_code"] == E.UNKNOWN_MEMBER_ID
     assert await s1.heartbeat() == E.NONE
 
 
@@ -696,6 +721,8 @@ async def test_list_and_describe_groups(coord):
         (c1.member_id, "c1", "/127.0.0.1", b"rr", c1.member_id.encode()),
         (c2.member_id, "c2", "/127.0.0.1", b"rr", c2.member_id.encode())]
     assert (nope["error_code"], nope["group_state"], nope["members"]) == (E.NONE, "Dead", [])
+    v6 = (await coord.describe_groups(["nope"], unknown_as_error=True))["groups"][0]
+    assert v6["error_code"] == E.GROUP_ID_NOT_FOUND
 
 
 async def test_delete_groups():
