@@ -294,13 +294,17 @@ class LogManager:
 
     async def _every(self, interval_ms: int, fn: Callable[[], Any], name: str) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._shut_down:
             await asyncio.sleep(interval_ms / 1000)
+            if self._shut_down:  # shutdown() runs on another thread; its cancel may lag
+                return
             try:
                 await loop.run_in_executor(self._executor, fn)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if self._shut_down:
+                    return
                 logger.exception("Background %s pass failed", name)
 
     # -- logs ------------------------------------------------------------------------------
