@@ -210,7 +210,9 @@ class KafkaError(Exception):
     def __init__(self, code: ErrorCode | int, message: str | None = None):
         self.code = error_code(int(code))
         self.message = message
-        super().__init__(f"{self.code.name} ({int(self.code)})" + (f": {message}" if message else ""))
+        super().__init__(
+            f"{self.code.name} ({int(self.code)})" + (f": {message}" if message else "")
+        )
 
     @property
     def retriable(self) -> bool:

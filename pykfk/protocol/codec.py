@@ -12,7 +12,8 @@ version, and flexible versions end each struct with its tagged-field section:
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import types as t
 from .types import ProtocolError, Struct, read_uvarint, write_uvarint
@@ -58,10 +59,16 @@ def _element_reader(field: Field, version: int, flexible: bool) -> tuple[t.Reade
     """(reader, min size, scalar struct format) for one array element."""
     compact = flexible and field.flexible
     if field.schema is not None:
-        return decoder(field.schema, version, flexible), struct_min_size(field.schema, version, flexible), None
+        return (
+            decoder(field.schema, version, flexible),
+            struct_min_size(field.schema, version, flexible),
+            None,
+        )
     prim: t.Primitive = field.element  # type: ignore[assignment]
-    return _scalar_reader(prim, compact, False), prim.compact_min_size if compact else prim.min_size, (
-        prim.fmt if prim is not t.BOOL else None
+    return (
+        _scalar_reader(prim, compact, False),
+        prim.compact_min_size if compact else prim.min_size,
+        (prim.fmt if prim is not t.BOOL else None),
     )
 
 
@@ -126,7 +133,9 @@ def _var_step(name: str, read: t.Reader) -> Callable[[memoryview, int, Struct], 
     return step
 
 
-def _tagged_section_reader(tagged: dict[int, tuple[str, t.Reader]]) -> Callable[[memoryview, int, Struct], int]:
+def _tagged_section_reader(
+    tagged: dict[int, tuple[str, t.Reader]],
+) -> Callable[[memoryview, int, Struct], int]:
     def read_tagged(buf: memoryview, pos: int, d: Struct) -> int:
         count, pos = read_uvarint(buf, pos)
         if count * 2 > len(buf) - pos:
@@ -142,7 +151,9 @@ def _tagged_section_reader(tagged: dict[int, tuple[str, t.Reader]]) -> Callable[
                 name, read = entry
                 value, used = read(buf[:end], pos)
                 if used != end:
-                    raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {used - pos}")
+                    raise ProtocolError(
+                        f"tagged field {tag} declares {size} bytes, holds {used - pos}"
+                    )
                 d[name] = value
             pos = end  # unknown tags are skipped, as Kafka does
         return pos
@@ -287,7 +298,9 @@ def encoder(schema: Schema, version: int, flexible: bool) -> Encoder:
     return encode
 
 
-def _var_write_step(name: str, default: Any, write: t.Writer) -> Callable[[bytearray, Any, list], None]:
+def _var_write_step(
+    name: str, default: Any, write: t.Writer
+) -> Callable[[bytearray, Any, list], None]:
     def step(out: bytearray, body: Any, extra: list) -> None:
         write(out, body.get(name, default), extra)
 

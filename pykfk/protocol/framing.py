@@ -14,7 +14,8 @@ ResponseHeader.json, ApiVersionsResponse.json / KIP-511). Sans-io.
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 from . import codec
 from .messages import API_SPECS
@@ -206,7 +207,9 @@ class FrameSplitter:
                 raise ProtocolError(f"frame size {size} outside 0..{self.max_frame_size}")
             if len(pending) - pos - 4 < size:
                 break
-            frames.append(memoryview(pending[pos + 4 : pos + 4 + size]))  # a slice is a fresh bytearray
+            frames.append(
+                memoryview(pending[pos + 4 : pos + 4 + size])
+            )  # a slice is a fresh bytearray
             pos += 4 + size
         if pos:
             del pending[:pos]

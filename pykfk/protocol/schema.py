@@ -15,7 +15,8 @@ Encoding and decoding plans are compiled per version on first use by ``codec.py`
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from . import codec
 from . import types as t
@@ -56,8 +57,17 @@ class Field:
     """
 
     __slots__ = (
-        "name", "type_name", "versions", "nullable", "tag", "tagged", "flexible",
-        "default", "schema", "element", "is_array",
+        "default",
+        "element",
+        "flexible",
+        "is_array",
+        "name",
+        "nullable",
+        "schema",
+        "tag",
+        "tagged",
+        "type_name",
+        "versions",
     )
 
     def __init__(
@@ -78,7 +88,9 @@ class Field:
         self.versions = parse_versions(versions)
         self.nullable = parse_versions(nullable)
         self.tag = tag
-        self.tagged = parse_versions(tagged if tagged is not None else (versions if tag is not None else None))
+        self.tagged = parse_versions(
+            tagged if tagged is not None else (versions if tag is not None else None)
+        )
         self.flexible = flexible
         is_array = type_name.startswith("[]")
         base = type_name[2:] if is_array else type_name
@@ -115,12 +127,11 @@ class Field:
         return f"Field({self.name!r}, {self.type_name!r})"
 
 
-
 class Schema:
     """A struct declaration: the spec's struct name and its ordered fields. Compiled
     encoders/decoders are cached per (version, flexible) by codec.py."""
 
-    __slots__ = ("name", "fields", "decoders", "encoders")
+    __slots__ = ("decoders", "encoders", "fields", "name")
 
     def __init__(self, name: str, fields: Iterable[Field]):
         self.name = name
@@ -150,8 +161,14 @@ class ApiSpec:
     """
 
     __slots__ = (
-        "api_key", "name", "min_version", "max_version", "flexible_from",
-        "request", "response", "response_header_v0",
+        "api_key",
+        "flexible_from",
+        "max_version",
+        "min_version",
+        "name",
+        "request",
+        "response",
+        "response_header_v0",
     )
 
     def __init__(
@@ -168,7 +185,9 @@ class ApiSpec:
         self.api_key = api_key
         self.name = name
         self.min_version, self.max_version = parse_versions(versions)
-        self.flexible_from: int | None = parse_versions(flexible)[0] if flexible not in (None, "none") else None
+        self.flexible_from: int | None = (
+            parse_versions(flexible)[0] if flexible not in (None, "none") else None
+        )
         self.request = Schema(name + "Request", request)
         self.response = Schema(name + "Response", response)
         self.response_header_v0 = response_header_v0
@@ -218,17 +237,23 @@ class ApiSpec:
     def decode_request(self, buf: Any, offset: int, version: int) -> Struct:
         """Decode a request body that runs from ``offset`` to the end of ``buf`` (a frame
         without its size prefix). ``records`` fields are memoryview slices of ``buf``."""
-        return _decode_whole(self.request_decoder(version), buf, offset, self.name, version, "request")
+        return _decode_whole(
+            self.request_decoder(version), buf, offset, self.name, version, "request"
+        )
 
     def decode_response(self, buf: Any, offset: int, version: int) -> Struct:
-        return _decode_whole(self.response_decoder(version), buf, offset, self.name, version, "response")
+        return _decode_whole(
+            self.response_decoder(version), buf, offset, self.name, version, "response"
+        )
 
     def encode_request(self, body: Any, version: int) -> bytes:
         """The request body alone (no header, no size prefix)."""
         out = bytearray()
         extra: list = []
         _encode(self.request_encoder(version), out, body, extra, self.name, version)
-        return b"".join(c if isinstance(c, bytes) else bytes(c) for c in codec.chunks_from(out, extra))
+        return b"".join(
+            c if isinstance(c, bytes) else bytes(c) for c in codec.chunks_from(out, extra)
+        )
 
     def encode_response(self, body: Any, version: int) -> list:
         """The response body alone as chunks: bytes, and FileRegion / large buffers passed
@@ -254,7 +279,9 @@ def as_view(buf: Any) -> memoryview:
     return view
 
 
-def _decode_whole(decode: codec.Decoder, buf: Any, offset: int, name: str, version: int, kind: str) -> Struct:
+def _decode_whole(
+    decode: codec.Decoder, buf: Any, offset: int, name: str, version: int, kind: str
+) -> Struct:
     view = as_view(buf)
     try:
         value, end = decode(view, offset)
@@ -267,7 +294,9 @@ def _decode_whole(decode: codec.Decoder, buf: Any, offset: int, name: str, versi
     return value
 
 
-def _encode(encode: codec.Encoder, out: bytearray, body: Any, extra: list, name: str, version: int) -> None:
+def _encode(
+    encode: codec.Encoder, out: bytearray, body: Any, extra: list, name: str, version: int
+) -> None:
     try:
         encode(out, body, extra)
     except (struct.error, TypeError, ValueError, AttributeError, OverflowError) as exc:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
 Writer = Callable[[bytearray, Any, list], None]
@@ -176,7 +177,20 @@ RECORDS = Primitive("records", None, None, 4, 1)
 
 PRIMITIVES = {
     p.name: p
-    for p in (INT8, INT16, INT32, INT64, UINT16, UINT32, FLOAT64, BOOL, UUID, STRING, BYTES, RECORDS)
+    for p in (
+        INT8,
+        INT16,
+        INT32,
+        INT64,
+        UINT16,
+        UINT32,
+        FLOAT64,
+        BOOL,
+        UUID,
+        STRING,
+        BYTES,
+        RECORDS,
+    )
 }
 
 
@@ -254,8 +268,10 @@ def string_reader(compact: bool, nullable: bool) -> Reader:
             if n < 0:
                 if n == -1 and nullable:
                     return None, pos
-                raise _null_error("string", pos) if n == -1 else ProtocolError(
-                    f"negative string length {n} at byte {pos - 2}"
+                raise (
+                    _null_error("string", pos)
+                    if n == -1
+                    else ProtocolError(f"negative string length {n} at byte {pos - 2}")
                 )
             end = _check_length(buf, pos, n)
             return _text(buf, pos, end), end
@@ -299,8 +315,10 @@ def bytes_reader(compact: bool, nullable: bool, view: bool) -> Reader:
         if n < 0:
             if n == -1 and nullable:
                 return None, pos
-            raise _null_error("bytes", pos) if n == -1 else ProtocolError(
-                f"negative bytes length {n} at byte {pos - 4}"
+            raise (
+                _null_error("bytes", pos)
+                if n == -1
+                else ProtocolError(f"negative bytes length {n} at byte {pos - 4}")
             )
         end = _check_length(buf, pos, n)
         return (buf[pos:end] if view else bytes(buf[pos:end])), end
@@ -404,8 +422,10 @@ def array_reader(
         if n < 0:
             if n == -1 and nullable:
                 return None, pos
-            raise _null_error("array", pos) if n == -1 else ProtocolError(
-                f"negative array count {n} at byte {pos}"
+            raise (
+                _null_error("array", pos)
+                if n == -1
+                else ProtocolError(f"negative array count {n} at byte {pos}")
             )
         if n * min_size > len(buf) - pos:
             raise ProtocolError(f"array count {n} at byte {pos} exceeds the bytes left")

@@ -23,7 +23,7 @@ def load_spec(message_name: str) -> dict:
 
     def inline(fields: list) -> None:
         for field in fields:
-            base = field["type"][2:] if field["type"].startswith("[]") else field["type"]
+            base = field["type"].removeprefix("[]")
             if base in common and "fields" not in field:
                 field["fields"] = common[base]
             if "fields" in field:

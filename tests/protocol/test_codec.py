@@ -21,7 +21,7 @@ def test_decoded_struct_has_every_declared_field():
     assert req.acks == 1 and req["timeout_ms"] == 5
     assert isinstance(req, Struct) and isinstance(req, dict)
     with pytest.raises(AttributeError):
-        req.no_such_field
+        _ = req.no_such_field
     req.acks = -1
     assert req["acks"] == -1
 
@@ -30,14 +30,21 @@ def test_missing_fields_encode_as_defaults():
     body = {"responses": [{"name": "t", "partition_responses": [{"index": 0}]}]}
     resp = PRODUCE.decode_response(b"".join(PRODUCE.encode_response(body, 7)), 0, 7)
     part = resp.responses[0].partition_responses[0]
-    assert (part.error_code, part.base_offset, part.log_append_time_ms, part.log_start_offset) == (0, 0, -1, -1)
+    assert (part.error_code, part.base_offset, part.log_append_time_ms, part.log_start_offset) == (
+        0,
+        0,
+        -1,
+        -1,
+    )
     assert resp.throttle_time_ms == 0
 
 
 def test_fields_absent_in_a_version_are_not_written():
     body = {"transactional_id": "tx", "acks": 1, "timeout_ms": 2, "topic_data": []}
     assert PRODUCE.encode_request(body, 2) == struct.pack(">hii", 1, 2, 0)
-    assert PRODUCE.encode_request(body, 3) == struct.pack(">h", 2) + b"tx" + struct.pack(">hii", 1, 2, 0)
+    assert PRODUCE.encode_request(body, 3) == struct.pack(">h", 2) + b"tx" + struct.pack(
+        ">hii", 1, 2, 0
+    )
 
 
 def test_null_in_a_non_nullable_field_is_an_encode_error():
@@ -48,29 +55,43 @@ def test_null_in_a_non_nullable_field_is_an_encode_error():
 
 
 def test_compact_encodings_in_flexible_versions():
-    body = {"acks": 1, "timeout_ms": 2, "transactional_id": None,
-            "topic_data": [{"name": "ab", "partition_data": [{"index": 0, "records": b"xyz"}]}]}
+    body = {
+        "acks": 1,
+        "timeout_ms": 2,
+        "transactional_id": None,
+        "topic_data": [{"name": "ab", "partition_data": [{"index": 0, "records": b"xyz"}]}],
+    }
     raw = PRODUCE.encode_request(body, 9)
     expected = (
         b"\x00"  # null compact string
         + struct.pack(">hi", 1, 2)
         + b"\x02"  # 1 topic
         + b"\x03ab"
-        + b"\x02" + struct.pack(">i", 0) + b"\x04xyz" + b"\x00"  # partition + its tags
+        + b"\x02"
+        + struct.pack(">i", 0)
+        + b"\x04xyz"
+        + b"\x00"  # partition + its tags
         + b"\x00"  # topic tags
         + b"\x00"  # top-level tags
     )
     assert raw == expected
-    assert bytes(PRODUCE.decode_request(raw, 0, 9).topic_data[0].partition_data[0].records) == b"xyz"
+    assert (
+        bytes(PRODUCE.decode_request(raw, 0, 9).topic_data[0].partition_data[0].records) == b"xyz"
+    )
 
 
 def test_tagged_fields_written_only_when_not_default():
     base = {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
     plain = b"".join(API_VERSIONS.encode_response(base, 3))
     assert plain.endswith(b"\x00")
-    tagged = b"".join(API_VERSIONS.encode_response(
-        dict(base, finalized_features_epoch=5, zk_migration_ready=True), 3))
-    assert tagged[len(plain) - 1:] == b"\x02" + b"\x01\x08" + struct.pack(">q", 5) + b"\x03\x01\x01"
+    tagged = b"".join(
+        API_VERSIONS.encode_response(
+            dict(base, finalized_features_epoch=5, zk_migration_ready=True), 3
+        )
+    )
+    assert (
+        tagged[len(plain) - 1 :] == b"\x02" + b"\x01\x08" + struct.pack(">q", 5) + b"\x03\x01\x01"
+    )
     resp = API_VERSIONS.decode_response(tagged, 0, 3)
     assert resp.finalized_features_epoch == 5 and resp.zk_migration_ready is True
     assert API_VERSIONS.decode_response(plain, 0, 3).finalized_features_epoch == -1
@@ -96,9 +117,19 @@ def test_struct_declarations_are_checked():
         Field("x", "[]Thing")  # struct type without fields
     with pytest.raises(ValueError):
         Field("x", "int32", fields=[Field("y", "int8")])
-    spec = ApiSpec(1000, "Demo", versions="0-1", flexible="1+", request=[
-        Field("a", "int8"), Field("b", "[]int16", "1+"), Field("c", "uuid", "1+"), Field("d", "float64"),
-    ], response=[])
+    spec = ApiSpec(
+        1000,
+        "Demo",
+        versions="0-1",
+        flexible="1+",
+        request=[
+            Field("a", "int8"),
+            Field("b", "[]int16", "1+"),
+            Field("c", "uuid", "1+"),
+            Field("d", "float64"),
+        ],
+        response=[],
+    )
     raw = spec.encode_request({"a": 1, "b": [1, 2], "d": 0.5}, 1)
     req = spec.decode_request(raw, 0, 1)
     assert (req.a, req.b, req.d) == (1, [1, 2], 0.5) and req.c.int == 0

@@ -6,8 +6,8 @@ import inspect
 
 import kafka.errors
 import pytest
-
 from pykfk._core import errors as core_errors
+
 from pykfk.errors import ErrorCode, KafkaError, error_code, error_for_core_exception
 
 
@@ -62,10 +62,21 @@ def test_kafka_error_carries_code_and_message():
 
 
 def test_core_exceptions_map_to_kafka_codes():
-    assert error_for_core_exception(core_errors.CorruptBatchError("bad crc", "crc")) is ErrorCode.CORRUPT_MESSAGE
-    assert error_for_core_exception(core_errors.InvalidRecordError("bad")) is ErrorCode.INVALID_RECORD
-    assert error_for_core_exception(core_errors.IndexCorruptError("x")) is ErrorCode.KAFKA_STORAGE_ERROR
+    assert (
+        error_for_core_exception(core_errors.CorruptBatchError("bad crc", "crc"))
+        is ErrorCode.CORRUPT_MESSAGE
+    )
+    assert (
+        error_for_core_exception(core_errors.InvalidRecordError("bad")) is ErrorCode.INVALID_RECORD
+    )
+    assert (
+        error_for_core_exception(core_errors.IndexCorruptError("x"))
+        is ErrorCode.KAFKA_STORAGE_ERROR
+    )
     too_large = core_errors.RecordTooLargeError("batch of 2000000 bytes", "batch_length")
     assert error_for_core_exception(too_large) is ErrorCode.MESSAGE_TOO_LARGE
-    assert error_for_core_exception(KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH)) is ErrorCode.INVALID_PRODUCER_EPOCH
+    assert (
+        error_for_core_exception(KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH))
+        is ErrorCode.INVALID_PRODUCER_EPOCH
+    )
     assert error_for_core_exception(RuntimeError()) is ErrorCode.UNKNOWN_SERVER_ERROR

@@ -70,7 +70,10 @@ def test_produce_request_from_kafka_python(version):
         acks=-1,
         timeout_ms=30000,
         topic_data=[
-            topic(name="orders", partition_data=[part(index=0, records=b"batch-0"), part(index=3, records=None)]),
+            topic(
+                name="orders",
+                partition_data=[part(index=0, records=b"batch-0"), part(index=3, records=None)],
+            ),
             topic(name="päyments", partition_data=[]),
         ],
     )
@@ -89,11 +92,16 @@ def test_produce_request_from_kafka_python(version):
 def test_produce_records_are_views_into_the_frame():
     topic = ProduceRequest.TopicProduceData
     request = ProduceRequest(
-        acks=1, timeout_ms=1,
-        topic_data=[topic(name="t", partition_data=[topic.PartitionProduceData(index=0, records=b"\x00" * 64)])],
+        acks=1,
+        timeout_ms=1,
+        topic_data=[
+            topic(
+                name="t", partition_data=[topic.PartitionProduceData(index=0, records=b"\x00" * 64)]
+            )
+        ],
     )
     frame = _frame(request, 7)
-    header, offset = decode_request_header(frame)
+    _, offset = decode_request_header(frame)
     body = API_SPECS[0].decode_request(frame, offset, 7)
     records = body.topic_data[0].partition_data[0].records
     records[0] = 0x55  # writable, shared with the frame: no copy was made
@@ -105,12 +113,29 @@ def test_produce_records_are_views_into_the_frame():
 def test_fetch_request_from_kafka_python(version):
     topic = FetchRequest.FetchTopic
     request = FetchRequest(
-        replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800, isolation_level=1,
-        session_id=0, session_epoch=-1,
-        topics=[topic(topic="t", partitions=[topic.FetchPartition(
-            partition=2, current_leader_epoch=-1, fetch_offset=42, log_start_offset=-1,
-            partition_max_bytes=1048576)])],
-        forgotten_topics_data=[], rack_id="",
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52428800,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            topic(
+                topic="t",
+                partitions=[
+                    topic.FetchPartition(
+                        partition=2,
+                        current_leader_epoch=-1,
+                        fetch_offset=42,
+                        log_start_offset=-1,
+                        partition_max_bytes=1048576,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
     )
     header, body = decode_request(_frame(request, version))
     assert header.api_key == 1 and header.api_version == version
@@ -122,37 +147,55 @@ def test_fetch_request_from_kafka_python(version):
 @pytest.mark.parametrize("version", [0, 1, 4, 5, 8, 9])
 def test_metadata_request_from_kafka_python(version):
     request = MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(name="a"), MetadataRequest.MetadataRequestTopic(name="b")],
+        topics=[
+            MetadataRequest.MetadataRequestTopic(name="a"),
+            MetadataRequest.MetadataRequestTopic(name="b"),
+        ],
         allow_auto_topic_creation=True,
     )
-    header, body = decode_request(_frame(request, version))
+    _, body = decode_request(_frame(request, version))
     assert [t.name for t in body.topics] == ["a", "b"]
     assert body.allow_auto_topic_creation is True
 
 
 def test_metadata_request_null_topics_means_all():
-    _, body = decode_request(_frame(MetadataRequest(topics=None, allow_auto_topic_creation=False), 5))
+    _, body = decode_request(
+        _frame(MetadataRequest(topics=None, allow_auto_topic_creation=False), 5)
+    )
     assert body.topics is None
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_api_versions_request_from_kafka_python(version):
-    request = ApiVersionsRequest(client_software_name="kafka-python", client_software_version="3.0.12")
+    request = ApiVersionsRequest(
+        client_software_name="kafka-python", client_software_version="3.0.12"
+    )
     header, body = decode_request(_frame(request, version))
     assert header.api_version == version and header.client_id == "golden-client"
     if version >= 3:
-        assert (body.client_software_name, body.client_software_version) == ("kafka-python", "3.0.12")
+        assert (body.client_software_name, body.client_software_version) == (
+            "kafka-python",
+            "3.0.12",
+        )
 
 
 @pytest.mark.parametrize("version", [2, 5, 7])
 def test_join_group_request_from_kafka_python(version):
     request = JoinGroupRequest(
-        group_id="g", session_timeout_ms=45000, rebalance_timeout_ms=300000, member_id="",
-        group_instance_id=None, protocol_type="consumer",
+        group_id="g",
+        session_timeout_ms=45000,
+        rebalance_timeout_ms=300000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
         protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")],
     )
     _, body = decode_request(_frame(request, version))
-    assert (body.group_id, body.session_timeout_ms, body.rebalance_timeout_ms) == ("g", 45000, 300000)
+    assert (body.group_id, body.session_timeout_ms, body.rebalance_timeout_ms) == (
+        "g",
+        45000,
+        300000,
+    )
     assert [(p.name, p.metadata) for p in body.protocols] == [("range", b"\x00\x01")]
     assert type(body.protocols[0].metadata) is bytes  # stored by the coordinator: a copy
 
@@ -161,9 +204,20 @@ def test_join_group_request_from_kafka_python(version):
 def test_offset_commit_request_from_kafka_python(version):
     topic = OffsetCommitRequest.OffsetCommitRequestTopic
     request = OffsetCommitRequest(
-        group_id="g", generation_id_or_member_epoch=3, member_id="m-1", retention_time_ms=-1,
-        topics=[topic(name="t", partitions=[topic.OffsetCommitRequestPartition(
-            partition_index=1, committed_offset=99, committed_metadata="meta")])],
+        group_id="g",
+        generation_id_or_member_epoch=3,
+        member_id="m-1",
+        retention_time_ms=-1,
+        topics=[
+            topic(
+                name="t",
+                partitions=[
+                    topic.OffsetCommitRequestPartition(
+                        partition_index=1, committed_offset=99, committed_metadata="meta"
+                    )
+                ],
+            )
+        ],
     )
     _, body = decode_request(_frame(request, version))
     assert body.generation_id_or_member_epoch == 3 and body.member_id == "m-1"
@@ -175,9 +229,17 @@ def test_offset_commit_request_from_kafka_python(version):
 def test_create_topics_request_from_kafka_python(version):
     topic = CreateTopicsRequest.CreatableTopic
     request = CreateTopicsRequest(
-        topics=[topic(name="new", num_partitions=3, replication_factor=1, assignments=[],
-                      configs=[topic.CreatableTopicConfig(name="cleanup.policy", value="compact")])],
-        timeout_ms=1000, validate_only=False,
+        topics=[
+            topic(
+                name="new",
+                num_partitions=3,
+                replication_factor=1,
+                assignments=[],
+                configs=[topic.CreatableTopicConfig(name="cleanup.policy", value="compact")],
+            )
+        ],
+        timeout_ms=1000,
+        validate_only=False,
     )
     _, body = decode_request(_frame(request, version))
     [created] = body.topics
@@ -194,9 +256,23 @@ def _kp_decode(kp_cls, chunks, version):
 
 @pytest.mark.parametrize("version", [0, 2, 5, 7, 8, 9])
 def test_produce_response_decodes_in_kafka_python(version):
-    body = {"responses": [{"name": "t", "partition_responses": [
-        {"index": 0, "error_code": 0, "base_offset": 1234, "log_append_time_ms": -1, "log_start_offset": 0}]}],
-        "throttle_time_ms": 0}
+    body = {
+        "responses": [
+            {
+                "name": "t",
+                "partition_responses": [
+                    {
+                        "index": 0,
+                        "error_code": 0,
+                        "base_offset": 1234,
+                        "log_append_time_ms": -1,
+                        "log_start_offset": 0,
+                    }
+                ],
+            }
+        ],
+        "throttle_time_ms": 0,
+    }
     resp = _kp_decode(ProduceResponse, encode_response(0, version, 11, body), version)
     assert resp.header.correlation_id == 11
     [part] = resp.responses[0].partition_responses
@@ -211,14 +287,40 @@ def test_fetch_response_with_file_region_decodes_in_kafka_python(tmp_path, versi
     fd = os.open(path, os.O_RDONLY)
     try:
         region = FileRegion(fd, 4, len(payload))
-        body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{
-            "topic": "t", "partitions": [
-                {"partition_index": 0, "error_code": 0, "high_watermark": 10, "last_stable_offset": 10,
-                 "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
-                 "records": region},
-                {"partition_index": 1, "error_code": 1, "high_watermark": 5, "records": b"small"},
-                {"partition_index": 2, "error_code": 0, "high_watermark": 0, "records": None},
-            ]}]}
+        body = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": 0,
+                            "high_watermark": 10,
+                            "last_stable_offset": 10,
+                            "log_start_offset": 0,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "records": region,
+                        },
+                        {
+                            "partition_index": 1,
+                            "error_code": 1,
+                            "high_watermark": 5,
+                            "records": b"small",
+                        },
+                        {
+                            "partition_index": 2,
+                            "error_code": 0,
+                            "high_watermark": 0,
+                            "records": None,
+                        },
+                    ],
+                }
+            ],
+        }
         chunks = encode_response(1, version, 21, body)
         # size prefix first, FileRegion passed through, bytes on both sides of it
         assert [type(c) for c in chunks] == [bytes, FileRegion, bytes]
@@ -239,7 +341,11 @@ def test_fetch_response_with_file_region_decodes_in_kafka_python(tmp_path, versi
 
 def test_records_list_and_large_buffers_are_not_copied():
     big = memoryview(bytearray(b"x" * 40000))
-    body = {"responses": [{"topic": "t", "partitions": [{"records": [b"abc", big, FileRegion(3, 0, 10), b"def"]}]}]}
+    body = {
+        "responses": [
+            {"topic": "t", "partitions": [{"records": [b"abc", big, FileRegion(3, 0, 10), b"def"]}]}
+        ]
+    }
     chunks = encode_response(1, 11, 1, body)
     kinds = [type(c) for c in chunks]
     assert kinds == [bytes, memoryview, FileRegion, bytes]
@@ -253,11 +359,29 @@ def test_records_list_and_large_buffers_are_not_copied():
 
 @pytest.mark.parametrize("version", [0, 1, 4, 5, 7, 9])
 def test_metadata_response_decodes_in_kafka_python(version):
-    body = {"brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None}],
-            "cluster_id": "c-1", "controller_id": 1,
-            "topics": [{"error_code": 0, "name": "t", "is_internal": False, "partitions": [
-                {"error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
-                 "replica_nodes": [1], "isr_nodes": [1], "offline_replicas": []}]}]}
+    body = {
+        "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": 9092, "rack": None}],
+        "cluster_id": "c-1",
+        "controller_id": 1,
+        "topics": [
+            {
+                "error_code": 0,
+                "name": "t",
+                "is_internal": False,
+                "partitions": [
+                    {
+                        "error_code": 0,
+                        "partition_index": 0,
+                        "leader_id": 1,
+                        "leader_epoch": 0,
+                        "replica_nodes": [1],
+                        "isr_nodes": [1],
+                        "offline_replicas": [],
+                    }
+                ],
+            }
+        ],
+    }
     resp = _kp_decode(MetadataResponse, encode_response(3, version, 5, body), version)
     assert resp.brokers[0].host == "127.0.0.1" and resp.brokers[0].port == 9092
     [part] = resp.topics[0].partitions
@@ -266,8 +390,14 @@ def test_metadata_response_decodes_in_kafka_python(version):
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_api_versions_response_header_is_always_v0(version):
-    body = {"error_code": 0, "api_keys": [{"api_key": k, "min_version": s.min_version, "max_version": s.max_version}
-                                          for k, s in API_SPECS.items()], "throttle_time_ms": 0}
+    body = {
+        "error_code": 0,
+        "api_keys": [
+            {"api_key": k, "min_version": s.min_version, "max_version": s.max_version}
+            for k, s in API_SPECS.items()
+        ],
+        "throttle_time_ms": 0,
+    }
     chunks = encode_response(18, version, 99, body)
     assert response_header_size(18, version) == 4
     # correlation id is followed directly by the int16 error code, no tagged-field byte
@@ -275,7 +405,8 @@ def test_api_versions_response_header_is_always_v0(version):
     resp = _kp_decode(ApiVersionsResponse, chunks, version)
     assert resp.header.correlation_id == 99
     assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == {
-        k: (s.min_version, s.max_version) for k, s in API_SPECS.items()}
+        k: (s.min_version, s.max_version) for k, s in API_SPECS.items()
+    }
 
 
 def test_api_versions_fallback_is_read_by_kafka_python():
@@ -283,7 +414,10 @@ def test_api_versions_fallback_is_read_by_kafka_python():
     resp = ApiVersionsResponse.decode(frame, version=4, header=True, framed=True)
     assert resp.header.correlation_id == 3
     assert resp.error_code == 35
-    assert {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys} == {(18, 0, 3), (0, 3, 7)}
+    assert {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys} == {
+        (18, 0, 3),
+        (0, 3, 7),
+    }
     assert encode_api_versions_fallback(3, [(0, 3, 7), (18, 0, 3)]) == frame
 
 
@@ -296,9 +430,15 @@ def test_unsupported_api_versions_request_header_still_parses():
 
 @pytest.mark.parametrize("version", [0, 2, 5, 6, 7])
 def test_join_group_response_decodes_in_kafka_python(version):
-    body = {"error_code": 0, "generation_id": 1, "protocol_type": "consumer", "protocol_name": "range",
-            "leader": "m-1", "member_id": "m-1",
-            "members": [{"member_id": "m-1", "group_instance_id": None, "metadata": b"\x00\x03"}]}
+    body = {
+        "error_code": 0,
+        "generation_id": 1,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "leader": "m-1",
+        "member_id": "m-1",
+        "members": [{"member_id": "m-1", "group_instance_id": None, "metadata": b"\x00\x03"}],
+    }
     resp = _kp_decode(JoinGroupResponse, encode_response(11, version, 8, body), version)
     assert (resp.generation_id, resp.leader, resp.member_id) == (1, "m-1", "m-1")
     assert resp.members[0].metadata == b"\x00\x03"
@@ -322,7 +462,9 @@ def test_create_topics_response_decodes_in_kafka_python(version):
 
 
 def test_request_header_v2_skips_tagged_fields():
-    frame = encode_request(18, 3, 5, None, {"client_software_name": "n", "client_software_version": "v"})
+    frame = encode_request(
+        18, 3, 5, None, {"client_software_name": "n", "client_software_version": "v"}
+    )
     [view] = FrameSplitter().feed(frame)
     header, offset = decode_request_header(view)
     assert header == (18, 3, 5, None)

@@ -16,18 +16,38 @@ from pykfk.protocol.types import read_uvarint
 
 from .values import body
 
-_PRODUCE_V7 = encode_request(0, 7, 1, "c", {
-    "transactional_id": None, "acks": 1, "timeout_ms": 100,
-    "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 20}]}],
-})[4:]
-_FETCH_V12 = encode_request(1, 12, 2, "c", {
-    "cluster_id": "tagged", "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5}]}],
-    "forgotten_topics_data": [{"topic": "old", "partitions": [1, 2]}], "rack_id": "r",
-})[4:]
-_API_VERSIONS_V3 = encode_request(18, 3, 3, "c", {"client_software_name": "a", "client_software_version": "b"})[4:]
+_PRODUCE_V7 = encode_request(
+    0,
+    7,
+    1,
+    "c",
+    {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 100,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 20}]}],
+    },
+)[4:]
+_FETCH_V12 = encode_request(
+    1,
+    12,
+    2,
+    "c",
+    {
+        "cluster_id": "tagged",
+        "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5}]}],
+        "forgotten_topics_data": [{"topic": "old", "partitions": [1, 2]}],
+        "rack_id": "r",
+    },
+)[4:]
+_API_VERSIONS_V3 = encode_request(
+    18, 3, 3, "c", {"client_software_name": "a", "client_software_version": "b"}
+)[4:]
 
 
-@pytest.mark.parametrize("frame", [_PRODUCE_V7, _FETCH_V12, _API_VERSIONS_V3], ids=["produce7", "fetch12", "apiv3"])
+@pytest.mark.parametrize(
+    "frame", [_PRODUCE_V7, _FETCH_V12, _API_VERSIONS_V3], ids=["produce7", "fetch12", "apiv3"]
+)
 def test_every_truncation_is_a_protocol_error(frame):
     decode_request(frame)  # the whole frame is fine
     for cut in range(len(frame)):
@@ -58,7 +78,9 @@ def test_null_for_a_non_nullable_array():
 
 
 def test_huge_array_count_is_rejected_without_allocating():
-    frame = _produce_v3_header() + b"\xff\xff" + struct.pack(">hii", 1, 10, 0x7FFFFFFF) + b"\x00" * 16
+    frame = (
+        _produce_v3_header() + b"\xff\xff" + struct.pack(">hii", 1, 10, 0x7FFFFFFF) + b"\x00" * 16
+    )
     tracemalloc.start()
     try:
         with pytest.raises(ProtocolError, match="exceeds the bytes left"):
@@ -82,7 +104,13 @@ def test_oversized_string_and_records_lengths():
     with pytest.raises(ProtocolError, match="runs past"):
         decode_request(_produce_v3_header() + struct.pack(">h", 0x7FFF) + b"tx")
     topic = struct.pack(">h", 1) + b"t" + struct.pack(">i", 1) + struct.pack(">i", 0)
-    frame = _produce_v3_header() + b"\xff\xff" + struct.pack(">hii", 1, 10, 1) + topic + struct.pack(">i", 1 << 30)
+    frame = (
+        _produce_v3_header()
+        + b"\xff\xff"
+        + struct.pack(">hii", 1, 10, 1)
+        + topic
+        + struct.pack(">i", 1 << 30)
+    )
     with pytest.raises(ProtocolError, match="runs past"):
         decode_request(frame)
 
@@ -91,7 +119,13 @@ def test_negative_lengths():
     with pytest.raises(ProtocolError, match="negative string length"):
         decode_request(_produce_v3_header() + struct.pack(">h", -5))
     topic = struct.pack(">h", 1) + b"t" + struct.pack(">i", 1) + struct.pack(">i", 0)
-    frame = _produce_v3_header() + b"\xff\xff" + struct.pack(">hii", 1, 10, 1) + topic + struct.pack(">i", -7)
+    frame = (
+        _produce_v3_header()
+        + b"\xff\xff"
+        + struct.pack(">hii", 1, 10, 1)
+        + topic
+        + struct.pack(">i", -7)
+    )
     with pytest.raises(ProtocolError, match="negative bytes length"):
         decode_request(frame)
 
@@ -105,7 +139,11 @@ def test_invalid_utf8():
 
 @pytest.mark.parametrize(
     "varint,message",
-    [(b"\xff\xff\xff\xff\xff\x01", "longer than 5 bytes"), (b"\xff\xff\xff\xff\x7f", "32 bits"), (b"\x80", None)],
+    [
+        (b"\xff\xff\xff\xff\xff\x01", "longer than 5 bytes"),
+        (b"\xff\xff\xff\xff\x7f", "32 bits"),
+        (b"\x80", None),
+    ],
 )
 def test_bad_varints(varint, message):
     frame = struct.pack(">hhih", 18, 3, 1, -1) + b"\x00" + varint

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 
-import kafka.protocol.admin  # noqa: F401  (registers the message classes)
-import kafka.protocol.consumer  # noqa: F401
-import kafka.protocol.metadata  # noqa: F401
-import kafka.protocol.producer  # noqa: F401
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer
 import kafka.protocol.sasl  # noqa: F401
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,11 +50,15 @@ def _as_dict(obj, schema, version) -> dict:
         if not f.present_in(version):
             continue
         if f.type_name == "int32" and f.name.endswith("authorized_operations"):
-            out[f.name] = _bitfield_to_int32(getattr(obj, "authorized_operations"))
+            out[f.name] = _bitfield_to_int32(obj.authorized_operations)
             continue
         v = getattr(obj, f.name)
         if f.schema is not None and v is not None:
-            v = [_as_dict(x, f.schema, version) for x in v] if f.is_array else _as_dict(v, f.schema, version)
+            v = (
+                [_as_dict(x, f.schema, version) for x in v]
+                if f.is_array
+                else _as_dict(v, f.schema, version)
+            )
         out[f.name] = v
     return out
 

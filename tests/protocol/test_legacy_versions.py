@@ -63,6 +63,6 @@ def test_legacy_class_reads_and_rewrites_our_bytes(spec, kind, cls, data):
 
 def test_legacy_classes_cover_the_old_versions():
     covered = {(s.api_key, c.API_VERSION) for s, _, c in _CASES}
-    assert {(0, v) for v in range(0, 3)} <= covered  # Produce 0-2
-    assert {(1, v) for v in range(0, 4)} <= covered  # Fetch 0-3
+    assert {(0, v) for v in range(3)} <= covered  # Produce 0-2
+    assert {(1, v) for v in range(4)} <= covered  # Fetch 0-3
     assert {(2, 0), (3, 0), (8, 0), (8, 1), (9, 0)} <= covered

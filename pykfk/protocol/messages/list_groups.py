@@ -10,8 +10,7 @@ SPEC = ApiSpec(
     "ListGroups",
     versions="0-3",
     flexible="3+",
-    request=[
-    ],
+    request=[],
     response=[
         Field("throttle_time_ms", "int32", "1+"),
         Field("error_code", "int16"),
