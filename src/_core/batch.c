@@ -17,7 +17,46 @@ static int fail(pk_batch_error *err, const char *field, size_t offset, const cha
     return PK_BATCH_CORRUPT;
 }
 
+/* Varint readers used by the record walk: the one-byte case (most lengths, deltas and
+ * counts) is decided inline, the rest goes to the general loop. Same results as the
+ * exported pk_read_varint / pk_read_varlong. */
+static size_t read_varlong_slow(const uint8_t *p, const uint8_t *end, int64_t *out);
+static size_t read_varint_slow(const uint8_t *p, const uint8_t *end, int32_t *out);
+
+static inline size_t read_varint(const uint8_t *p, const uint8_t *end, int32_t *out)
+{
+    if (p < end && !(p[0] & 0x80)) {
+        *out = (int32_t)(p[0] >> 1) ^ -(int32_t)(p[0] & 1);
+        return 1;
+    }
+    if (end - p >= 2 && !(p[1] & 0x80)) { /* 64 .. 8191: record and value lengths */
+        uint32_t raw = (uint32_t)(p[0] & 0x7F) | ((uint32_t)p[1] << 7);
+        *out = (int32_t)(raw >> 1) ^ -(int32_t)(raw & 1);
+        return 2;
+    }
+    return read_varint_slow(p, end, out);
+}
+
+static inline size_t read_varlong(const uint8_t *p, const uint8_t *end, int64_t *out)
+{
+    if (p < end && !(*p & 0x80)) {
+        *out = (int64_t)(*p >> 1) ^ -(int64_t)(*p & 1);
+        return 1;
+    }
+    return read_varlong_slow(p, end, out);
+}
+
 size_t pk_read_varlong(const uint8_t *p, const uint8_t *end, int64_t *out)
+{
+    return read_varlong(p, end, out);
+}
+
+size_t pk_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out)
+{
+    return read_varint(p, end, out);
+}
+
+static size_t read_varlong_slow(const uint8_t *p, const uint8_t *end, int64_t *out)
 {
     uint64_t raw = 0;
     for (size_t i = 0; i < 10 && p + i < end; i++) {
@@ -32,7 +71,7 @@ size_t pk_read_varlong(const uint8_t *p, const uint8_t *end, int64_t *out)
     return 0;
 }
 
-size_t pk_read_varint(const uint8_t *p, const uint8_t *end, int32_t *out)
+static size_t read_varint_slow(const uint8_t *p, const uint8_t *end, int32_t *out)
 {
     uint32_t raw = 0;
     for (size_t i = 0; i < 5 && p + i < end; i++) {
@@ -114,11 +153,11 @@ int pk_batch_parse_header(const uint8_t *buf, size_t avail, pk_batch_header *h, 
 
 /* Reads a length-prefixed field (key, value, header key/value) at *pp: the varint length,
  * then skips that many bytes. min_length is -1 where null is allowed, 0 where not. */
-static int read_span(const uint8_t *area, const uint8_t **pp, const uint8_t *end, int32_t min_length,
+static inline int read_span(const uint8_t *area, const uint8_t **pp, const uint8_t *end, int32_t min_length,
                      int32_t *length, size_t *pos, const char *field, pk_batch_error *err)
 {
     const uint8_t *p = *pp;
-    size_t n = pk_read_varint(p, end, length);
+    size_t n = read_varint(p, end, length);
     if (!n)
         return fail(err, field, (size_t)(p - area), "bad length varint");
     if (*length < min_length)
@@ -130,12 +169,21 @@ static int read_span(const uint8_t *area, const uint8_t **pp, const uint8_t *end
     return PK_BATCH_OK;
 }
 
+static inline int record_parse(const uint8_t *area, const uint8_t *p, const uint8_t *end,
+                               pk_record *r, pk_batch_error *err);
+
 int pk_record_parse(const uint8_t *area, const uint8_t *p, const uint8_t *end, pk_record *r,
                     pk_batch_error *err)
 {
+    return record_parse(area, p, end, r, err);
+}
+
+static inline int record_parse(const uint8_t *area, const uint8_t *p, const uint8_t *end,
+                               pk_record *r, pk_batch_error *err)
+{
     const uint8_t *start = p;
     int32_t rec_len;
-    size_t n = pk_read_varint(p, end, &rec_len);
+    size_t n = read_varint(p, end, &rec_len);
     if (!n)
         return fail(err, "record.length", (size_t)(p - area), "bad record length varint");
     if (rec_len < 1 || (size_t)rec_len > (size_t)(end - p) - n)
@@ -143,17 +191,17 @@ int pk_record_parse(const uint8_t *area, const uint8_t *p, const uint8_t *end, p
     p += n;
     const uint8_t *rec_end = p + rec_len;
     r->attributes = (int8_t)*p++;
-    if (!(n = pk_read_varlong(p, rec_end, &r->timestamp_delta)))
+    if (!(n = read_varlong(p, rec_end, &r->timestamp_delta)))
         return fail(err, "record.timestamp_delta", (size_t)(p - area), "bad timestamp_delta varint");
     p += n;
-    if (!(n = pk_read_varint(p, rec_end, &r->offset_delta)))
+    if (!(n = read_varint(p, rec_end, &r->offset_delta)))
         return fail(err, "record.offset_delta", (size_t)(p - area), "bad offset_delta varint");
     p += n;
     if (read_span(area, &p, rec_end, -1, &r->key_length, &r->key_pos, "record.key", err))
         return PK_BATCH_CORRUPT;
     if (read_span(area, &p, rec_end, -1, &r->value_length, &r->value_pos, "record.value", err))
         return PK_BATCH_CORRUPT;
-    if (!(n = pk_read_varint(p, rec_end, &r->headers_count)) || r->headers_count < 0)
+    if (!(n = read_varint(p, rec_end, &r->headers_count)) || r->headers_count < 0)
         return fail(err, "record.headers", (size_t)(p - area), "bad header count");
     p += n;
     r->headers_pos = (size_t)(p - area);
@@ -184,7 +232,7 @@ int pk_records_check_ex(const uint8_t *p, size_t len, int32_t count, int32_t las
     for (int32_t i = 0; i < count; i++) {
         if (p == end)
             return fail(err, "records_count", (size_t)(p - start), "fewer records than records_count");
-        if (pk_record_parse(start, p, end, &r, err) != PK_BATCH_OK)
+        if (record_parse(start, p, end, &r, err) != PK_BATCH_OK)
             return PK_BATCH_CORRUPT;
         /* r.size >= 2, and offset_delta sits after the length varint and attributes */
         size_t delta_at = (size_t)(p - start) + 1;

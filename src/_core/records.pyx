@@ -214,7 +214,9 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
         p = <const uint8_t *>view.buf
         while pos < view.len:
             avail = view.len - pos
-            if avail >= _GIL_RELEASE_BYTES:
+            # release the GIL for the CRC + record walk of a large batch only (batch_length
+            # is read from the bytes here; pk_batch_validate checks it)
+            if avail >= _GIL_RELEASE_BYTES and <int32_t>pk_load_u32(p + pos + PK_BATCH_LENGTH) >= _GIL_RELEASE_BYTES:
                 with nogil:
                     rc = pk_batch_validate(p + pos, <size_t>avail, <size_t>max_batch_size, checks, &h, &err)
             else:
@@ -679,7 +681,7 @@ def build_batch(records, *, int64_t base_offset=0, int compression=0, int64_t pr
             key, value, timestamp, headers = record
             ts = _time.time_ns() // 1000000 if timestamp is None else timestamp
             if count == 0:
-                base_timestamp = ts
+                base_timestamp = max_timestamp = ts
             if ts > max_timestamp:
                 max_timestamp = ts
             start = _record_begin(&area)
@@ -1155,7 +1157,7 @@ cdef int _convert_message_set(_LegacyState *st, const uint8_t *p, Py_ssize_t len
                 raise InvalidRecordError("more than 2^31-1 records", "message_size", field_pos,
                                          field_pos + LEGACY_SIZE)
             if st.count == 0:
-                st.base_timestamp = timestamp
+                st.base_timestamp = st.max_timestamp = timestamp
             if timestamp > st.max_timestamp:
                 st.max_timestamp = timestamp
             start = _record_begin(&st.area)

@@ -9,7 +9,7 @@ import struct
 
 import crc32c as crc32c_pkg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from _records_helpers import CODECS, make_batch, record_bytes
@@ -99,6 +99,7 @@ records_strategy = st.lists(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(records=[(None, None, -2, [])], codec=0, base=0, log_append=True)   # max_timestamp < -1
 @given(records=records_strategy, codec=st.sampled_from(CODECS),
        base=st.integers(0, 2**62), log_append=st.booleans())
 def test_roundtrip_property(records, codec, base, log_append):
