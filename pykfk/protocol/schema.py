@@ -48,12 +48,13 @@ def _in(rng: tuple[int, int], version: int) -> bool:
 class Field:
     """One field of a struct, as in the spec JSON.
 
-    ``type`` is the spec type string; struct and struct-array types carry ``fields``.
+    ``type_name`` is the spec type string; struct and struct-array types carry ``fields``.
     ``nullable`` is the nullableVersions range; ``tag``/``tagged`` declare a tagged field
     (KIP-482) for the tagged versions; ``flexible=False`` keeps the classic encoding even
     in flexible versions (the spec's field-level "flexibleVersions": "none", used only by
     the request header's ClientId). ``default`` is the spec default (type default if
-    omitted), used for absent versions when decoding and missing keys when encoding.
+    omitted: 0, "", b"", False, None for records and structs, an empty tuple for
+    arrays), used for absent versions when decoding and missing keys when encoding.
     """
 
     __slots__ = (
