@@ -404,7 +404,9 @@ class GroupCoordinator:
             return True
         if group.is_(GroupState.PREPARING_REBALANCE):
             member = group.members.get(member_id)
-            return (member is not None and member.is_awaiting_join) or group.num_awaiting_join < limit
+            if member is not None and member.is_awaiting_join:
+                return True
+            return group.num_awaiting_join < limit
         return group.has(member_id) or len(group.members) < limit
 
     def _forget_if_unused(self, group: Group) -> None:

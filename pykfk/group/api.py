@@ -1,0 +1,201 @@
+"""Group APIs from decoded request to response body: the glue the server's handlers call.
+
+Each function takes the ``GroupCoordinator``, the request's ``api_version`` and the decoded
+request (a ``pykfk.protocol`` Struct, or anything with the same attribute names), and
+returns the whole response body as a dict with the Kafka message JSON's snake_case names,
+for every version the protocol tables declare. Version differences live here, so a handler
+is one line, e.g. ``return await api.join_group(coordinator, ctx.api_version, request,
+client_id=ctx.client_id, client_host=ctx.client_host)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pykfk.errors import ErrorCode
+from pykfk.group.coordinator import GroupCoordinator
+
+E = ErrorCode
+
+# DescribeGroups authorized_operations with no authorizer: every group operation Kafka
+# defines is allowed (AclOperation READ=3, DELETE=6, DESCRIBE=8), as a bit set.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+# FindCoordinator key_type values (CoordinatorType).
+KEY_TYPE_GROUP = 0
+
+
+def _body(result: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, **result}
+
+
+# -- FindCoordinator ----------------------------------------------------------------------
+
+
+async def find_coordinator(
+    coordinator: GroupCoordinator,
+    api_version: int,
+    request: Any,
+    *,
+    node_for_partition: Callable[[int], tuple[int, str, int] | None],
+) -> dict[str, Any]:
+    """FindCoordinator (key 10). ``node_for_partition(p)`` gives (node_id, host, port) of
+    the leader of ``__consumer_offsets`` partition p, or None when it has none. Only group
+    coordinators exist (transactions are not supported: COORDINATOR_NOT_AVAILABLE).
+    Versions 0-3 (v4 batches keys in coordinator_keys)."""
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    return _body(_locate(coordinator, request.key, key_type, node_for_partition))
+
+
+def _locate(coordinator: GroupCoordinator, key: str, key_type: int,
+            node_for_partition: Callable[[int], tuple[int, str, int] | None]) -> dict[str, Any]:
+    if key_type != KEY_TYPE_GROUP:
+        return {"error_code": E.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "this broker has no transaction coordinator",
+                "node_id": -1, "host": "", "port": -1}
+    node = node_for_partition(coordinator.partition_for(key))
+    if node is None:
+        return {"error_code": E.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "the group's offsets partition has no leader",
+                "node_id": -1, "host": "", "port": -1}
+    node_id, host, port = node
+    return {"error_code": E.NONE, "error_message": None,
+            "node_id": node_id, "host": host, "port": port}
+
+
+# -- membership ------------------------------------------------------------------------------
+
+
+async def join_group(
+    coordinator: GroupCoordinator,
+    api_version: int,
+    request: Any,
+    *,
+    client_id: str | None,
+    client_host: str,
+) -> dict[str, Any]:
+    """JoinGroup (key 11). ``client_host`` is the peer address as Kafka shows it
+    ("/127.0.0.1"). From v4 an unknown member first gets MEMBER_ID_REQUIRED, as in Kafka."""
+    result = await coordinator.join_group(
+        request.group_id,
+        request.member_id,
+        request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=getattr(request, "rebalance_timeout_ms", -1),
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=client_id or "",
+        client_host=client_host,
+        require_known_member_id=api_version >= 4,
+    )
+    if result["protocol_name"] is None:
+        result["protocol_name"] = ""  # not nullable before v7
+    return _body(result)
+
+
+async def sync_group(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """SyncGroup (key 14)."""
+    return _body(await coordinator.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        [(a.member_id, a.assignment) for a in request.assignments],
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+    ))
+
+
+async def heartbeat(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """Heartbeat (key 12)."""
+    return _body(await coordinator.heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None)))
+
+
+async def leave_group(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """LeaveGroup (key 13): v0-v2 name one member; v3+ a batch with per-member errors."""
+    if api_version < 3:
+        result = await coordinator.leave_group(request.group_id, [(request.member_id, None)])
+        error = result["error_code"]
+        if error == E.NONE and result["members"]:
+            error = result["members"][0]["error_code"]
+        return _body({"error_code": error, "members": []})
+    members = [(m.member_id, m.group_instance_id) for m in request.members]
+    return _body(await coordinator.leave_group(request.group_id, members))
+
+
+# -- offsets -----------------------------------------------------------------------------------
+
+
+async def offset_commit(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """OffsetCommit (key 8). v0 commits without a group generation (simple commit)."""
+    generation_id = getattr(request, "generation_id_or_member_epoch",
+                            getattr(request, "generation_id", -1))
+    topics = [
+        (t.name, [(p.partition_index, p.committed_offset,
+                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                  for p in t.partitions])
+        for t in request.topics
+    ]
+    return _body(await coordinator.offset_commit(
+        request.group_id,
+        generation_id if api_version >= 1 else -1,
+        getattr(request, "member_id", "") if api_version >= 1 else "",
+        topics,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        retention_time_ms=(getattr(request, "retention_time_ms", -1)
+                           if 2 <= api_version <= 4 else -1),
+    ))
+
+
+async def offset_fetch(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """OffsetFetch (key 9), v0-v7. A null topic list (v2+) asks for every committed
+    partition; v2+ report a group-level error at the top, v0-v1 per partition."""
+    topics = None if request.topics is None else [
+        (t.name, list(t.partition_indexes)) for t in request.topics]
+    result = await coordinator.offset_fetch(
+        request.group_id, topics, require_stable=getattr(request, "require_stable", False))
+    if api_version >= 2 and result["error_code"] != E.NONE:
+        result["topics"] = []
+    return _body(result)
+
+
+# -- administration ------------------------------------------------------------------------------
+
+
+async def list_groups(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """ListGroups (key 16); v4+ may filter by state."""
+    return _body(await coordinator.list_groups(getattr(request, "states_filter", None)))
+
+
+async def describe_groups(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """DescribeGroups (key 15); v6+ answers GROUP_ID_NOT_FOUND for unknown groups."""
+    result = await coordinator.describe_groups(request.groups, unknown_as_error=api_version >= 6)
+    if getattr(request, "include_authorized_operations", False):
+        for group in result["groups"]:
+            if group["error_code"] == E.NONE:
+                group["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
+    return _body(result)
+
+
+async def delete_groups(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """DeleteGroups (key 42)."""
+    return _body(await coordinator.delete_groups(request.groups_names))
