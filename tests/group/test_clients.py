@@ -1,0 +1,299 @@
+"""Real group consumers (kafka-python and confluent-kafka) against an in-process broker whose
+group handlers are the one-line calls into pykfk.group.api that the server is meant to make.
+
+The broker's own group handlers are swapped for such one-liners here (the server's
+Registry takes any module with API_KEY / VERSIONS / handle), so this checks the coordinator
+and the wiring end to end with unmodified clients.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+import threading
+import time
+import types
+
+import pytest
+
+from pykfk.group import api
+from pykfk.group.coordinator import GroupConfig, GroupCoordinator
+from pykfk.group.storage import OFFSETS_TOPIC_CONFIG, LogOffsetsLog
+
+kafka = pytest.importorskip("kafka")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+dispatch = pytest.importorskip("pykfk.server.dispatch")
+testing = pytest.importorskip("pykfk.testing")
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "orders"
+PARTITIONS = 12
+RECORDS = 600
+OFFSETS_PARTITIONS = 3
+TIMEOUT_S = 60
+
+
+def _wired(name: str, call):
+    """A handler module for ``name`` that is one call into pykfk.group.api."""
+    original = importlib.import_module(f"pykfk.server.handlers.{name}")
+
+    async def handle(ctx, request):
+        return await call(ctx.broker.group_coordinator, ctx, request)
+
+    return types.SimpleNamespace(API_KEY=original.API_KEY, VERSIONS=original.VERSIONS,
+                                 handle=handle)
+
+
+def _node(broker):
+    def node_for_partition(partition: int):
+        info = broker.metadata.brokers()[0]
+        return broker.broker_id, info.host, info.port
+    return node_for_partition
+
+
+GROUP_HANDLERS = {
+    "find_coordinator": lambda c, ctx, r: api.find_coordinator(
+        c, ctx.api_version, r, node_for_partition=_node(ctx.broker)),
+    "join_group": lambda c, ctx, r: api.join_group(
+        c, ctx.api_version, r, client_id=ctx.client_id, client_host=ctx.client_host),
+    "sync_group": lambda c, ctx, r: api.sync_group(c, ctx.api_version, r),
+    "heartbeat": lambda c, ctx, r: api.heartbeat(c, ctx.api_version, r),
+    "leave_group": lambda c, ctx, r: api.leave_group(c, ctx.api_version, r),
+    "offset_commit": lambda c, ctx, r: api.offset_commit(c, ctx.api_version, r),
+    "offset_fetch": lambda c, ctx, r: api.offset_fetch(c, ctx.api_version, r),
+    "list_groups": lambda c, ctx, r: api.list_groups(c, ctx.api_version, r),
+    "describe_groups": lambda c, ctx, r: api.describe_groups(c, ctx.api_version, r),
+    "delete_groups": lambda c, ctx, r: api.delete_groups(c, ctx.api_version, r),
+}
+
+
+@pytest.fixture
+def broker(tmp_path, monkeypatch):
+    modules = [
+        _wired(name, GROUP_HANDLERS[name]) if name in GROUP_HANDLERS
+        else importlib.import_module(f"pykfk.server.handlers.{name}")
+        for name in dispatch.HANDLER_MODULES
+    ]
+    monkeypatch.setattr(dispatch.Registry, "default", classmethod(lambda cls: cls(modules)))
+    inproc = testing.InProcessBroker(str(tmp_path / "data")).start()
+
+    async def setup():
+        from pykfk.log import LogConfig
+
+        b = inproc.broker
+        b.create_topic_now(TOPIC, PARTITIONS, 1, {})
+
+        def partition_exists(topic: str, partition: int) -> bool:
+            info = b.metadata.get_topic(topic)
+            return info is not None and 0 <= partition < info.partitions
+
+        coordinator = GroupCoordinator(
+            GroupConfig(group_initial_rebalance_delay_ms=200,
+                        offsets_topic_num_partitions=OFFSETS_PARTITIONS),
+            partition_exists=partition_exists)
+        await coordinator.start()
+        config = LogConfig.from_properties({k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()})
+        for p in range(OFFSETS_PARTITIONS):
+            log = (b.log_manager.get_log("__consumer_offsets", p)
+                   or b.log_manager.create_log("__consumer_offsets", p, config))
+            await coordinator.load_partition(p, LogOffsetsLog(log))
+        b.group_coordinator = coordinator
+
+    inproc.call(setup)
+    yield inproc
+
+    async def teardown():
+        await inproc.broker.group_coordinator.shutdown()
+
+    inproc.call(teardown)
+    inproc.stop()
+    assert not inproc.loop_errors, inproc.loop_errors
+
+
+class Member(threading.Thread):
+    """One group consumer polling in its own thread, recording what it sees."""
+
+    def __init__(self, kind: str, bootstrap: str, seen: dict):
+        super().__init__(daemon=True)
+        self.kind, self.bootstrap, self.seen = kind, bootstrap, seen
+        self.assignment: set[int] = set()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            self._run_kafka_python() if self.kind == "kp" else self._run_confluent()
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+    def _record(self, partition: int, offset: int):
+        self.seen.setdefault((partition, offset), self.kind)
+
+    def _run_kafka_python(self):
+        consumer = kafka.KafkaConsumer(
+            TOPIC, bootstrap_servers=self.bootstrap, group_id="mix",
+            auto_offset_reset="earliest", enable_auto_commit=True, auto_commit_interval_ms=300,
+            session_timeout_ms=6000, heartbeat_interval_ms=300)
+        try:
+            while not self.stop_event.is_set():
+                for records in consumer.poll(timeout_ms=1000).values():
+                    for r in records:
+                        self._record(r.partition, r.offset)
+                self.assignment = {tp.partition for tp in consumer.assignment()}
+            consumer.commit()
+        finally:
+            consumer.close()
+
+    def _run_confluent(self):
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": "mix",
+            "auto.offset.reset": "earliest", "enable.auto.commit": True,
+            "auto.commit.interval.ms": 300, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300})
+        try:
+            consumer.subscribe([TOPIC])
+            while not self.stop_event.is_set():
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    self._record(msg.partition(), msg.offset())
+                self.assignment = {tp.partition for tp in consumer.assignment()}
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+
+
+def _produce(bootstrap: str):
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(RECORDS):
+        producer.send(TOPIC, value=b"v%d" % i, partition=i % PARTITIONS)
+    producer.flush()
+    producer.close()
+
+
+def _wait(condition, what: str):
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_mixed_group_shares_partitions_commits_and_survives_reload(broker):
+    _produce(broker.bootstrap)
+    seen: dict = {}
+    members = [Member(kind, broker.bootstrap, seen) for kind in ("kp", "kp", "ck")]
+    for m in members:
+        m.start()
+    try:
+        _wait(lambda: len(seen) == RECORDS and all(len(m.assignment) == 4 for m in members)
+              or any(m.error for m in members), "every record and an even 4/4/4 split")
+        assert not [m.error for m in members if m.error]
+        assignments = [m.assignment for m in members]
+        assert set().union(*assignments) == set(range(PARTITIONS))  # each partition once
+        assert {kind for kind in seen.values()} == {"kp", "ck"}
+
+        coordinator = broker.broker.group_coordinator
+        described = broker.call(lambda: coordinator.describe_groups(["mix"]))["groups"][0]
+        assert described["group_state"] == "Stable"
+        assert sorted(m["client_id"].split("-")[0] for m in described["members"]) == [
+            "kafka", "kafka", "rdkafka"]
+        assert all(m["member_assignment"] for m in described["members"])
+
+        def all_committed():
+            fetched = broker.call(lambda: coordinator.offset_fetch("mix", None))
+            offsets = {p["partition_index"]: p["committed_offset"]
+                       for t in fetched["topics"] for p in t["partitions"]}
+            return offsets == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+        _wait(all_committed, "committed offsets at the end of every partition")
+    finally:
+        for m in members:
+            m.stop_event.set()
+        for m in members:
+            m.join(30)
+
+    # Everyone left: the group is Empty, and its offsets come back from the log after the
+    # coordinator unloads and reloads its partitions (what a broker restart does).
+    coordinator = broker.broker.group_coordinator
+    def group_state():
+        return broker.call(lambda: coordinator.list_groups())["groups"][0]["group_state"]
+    _wait(lambda: group_state() == "Empty", "the group to become empty")
+
+    async def reload():
+        logs = {p: LogOffsetsLog(broker.broker.log_manager.get_log("__consumer_offsets", p))
+                for p in range(OFFSETS_PARTITIONS)}
+        for p in range(OFFSETS_PARTITIONS):
+            await coordinator.unload_partition(p)
+        assert coordinator.group("mix") is None
+        for p, offsets_log in logs.items():
+            await coordinator.load_partition(p, offsets_log)
+        return await coordinator.offset_fetch("mix", None)
+
+    fetched = broker.call(reload)
+    assert {p["partition_index"]: p["committed_offset"]
+            for t in fetched["topics"] for p in t["partitions"]} == {
+        p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+
+    # A consumer restarted in the group resumes after the committed offsets: nothing new.
+    consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=broker.bootstrap, group_id="mix",
+                                   auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        got = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not consumer.assignment():
+            got += [r for rs in consumer.poll(timeout_ms=200).values() for r in rs]
+        got += [r for rs in consumer.poll(timeout_ms=1000).values() for r in rs]
+        assert len(consumer.assignment()) == PARTITIONS
+        assert got == []
+    finally:
+        consumer.close()
+
+
+def _subscription(topic: str) -> bytes:
+    """ConsumerProtocolSubscription v0: version int16, topics [string], user_data bytes."""
+    name = topic.encode()
+    return (struct.pack(">hi", 0, 1) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i", 0))
+
+
+def test_silent_member_is_expelled_and_a_late_joiner_gets_partitions(broker):
+    _produce(broker.bootstrap)
+    coordinator = broker.broker.group_coordinator
+    coordinator.config.group_min_session_timeout_ms = 1000
+    seen: dict = {}
+    members = [Member("kp", broker.bootstrap, seen) for _ in range(2)]
+    for m in members:
+        m.start()
+    try:
+        _wait(lambda: [len(m.assignment) for m in members] == [6, 6], "a 6/6 split")
+
+        # A member that joins, takes its share, then dies without a word (kill -9).
+        async def ghost():
+            join = await coordinator.join_group(
+                "mix", "", "consumer", [("range", _subscription(TOPIC))],
+                session_timeout_ms=1500, rebalance_timeout_ms=10_000, client_id="ghost")
+            sync = await coordinator.sync_group("mix", join["generation_id"], join["member_id"])
+            return join, sync
+
+        join, sync = broker.call(ghost)
+        assert join["error_code"] == 0 and sync["error_code"] == 0 and sync["assignment"]
+        _wait(lambda: [len(m.assignment) for m in members] == [4, 4],
+              "a 4/4/4 split with the ghost")
+        # Its session runs out; the live members take its partitions back.
+        _wait(lambda: [len(m.assignment) for m in members] == [6, 6], "the ghost to be expelled")
+        assert coordinator.group("mix").generation_id >= 3
+
+        late = Member("ck", broker.bootstrap, seen)
+        members.append(late)
+        late.start()
+        _wait(lambda: sorted(len(m.assignment) for m in members) == [4, 4, 4]
+              and set().union(*(m.assignment for m in members)) == set(range(PARTITIONS)),
+              "the late joiner to get its share")
+        _wait(lambda: len(seen) == RECORDS, "every record")
+        assert not [m.error for m in members if m.error]
+    finally:
+        for m in members:
+            m.stop_event.set()
+        for m in members:
+            m.join(30)
