@@ -69,6 +69,9 @@ cdef enum:
     # Kafka's AbstractIndex uses 8 KiB as the warm section (see _floor_slot).
     WARM_SECTION_BYTES = 8192
 
+INDEX_ENTRY_SIZE_BYTES = INDEX_ENTRY_SIZE
+TIMEINDEX_ENTRY_SIZE_BYTES = TIMEINDEX_ENTRY_SIZE
+
 # Recovery calls its progress callback (and retakes the GIL) this often.
 PROGRESS_INTERVAL_BYTES = 16 * 1024 * 1024
 
