@@ -237,7 +237,7 @@ def parse_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
     logical: list[str] = []
     for raw_line in text.splitlines():
-        line = raw_line.lstrip() if not logical else raw_line.lstrip()
+        line = raw_line.lstrip()
         if not logical and (not line or line[0] in "#!"):
             continue
         # An odd number of trailing backslashes continues the line.

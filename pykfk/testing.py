@@ -166,7 +166,7 @@ class BrokerProcess:
     def __enter__(self) -> BrokerProcess:
         return self.start() if not self.is_running() else self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -225,7 +225,7 @@ class InProcessBroker:
             self.broker = Broker(self.config)
             try:
                 await self.broker.start()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
                 self._start_error = exc
                 self._started.set()
                 await self.broker.stop()

@@ -58,7 +58,7 @@ def _is_file_region(chunk: Any) -> bool:
 class _Slot:
     """One request in flight: its task (or ready chunks) and its context's owned fds."""
 
-    __slots__ = ("work", "owned_fds", "frame_size")
+    __slots__ = ("frame_size", "owned_fds", "work")
 
     def __init__(self, work: asyncio.Future | list | None, owned_fds: list[int], frame_size: int):
         self.work = work

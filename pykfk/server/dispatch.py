@@ -22,7 +22,6 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-
 if TYPE_CHECKING:
     from pykfk.broker import Broker
 
@@ -164,7 +163,7 @@ class Dispatcher:
         try:
             header, body_offset = self._framing.decode_request_header(view)
             request = self._specs[api_key].decode_request(view, body_offset, api_version)
-        except Exception as exc:  # ProtocolError, or anything a hostile frame provokes
+        except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, client_host

@@ -9,7 +9,14 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.compat.conftest import expected_records
@@ -115,7 +122,7 @@ def test_produce_matrix(shared_broker, topic_name, acks, codec, idempotent):
     create_topics(shared_broker.bootstrap, topic_name)
     expected = expected_records(2000, PARTITIONS, value_size=150)
     conf = {"acks": acks, "compression.type": codec, "enable.idempotence": idempotent}
-    acked, errors = produce(shared_broker.bootstrap, topic_name, expected, **conf)
+    _acked, errors = produce(shared_broker.bootstrap, topic_name, expected, **conf)
     assert not errors
     check(consume(shared_broker.bootstrap, topic_name, len(expected)), expected)
 
@@ -156,7 +163,7 @@ def test_restart_between_produce_and_consume(pykfk_broker_factory, topic_name):
 
 
 def _newest_log_file(log_dir, topic, partition):
-    return sorted(glob.glob(os.path.join(log_dir, f"{topic}-{partition}", "*.log")))[-1]
+    return max(glob.glob(os.path.join(log_dir, f"{topic}-{partition}", "*.log")))
 
 
 def test_kill_9_mid_produce_keeps_every_acknowledged_record(pykfk_broker_factory, topic_name):

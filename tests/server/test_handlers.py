@@ -8,8 +8,8 @@ import time
 import zlib
 
 import pytest
-
 from pykfk._core.records import build_batch, iter_records
+
 from pykfk.errors import ErrorCode
 from pykfk.server.dispatch import Registry
 
@@ -247,7 +247,7 @@ def test_acks_zero_gets_no_response(raw):
     }
     raw.send(PRODUCE, 7, body)
     correlation_id = raw.send(API_VERSIONS, 0, {})
-    got, response = raw.recv(API_VERSIONS, 0)
+    got, _response = raw.recv(API_VERSIONS, 0)
     assert got == correlation_id  # the produce was never answered
     assert list_offset(raw, "fire", 0, -1).offset == 1
 

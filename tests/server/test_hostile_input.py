@@ -10,8 +10,8 @@ import struct
 import time
 
 import pytest
-
 from pykfk._core.records import build_batch
+
 from pykfk.errors import ErrorCode
 from tests.server.conftest import RawClient
 from tests.server.test_handlers import API_VERSIONS, METADATA, PRODUCE, create_topic, fetch, produce
@@ -179,7 +179,7 @@ def test_flood_of_pipelined_requests_without_reading(target):
         for _ in range(20000):
             client.sock.sendall(frame * 100)
             sent += 100
-    except (socket.timeout, OSError):
+    except (TimeoutError, OSError):
         pass
     assert target.rss_kb() - target.baseline_rss_kb < RSS_GROWTH_LIMIT_KB
     client.close()
