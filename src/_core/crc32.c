@@ -1,11 +1,12 @@
 /* CRC-32 (IEEE 802.3) and CRC-32C (Castagnoli). See crc32.h for the contract.
  *
- * Three implementations, picked once per process by CPU feature (pthread_once):
+ * Implementations, picked once per process from the CPU's features (under pthread_once):
  *   - slicing-by-8 tables: portable C, any CPU, and always behind the *_portable names;
  *   - CRC-32C on x86-64 with SSE4.2: the crc32 instruction over six interleaved streams,
  *     joined with PCLMULQDQ (a single stream when the CPU has SSE4.2 but no PCLMULQDQ);
  *   - CRC-32 on x86-64 with PCLMULQDQ: 4 x 128-bit folding, then Barrett reduction, as in
- *     Intel's white paper "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ".
+ *     Intel's white paper "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ";
+ *     the same folding on 4 x 512-bit registers when VPCLMULQDQ and AVX-512 are there.
  * SIMD code is enabled per function with __attribute__((target)), so the file builds
  * without -m flags and runs on any x86-64.
  *
@@ -57,7 +58,7 @@ static inline uint32_t load_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint32_t slices_update(const uint32_t t[8][256], uint32_t state, const uint8_t *p,
+static uint32_t slices_update(uint32_t t[8][256], uint32_t state, const uint8_t *p,
                               size_t len)
 {
     while (len >= 8) {
@@ -127,9 +128,9 @@ static PK_TARGET_SSE42 uint32_t crc32c_update_sse42(uint32_t state, const uint8_
     return crc32c_serial(state, p, len);
 }
 
-/* The crc32 instruction has a 3-cycle latency and issues once per cycle (Intel) or twice
- * per cycle (AMD Zen 5): six independent streams keep both kinds of core busy (measured
- * 11 GB/s for one stream, 33 for three, 60 for six on Zen 5). */
+/* The crc32 instruction has a 3-cycle latency and issues once per cycle on most cores and
+ * twice on recent AMD ones: three streams fill the former, six the latter (measured on an
+ * AMD EPYC with AVX-512: 11 GB/s for one stream, 33 for three, 60 for six). */
 #define C_STREAMS 6
 
 /* state * x^(8n) mod P for a shift of n bytes, given k = x^(8n-33) mod P (reflected):
@@ -143,8 +144,8 @@ PK_INLINE PK_TARGET_SSE42_PCLMUL uint64_t shift_unreduced(uint32_t state, uint32
     return (uint64_t)_mm_cvtsi128_si64(product);
 }
 
-/* Joining constants: group_shifts[m-1] = x^(8*m*block - 33) mod P_c, reflected, for
- * m = 1..C_STREAMS (computed by tests/core/test_crc.py::test_folding_constants). */
+/* Joining constants: c_shifts_<block>[m-1] = x^(8*m*block - 33) mod P, reflected, for
+ * m = 1..C_STREAMS (re-derived by tests/core/test_crc.py::test_folding_constants). */
 static const uint32_t c_shifts_4096[C_STREAMS] = {
     0x82f89c77, 0x54a86326, 0xc1f19ee1, 0x1dc403cc, 0x68bfa742, 0x6a173fa1};
 static const uint32_t c_shifts_512[C_STREAMS] = {
@@ -174,7 +175,8 @@ PK_INLINE PK_TARGET_SSE42_PCLMUL uint32_t crc32c_groups(uint32_t state, const ui
             s4 = _mm_crc32_u64(s4, load_u64(p + 4 * block + i));
             s5 = _mm_crc32_u64(s5, load_u64(p + 5 * block + i));
         }
-        uint64_t joined = shift_unreduced(state, shifts[5]) ^ shift_unreduced((uint32_t)s0, shifts[4])
+        uint64_t joined = shift_unreduced(state, shifts[5])
+                          ^ shift_unreduced((uint32_t)s0, shifts[4])
                           ^ shift_unreduced((uint32_t)s1, shifts[3])
                           ^ shift_unreduced((uint32_t)s2, shifts[2])
                           ^ shift_unreduced((uint32_t)s3, shifts[1])
@@ -208,10 +210,11 @@ static PK_TARGET_SSE42_PCLMUL uint32_t crc32c_update_streams(uint32_t state, con
 
 /* --- CRC-32 with PCLMULQDQ folding ------------------------------------------------------ */
 
-/* Folding a 128-bit register x forward by F bits: x = hi_x^64... in register terms
- * x*x^F = L*x^(64+F) + H*x^F with L, H its low/high 64-bit lanes; PCLMULQDQ of reflected
- * lanes yields a*b*x, so the lane multipliers are x^(64+F-1) and x^(F-1) mod P (reflected
- * 64-bit; they have degree < 32, hence the zero low halves). */
+/* Folding a 128-bit register x forward over F bits of later data: with L and H its low
+ * and high 64-bit lanes (L holds the higher powers), x*x^F = L*x^(64+F) + H*x^F. PCLMULQDQ
+ * of two reflected lanes yields a*b*x, so the lane multipliers are x^(64+F-1) and x^(F-1)
+ * mod P (reflected 64-bit; of degree < 32, hence the zero low halves). The product has
+ * degree < 128 and stays congruent, which is all the final reduction needs. */
 #define FOLD_CONSTANTS(x_64_f_1, x_f_1) _mm_set_epi64x((long long)(x_f_1), (long long)(x_64_f_1))
 
 PK_INLINE PK_TARGET_PCLMUL __m128i fold(__m128i x, __m128i k)
@@ -221,7 +224,7 @@ PK_INLINE PK_TARGET_PCLMUL __m128i fold(__m128i x, __m128i k)
 
 static inline __m128i load_m128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
 
-/* x*x^32 mod P for the 128-bit register x (the state after the bytes x holds):
+/* x*x^32 mod P for the 128-bit register x, i.e. the state after the 16 bytes it holds:
  * 128 -> 96 bits: lo*x^96 + hi*x^32,     lo*x^96 by the multiplier x^95;
  *  96 -> 64 bits: top32*x^64 + rest,      top32*x^64 by the multiplier x^63;
  *  64 -> 32 bits: Barrett, q = floor(top32 * mu / x^32) with mu = floor(x^64 / P), and
@@ -257,8 +260,8 @@ PK_INLINE PK_TARGET_PCLMUL uint32_t crc32_finish(__m128i x, const uint8_t *p, si
     return crc32_update_slices(crc32_reduce(x), p, len);
 }
 
-/* Below this many bytes the tables win (one fold chain plus the reduction costs about
- * as much as 64 table steps; measured with bench/bench_crc32.py::test_crc32_sizes). */
+/* Below 64 bytes the tables win: the fold chain plus the reduction cost about as much
+ * as 64 table steps (compare crc32 and crc32 portable in bench/bench_crc32.py::test_crc_sizes). */
 #define CRC32_FOLD_MIN 64
 
 static PK_TARGET_PCLMUL uint32_t crc32_update_pclmul(uint32_t state, const uint8_t *p,
@@ -288,7 +291,7 @@ static PK_TARGET_PCLMUL uint32_t crc32_update_pclmul(uint32_t state, const uint8
 
 /* The same folding on 512-bit registers (four 128-bit lanes per instruction), for CPUs
  * with VPCLMULQDQ and AVX-512: 128-bit PCLMULQDQ issues at most once per cycle, so the
- * wide form is what outruns the memory system (16 -> 60 GB/s on Zen 5). */
+ * wide form is what reaches memory speed (16 -> 60 GB/s on the same AMD EPYC). */
 #define PK_TARGET_VPCLMUL512 __attribute__((target("avx512f,vpclmulqdq,pclmul")))
 
 PK_INLINE PK_TARGET_VPCLMUL512 __m512i fold512(__m512i x, __m512i k, __m512i data)
@@ -303,6 +306,7 @@ static inline PK_TARGET_VPCLMUL512 __m512i load_m512(const uint8_t *p)
     return _mm512_loadu_si512((const void *)p);
 }
 
+/* One load of all four registers; shorter inputs take the 128-bit path. */
 #define CRC32_WIDE_MIN 256
 
 static PK_TARGET_VPCLMUL512 uint32_t crc32_update_vpclmul512(uint32_t state, const uint8_t *p,
