@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing_extensions import Buffer
 
 GIL_RELEASE_BYTES: int
+_FEATURE_BITS: dict[str, int]
 
 def crc32(buf: Buffer, start: int = 0, end: int | None = None, value: int = 0) -> int:
     """CRC-32 (zlib.crc32) of buf[start:end], continuing from ``value``."""

@@ -146,6 +146,27 @@ def test_crc32c_every_length_and_alignment(
     assert _mismatches(crc, sweep_buffer, crc32c_expected) == []
 
 
+# Where the implementations change strategy: CRC-32C stream groups of 6 x 4096/512/64/16
+# bytes, CRC-32 folding from 64 (128-bit) and 256 bytes (512-bit), and 2 groups of each.
+BOUNDARIES = sorted({6 * 4096, 6 * 512, 6 * 64, 6 * 16, 64, 256} | {12 * 4096, 12 * 512, 512})
+BOUNDARY_LENGTHS = sorted({n + d for n in BOUNDARIES for d in range(-9, 10)})
+
+
+@pytest.mark.parametrize(
+    ("paths", "oracle"),
+    [pytest.param(CRC32_PATHS, zlib.crc32, id="crc32"),
+     pytest.param(CRC32C_PATHS, _oracle_crc32c, id="crc32c")],
+)
+def test_strategy_boundaries(paths: list[object], oracle: CrcFunction) -> None:
+    data = random.Random(99).randbytes(max(BOUNDARY_LENGTHS) + 8)
+    view = memoryview(data)
+    for param in paths:
+        crc = param.values[0]  # type: ignore[attr-defined]
+        for n in BOUNDARY_LENGTHS:
+            for a in (0, 1, 3, 7):
+                assert crc(data, a, a + n, 0x1234) == oracle(view[a:a + n], 0x1234), (param, n, a)
+
+
 def test_memoryview_slices_match_start_end(
     sweep_buffer: bytes, crc32_expected: list[list[int]], crc32c_expected: list[list[int]]
 ) -> None:
