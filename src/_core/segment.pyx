@@ -931,9 +931,7 @@ cdef class Segment:
         first_end = start + h.batch_length + _batch.PK_BATCH_LOG_OVERHEAD
         if first_end > cap:
             return None
-        limit = start + max_bytes if max_bytes > 0 else start
-        if limit > cap:
-            limit = cap
+        limit = cap if max_bytes > cap - start else start + (max_bytes if max_bytes > 0 else 0)
         if limit <= first_end:
             return (start, first_end - start)
         # Jump to the last index point at or below the limit, then walk the few batches

@@ -483,6 +483,31 @@ def test_corrupt_index_is_detected_on_open_and_rebuilt(tmp_path, rng, damage, su
     seg.close()
 
 
+def test_log_shorter_than_its_index_after_a_crash_rebuilds_the_index(tmp_path, rng):
+    """The index pages reached the disk but the .log's last pages did not."""
+    seg, batches = _fill(tmp_path, rng)
+    seg.flush()
+    shutil.copytree(tmp_path, tmp_path / "crash", ignore=shutil.ignore_patterns("crash"))
+    seg.close()
+    os.truncate(tmp_path / "crash" / os.path.basename(seg.path), sum(map(len, batches[:50])))
+    seg = Segment(tmp_path / "crash", 50, index_interval_bytes=400)
+    assert seg.indexes_rebuilt and not seg.needs_recovery
+    assert seg.next_offset == struct.unpack_from(">q", batches[50])[0]
+    assert_matches_reference(seg)
+    seg.close()
+
+
+def test_read_with_huge_max_bytes_and_positions(tmp_path):
+    seg = Segment(tmp_path, 0)
+    batches = [make_batch(i) for i in range(4)]
+    seg.append(b"".join(batches))
+    assert seg.read(1, 2**63 - 1) == (len(batches[0]), seg.size - len(batches[0]))
+    assert seg.read(1, -5) == (len(batches[0]), len(batches[1]))
+    assert seg.read(-100, 1) == (0, len(batches[0]))
+    assert seg.read(0, 10, 2**62) == (0, len(batches[0]))
+    seg.close()
+
+
 def test_sanity_check_finds_damage_the_open_check_cannot_see(tmp_path, rng):
     seg, _ = _fill(tmp_path, rng)
     expected = actual_indexes(seg)

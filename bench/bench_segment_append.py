@@ -1,0 +1,148 @@
+"""Segment append (write + index upkeep) against a bare os.write of the same bytes.
+
+    python -m pytest bench/bench_segment_append.py                       # figures + table
+    python -m pytest bench/bench_segment_append.py --benchmark-disable   # one quick pass (CI)
+
+Payload: 1 MiB of batches of ~200-byte records, in two shapes: 16 KiB batches (the
+producer default batch.size) and 1 KiB batches (a latency-tuned producer; five times the
+headers to walk and index per MiB). Each candidate writes `calls` distinct MiB with their
+own offsets into page cache; files are emptied between timed runs so both sides pay the
+same page allocation. Times are best-of-N with the candidates taking turns (the machine
+is shared). The validate+assign+append line is the whole produce path of one partition
+(target >= 0.7x of os.write); append alone should be close to os.write.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pykfk._core.segment import Segment
+from pykfk._reference import segment as reference
+
+try:
+    import pykfk._core.records as records
+except ImportError:  # pragma: no cover - records not built
+    records = None
+
+MIB = 1 << 20
+RECORD_VALUE = 170   # + key, header and framing = ~200 bytes a record
+
+
+def _payloads(batch_bytes: int, copies: int) -> list[bytearray]:
+    """`copies` MiB-sized payloads with consecutive offsets (copy k starts where k-1 ended)."""
+    rng = random.Random(batch_bytes)
+    per_batch = max(1, batch_bytes // 200)
+    one = bytearray()
+    while len(one) < MIB:
+        recs = [(b"key-%08d" % rng.getrandbits(24), rng.randbytes(RECORD_VALUE),
+                 1_700_000_000_000 + i, [("trace", b"%08x" % rng.getrandbits(32))])
+                for i in range(per_batch)]
+        one += records.build_batch(recs)
+    out = []
+    next_offset = 0
+    for _ in range(copies):
+        p = bytearray(one)
+        next_offset = records.assign_offsets(p, next_offset)
+        out.append(p)
+    return out
+
+
+def _seconds(function: Callable[[], object], reset: Callable[[], object]) -> float:
+    reset()
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def _best(functions: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+          rounds: int) -> dict[str, float]:
+    best = dict.fromkeys(functions, float("inf"))
+    for _ in range(rounds):
+        for name, (function, reset) in functions.items():
+            best[name] = min(best[name], _seconds(function, reset))
+    return best
+
+
+@pytest.mark.skipif(records is None, reason="pykfk._core.records is not built")
+@pytest.mark.benchmark(group="segment-append-1MiB")
+@pytest.mark.parametrize("batch_bytes", [16 * 1024, 1024], ids=["16KiB-batches", "1KiB-batches"])
+def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  # type: ignore[no-untyped-def]
+    disabled = getattr(benchmark, "disabled", False)
+    calls, rounds = (2, 1) if disabled else (16, 15)
+    payloads = _payloads(batch_bytes, calls)
+    batches = len(records.validate_batches(payloads[0]))
+    seg = Segment(str(tmp_path), 0)
+    raw_fd = os.open(tmp_path / "raw.bin", os.O_RDWR | os.O_CREAT, 0o644)
+    staging = [bytearray(p) for p in payloads]   # re-validated and re-assigned each run
+
+    def reset_raw() -> None:
+        os.ftruncate(raw_fd, 0)
+        os.lseek(raw_fd, 0, os.SEEK_SET)
+
+    def reset_segment() -> None:
+        seg.truncate_to(0)
+
+    def os_write() -> None:
+        for p in payloads:
+            os.write(raw_fd, p)
+
+    def append() -> None:
+        for p in payloads:
+            seg.append(p)
+
+    def produce() -> None:
+        for p in staging:
+            records.validate_batches(p)
+            records.assign_offsets(p, seg.next_offset)
+            seg.append(p)
+
+    candidates = {"os.write": (os_write, reset_raw), "append": (append, reset_segment)}
+    if hasattr(records, "validate_batches") and hasattr(records, "assign_offsets"):
+        candidates["validate+assign+append"] = (produce, reset_segment)
+    try:
+        t = _best(candidates, rounds)
+        entries = seg.index_entries
+        # the pure-Python oracle's share of the work: walking headers + index points
+        one = bytes(payloads[0])
+        start = time.perf_counter()
+        infos, _ = reference.scan(one)
+        reference.build_indexes(infos, 0, 4096)
+        ref_s = time.perf_counter() - start
+    finally:
+        seg.close()
+        os.close(raw_fd)
+    mb = calls * MIB / 1e6
+    speed = {k: mb / v for k, v in t.items()}
+    ratio = t["os.write"] / t["append"]
+    line = (f"{batches} batches/MiB: os.write {speed['os.write']:.0f} MB/s | "
+            f"Segment.append {speed['append']:.0f} MB/s = {ratio:.2f}x of os.write "
+            f"({entries} index entries) | reference header walk + index rule "
+            f"{len(one) / ref_s / 1e6:.0f} MB/s (no write)")
+    if "validate+assign+append" in t:
+        full = t["os.write"] / t["validate+assign+append"]
+        line += (f" | validate+assign+append {speed['validate+assign+append']:.0f} MB/s = "
+                 f"{full:.2f}x of os.write (target >= 0.7x)")
+        benchmark.extra_info["produce_ratio"] = round(full, 2)
+    benchmark.extra_info["append_ratio"] = round(ratio, 2)
+    report(line)
+
+    with tempfile.TemporaryDirectory() as d:
+        bench_seg = Segment(d, 0)
+        it = iter(range(1 << 30))
+
+        def one_append() -> None:
+            k = next(it) % calls
+            if k == 0:   # offsets start again at 0
+                bench_seg.truncate_to(0)
+            bench_seg.append(payloads[k])
+
+        try:
+            benchmark(one_append)
+        finally:
+            bench_seg.close()
