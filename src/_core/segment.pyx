@@ -479,28 +479,32 @@ cdef class Segment:
             if not os.path.exists(p):
                 missing.append(os.path.basename(p))
         self._log_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = _file_size(self._log_fd)
-        if missing and self.size > 0 and not rebuild_bad_indexes:
-            self._abandon()   # report, and leave the directory as it was
-            raise IndexCorruptError(f"{self.path}: missing " + " and ".join(missing))
-        partial_oi = self._open_index(&self._oi, self.index_path, preallocate)
-        partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate)
-        self._closed = False
+        try:
+            self.size = _file_size(self._log_fd)
+            if missing and self.size > 0 and not rebuild_bad_indexes:
+                self._abandon()   # report, and leave the directory as it was
+                raise IndexCorruptError(f"{self.path}: missing " + " and ".join(missing))
+            partial_oi = self._open_index(&self._oi, self.index_path, preallocate)
+            partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate)
+            self._closed = False
 
-        reason = None
-        if missing and self.size > 0:
-            reason = "missing " + " and ".join(missing)
-        elif partial_oi or partial_ti:
-            reason = "index file length is not a whole number of entries"
-        else:
-            reason = self._load_from_indexes()
-        if reason is not None:
-            if not rebuild_bad_indexes:
-                self._abandon()
-                raise IndexCorruptError(f"{self.path}: {reason}")
-            self.index_rebuild_reason = reason
-            self.rebuild_indexes()
-            self.indexes_rebuilt = True
+            reason = None
+            if missing and self.size > 0:
+                reason = "missing " + " and ".join(missing)
+            elif partial_oi or partial_ti:
+                reason = "index file length is not a whole number of entries"
+            else:
+                reason = self._load_from_indexes()
+            if reason is not None:
+                if not rebuild_bad_indexes:
+                    self._abandon()
+                    raise IndexCorruptError(f"{self.path}: {reason}")
+                self.index_rebuild_reason = reason
+                self.rebuild_indexes()
+                self.indexes_rebuilt = True
+        except BaseException:
+            self._abandon()   # a failed open leaves the files as they were
+            raise
 
     cdef bint _open_index(self, _Index *ix, str path, bint preallocate) except -1:
         """Opens/creates one index file and counts its used entries; True when its length
