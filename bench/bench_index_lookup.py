@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import random
 import struct
 import time
 
 import pytest
-
 from pykfk._core.segment import Segment
+
 from pykfk._reference import segment as reference
 
 ENTRIES = 1_000_000
@@ -88,7 +87,7 @@ def test_lookup(benchmark, report, big_segment, where) -> None:  # type: ignore[
     else:
         targets = list(range(seg.next_offset - LOOKUPS, seg.next_offset))
     rounds = 1 if getattr(benchmark, "disabled", False) else 20
-    rels = [seg.index_entry(i)[0] for i in range(0, ENTRIES)] if where == "random" else None
+    rels = [seg.index_entry(i)[0] for i in range(ENTRIES)] if where == "random" else None
     t_index = _per_call(seg.index_lookup, targets, rounds)
     t_position = _per_call(seg.position_of, targets, rounds)
     t_read = _per_call(lambda o: seg.read(o, 1 << 20), targets, rounds)

@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from pykfk._core.segment import Segment
+
 from pykfk._reference import segment as reference
 
 try:
-    import pykfk._core.records as records
+    from pykfk._core import records
 except ImportError:  # pragma: no cover - records not built
     records = None
 

@@ -30,7 +30,6 @@ import threading
 import time
 
 import pytest
-
 from pykfk._core.sendfile import sendfile
 
 MIB = 1 << 20
@@ -43,8 +42,7 @@ def source_fd(tmp_path_factory):
     path = tmp_path_factory.mktemp("sendfile") / "segment.log"
     block = os.urandom(MIB)
     with open(path, "wb") as f:
-        for _ in range(SIZE // MIB):
-            f.write(block)
+        f.writelines(block for _ in range(SIZE // MIB))
     fd = os.open(path, os.O_RDONLY)
     os.pread(fd, 1, SIZE - 1)
     yield fd

@@ -8,8 +8,8 @@ timeindex_lookup, used_entries). Everything works on in-memory images of the fil
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 INDEX_ENTRY_SIZE = 8
 TIMEINDEX_ENTRY_SIZE = 12

@@ -43,9 +43,10 @@ the log (and refuse concurrent use). ``close``, ``truncate_to`` and ``recover`` 
 RuntimeError while an append or flush is in flight in another thread.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 from typing_extensions import Buffer as _Buffer
+from typing_extensions import Self
 
 INDEX_ENTRY_SIZE_BYTES: int
 TIMEINDEX_ENTRY_SIZE_BYTES: int
@@ -169,5 +170,5 @@ class Segment:
         """Trims the indexes to their used entries and closes the files. Idempotent."""
     def delete(self) -> None:
         """Closes the segment and removes its three files."""
-    def __enter__(self) -> Segment: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *exc_info: object) -> None: ...

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from pykfk._core.sendfile import sendfile
 
 
