@@ -40,6 +40,8 @@ log = logging.getLogger("pykfk.broker")
 # for the partition suffix and ".deleted" in directory names).
 TOPIC_NAME_MAX_LENGTH = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+# The internal topic of committed offsets and group metadata (pykfk.group.OFFSETS_TOPIC).
+INTERNAL_OFFSETS_TOPIC = "__consumer_offsets"
 # Upper bound per topic: a single request must not be able to create millions of
 # directories and open files on this broker.
 MAX_PARTITIONS_PER_TOPIC = 10000
@@ -74,6 +76,7 @@ class Broker:
         self.port = 0
         self.stopping = False
         self._default_log_config: Any = None
+        self.group_coordinator: Any = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class Broker:
                 if self.log_manager.get_log(topic.name, partition) is None:
                     self.log_manager.create_log(topic.name, partition, self.log_config_for(topic))
         self.log_manager.start(loop)
+        await self._start_group_coordinator()
 
         self.server = KafkaServer(
             Dispatcher(self, Registry.default()),
@@ -142,6 +146,10 @@ class Broker:
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
         self.waiters.wake_all()
+        if self.group_coordinator is not None:
+            # Parked JoinGroup/SyncGroup calls answer NOT_COORDINATOR while the server
+            # can still send them; pending offset writes finish before the logs close.
+            await self.group_coordinator.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if self.log_manager is not None:
@@ -149,6 +157,42 @@ class Broker:
         if getattr(self, "metadata", None) is not None:
             self.metadata.close()
         log.info("broker %d stopped", self.config.broker_id)
+
+    async def _start_group_coordinator(self) -> None:
+        """Start the coordinator; load ``__consumer_offsets`` if it exists (a standalone
+        broker leads every partition of it, so it coordinates every group)."""
+        from pykfk.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+
+        props = self.config.group_properties()
+        info = self.metadata.get_topic(OFFSETS_TOPIC)
+        if info is not None:
+            # As in Kafka, an existing topic's partition count wins over the setting: the
+            # group -> partition mapping must not move under committed offsets.
+            props["offsets.topic.num.partitions"] = info.partitions
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_properties(props), partition_exists=self.partition_exists
+        )
+        await self.group_coordinator.start()
+        if info is not None:
+            await self.load_offsets_topic()
+
+    async def load_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (Kafka does so on the first
+        FindCoordinator) and load every partition of it; cheap once done."""
+        from pykfk.config import TOPIC_KEYS
+        from pykfk.group import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, LogOffsetsLog
+
+        coordinator = self.group_coordinator
+        info = self.metadata.get_topic(OFFSETS_TOPIC)
+        if info is None:
+            configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
+            partitions = coordinator.config.offsets_topic_num_partitions
+            info = self.create_topic_now(OFFSETS_TOPIC, partitions, 1, configs)
+        if len(coordinator.owned_partitions) == info.partitions:
+            return
+        self._create_logs(info, 0)
+        for partition in range(info.partitions):
+            await coordinator.load_partition(partition, LogOffsetsLog(self.get_log(OFFSETS_TOPIC, partition)))
 
     # -- services for handlers -------------------------------------------------------
 
@@ -159,6 +203,20 @@ class Broker:
     def get_log(self, topic: str, partition: int) -> Any:
         """The partition's Log, or None when this broker has no such partition."""
         return self.log_manager.get_log(topic, partition)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        info = self.metadata.get_topic(topic)
+        return info is not None and 0 <= partition < info.partitions
+
+    def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the leader of a ``__consumer_offsets`` partition:
+        this broker, as the advertised listener gives it."""
+        info = self.metadata.brokers()[0]
+        return info.node_id, info.host, info.port
+
+    @staticmethod
+    def is_internal_topic(name: str) -> bool:
+        return name == INTERNAL_OFFSETS_TOPIC
 
     def log_config_for(self, topic: TopicInfo) -> Any:
         return self._default_log_config.with_overrides(topic.configs)
@@ -262,6 +320,7 @@ class Broker:
         info = self.metadata.get_topic(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        self._refuse_internal(name, "deleted")
         await self.metadata.delete_topic(name)
         for partition in range(info.partitions):
             self.log_manager.delete_log(name, partition)
@@ -272,6 +331,7 @@ class Broker:
         info = self.metadata.get_topic(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        self._refuse_internal(name, "given more partitions")
         if total <= info.partitions:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -288,6 +348,15 @@ class Broker:
         new_info = await self.metadata.create_partitions(name, total)
         self._create_logs(new_info, info.partitions)
         log.info("topic %s now has %d partitions", name, total)
+
+    def _refuse_internal(self, name: str, change: str) -> None:
+        # The loaded coordinator owns __consumer_offsets: deleting it would drop every
+        # committed offset, and more partitions would move groups to other partitions.
+        # (Kafka's topic tool refuses deletion too; its broker relies on that.)
+        if self.is_internal_topic(name):
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic {name} is internal and cannot be {change}."
+            )
 
     async def allocate_producer_id(self) -> int:
         return await self.metadata.allocate_producer_id()

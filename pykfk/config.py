@@ -164,6 +164,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("queued.max.requests", _at_least(1), 500, "requests read ahead per connection", "int"),
         _key("offsets.topic.num.partitions", _at_least(1), 50, "partitions of the offsets topic", "int"),
         _key("group.initial.rebalance.delay.ms", _at_least(0), 3000, "delay of the first rebalance", "int"),
+        _key("group.min.session.timeout.ms", _at_least(0), 6000, "shortest session timeout a member may ask", "int"),
+        _key("group.max.session.timeout.ms", _at_least(0), 1800000, "longest session timeout a member may ask", "int"),
+        _key("group.max.size", _at_least(1), INT32_MAX, "most members in one consumer group", "int"),
+        # pykfk: bound on one member's JoinGroup protocol metadata and one SyncGroup assignment.
+        _key("group.member.metadata.max.bytes", _at_least(0), 1048576, "largest member metadata or assignment", "int"),
+        _key("offsets.retention.minutes", _at_least(1), 10080, "keep committed offsets of empty groups this long", "int"),
+        _key("offsets.retention.check.interval.ms", _at_least(1, big=True), 600000, "offset expiry check period", "long"),
+        _key("offset.metadata.max.bytes", _at_least(0), 4096, "largest metadata string of a committed offset", "int"),
         _key("zookeeper.connect", _parse_string, None, "ZooKeeper connect string (cluster mode)", "string"),
         # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
         *[
@@ -188,6 +196,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ],
     ]
 }
+
+
+# Settings of the group coordinator (pykfk.group.GroupConfig reads them by these names).
+GROUP_COORDINATOR_KEYS = (
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms",
+    "group.max.size",
+    "group.member.metadata.max.bytes",
+    "offsets.topic.num.partitions",
+    "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
+    "offset.metadata.max.bytes",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,6 +412,10 @@ class BrokerConfig:
     def ignored_keys_set(self) -> list[str]:
         """Keys accepted for compatibility that were set but have no effect."""
         return sorted(k for k in self.originals if BROKER_KEYS[k].ignored)
+
+    def group_properties(self) -> dict[str, Any]:
+        """The group coordinator's settings by Kafka name (``GroupConfig.from_properties``)."""
+        return {name: self._values[name] for name in GROUP_COORDINATOR_KEYS}
 
     # -- topic-level view --------------------------------------------------------------
 
