@@ -1,17 +1,18 @@
-"""DeleteGroups (key 42): COORDINATOR_NOT_AVAILABLE per group for now."""
+"""DeleteGroups (key 42): delete empty groups and their committed offsets.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import COORDINATOR_NOT_AVAILABLE
+from pykfk.group import api
 
 API_KEY = 42
 VERSIONS = (0, 1)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "results": [{"group_id": g, "error_code": COORDINATOR_NOT_AVAILABLE} for g in request.groups_names],
-    }
+    return await api.delete_groups(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -1,27 +1,18 @@
-"""DescribeGroups (key 15): COORDINATOR_NOT_AVAILABLE per group for now."""
+"""DescribeGroups (key 15): state, protocol, members and assignments of groups.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import COORDINATOR_NOT_AVAILABLE
+from pykfk.group import api
 
 API_KEY = 15
 VERSIONS = (0, 3)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "groups": [
-            {
-                "error_code": COORDINATOR_NOT_AVAILABLE,
-                "group_id": group_id,
-                "group_state": "",
-                "protocol_type": "",
-                "protocol_data": "",
-                "members": [],
-            }
-            for group_id in request.groups
-        ],
-    }
+    return await api.describe_groups(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -1,21 +1,22 @@
-"""FindCoordinator (key 10): no group or transaction coordinator on this broker yet."""
+"""FindCoordinator (key 10): the broker leading the group's ``__consumer_offsets`` partition.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import COORDINATOR_NOT_AVAILABLE, MESSAGE
+from pykfk.group import api
 
 API_KEY = 10
 VERSIONS = (0, 2)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": COORDINATOR_NOT_AVAILABLE,
-        "error_message": MESSAGE,
-        "node_id": -1,
-        "host": "",
-        "port": -1,
-    }
+    if getattr(request, "key_type", api.KEY_TYPE_GROUP) == api.KEY_TYPE_GROUP:
+        await ctx.broker.load_offsets_topic()
+    return await api.find_coordinator(
+        ctx.broker.group_coordinator, ctx.api_version, request, node_for_partition=ctx.broker.coordinator_node
+    )

@@ -1,14 +1,18 @@
-"""Heartbeat (key 12): COORDINATOR_NOT_AVAILABLE until the group coordinator exists."""
+"""Heartbeat (key 12): keeps a member's session alive; tells it when to rejoin.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import simple_error
+from pykfk.group import api
 
 API_KEY = 12
 VERSIONS = (0, 3)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return simple_error()
+    return await api.heartbeat(ctx.broker.group_coordinator, ctx.api_version, request)

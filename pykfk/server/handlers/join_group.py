@@ -1,16 +1,24 @@
-"""JoinGroup (key 11): COORDINATOR_NOT_AVAILABLE until the group coordinator exists."""
+"""JoinGroup (key 11): join a group; parked until the rebalance completes.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import simple_error
+from pykfk.group import api
 
 API_KEY = 11
 VERSIONS = (0, 5)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    body = simple_error()
-    body.update(generation_id=-1, protocol_name="", leader="", member_id=request.member_id, members=[])
-    return body
+    return await api.join_group(
+        ctx.broker.group_coordinator,
+        ctx.api_version,
+        request,
+        client_id=ctx.client_id,
+        client_host="/" + ctx.client_host.rpartition(":")[0],  # Kafka shows "/127.0.0.1"
+    )

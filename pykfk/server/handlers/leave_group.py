@@ -1,14 +1,18 @@
-"""LeaveGroup (key 13): COORDINATOR_NOT_AVAILABLE until the group coordinator exists."""
+"""LeaveGroup (key 13): a member leaves; the group rebalances.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import simple_error
+from pykfk.group import api
 
 API_KEY = 13
 VERSIONS = (0, 1)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return simple_error()
+    return await api.leave_group(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -1,15 +1,18 @@
-"""ListGroups (key 16): no coordinator, so no groups (an empty, successful answer lets
-admin tools list groups without error)."""
+"""ListGroups (key 16): the groups this broker coordinates.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.errors import ErrorCode
+from pykfk.group import api
 
 API_KEY = 16
 VERSIONS = (0, 2)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": []}
+    return await api.list_groups(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -48,7 +48,7 @@ async def handle(ctx: Any, request: Any) -> dict:
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
-                "is_internal": False,
+                "is_internal": broker.is_internal_topic(name),
                 "partitions": [
                     {
                         "error_code": ErrorCode.NONE,

@@ -1,33 +1,18 @@
-"""OffsetFetch (key 9): COORDINATOR_NOT_AVAILABLE (group-level from v2) for now."""
+"""OffsetFetch (key 9): a group's committed offsets.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import COORDINATOR_NOT_AVAILABLE
+from pykfk.group import api
 
 API_KEY = 9
 VERSIONS = (1, 3)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    topics = request.topics or []
-    return {
-        "throttle_time_ms": 0,
-        "topics": [
-            {
-                "name": topic.name,
-                "partitions": [
-                    {
-                        "partition_index": index,
-                        "committed_offset": -1,
-                        "metadata": "",
-                        "error_code": COORDINATOR_NOT_AVAILABLE,
-                    }
-                    for index in topic.partition_indexes
-                ],
-            }
-            for topic in topics
-        ],
-        "error_code": COORDINATOR_NOT_AVAILABLE,
-    }
+    return await api.offset_fetch(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -1,14 +1,18 @@
-"""SyncGroup (key 14): COORDINATOR_NOT_AVAILABLE until the group coordinator exists."""
+"""SyncGroup (key 14): the leader hands out assignments; every member gets its own.
+
+The group coordinator (``pykfk.group``) does the work; ``pykfk.group.api`` shapes the
+response for every version.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pykfk.server.handlers._groups import simple_error
+from pykfk.group import api
 
 API_KEY = 14
 VERSIONS = (0, 3)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
-    return simple_error()
+    return await api.sync_group(ctx.broker.group_coordinator, ctx.api_version, request)
