@@ -229,7 +229,8 @@ def convert_legacy(buf: Buffer, *, max_decompressed_size: int = ...) -> bytearra
     same way: uncompressed, same magic) and returns its records as one uncompressed magic 2
     batch (empty bytearray for an empty set). Offsets are renumbered 0..n-1 as on Kafka's
     produce path; timestamps kept (-1 for magic 0; a LogAppendTime wrapper's time for its
-    inner messages)."""
+    inner messages). The converted records may total at most max_decompressed_size bytes
+    (all wrappers together), else RecordTooLargeError."""
 
 def to_legacy(buf: Buffer, magic: int, *, max_decompressed_size: int = ...) -> bytes:
     """Down-converts the whole magic 2 batches of buf to an uncompressed magic 0/1 message
@@ -270,4 +271,5 @@ def decode_records(
     """Fast consumer decode: all whole batches of buf (a Fetch response's records), records
     below start_offset skipped (a fetch returns the whole batch containing its offset),
     control batches skipped unless include_control, partial trailing batch ignored.
-    Same checks as iter_records."""
+    Same checks as iter_records. max_decompressed_size bounds each batch, not the total
+    (the caller bounds the input, e.g. with Fetch max_bytes)."""

@@ -1146,8 +1146,10 @@ cdef int _convert_message_set(_LegacyState *st, const uint8_t *p, Py_ssize_t len
             if vlen < 0:
                 _legacy_fail(InvalidRecordError, "compressed message without a value", "value",
                              field_pos, field_pos + (at - 4 - pos), context)
+            # the budget covers all wrappers together: many small wrappers must not add up
+            # to more than one large one could
             inner_set = _decompress(codec, PyBytes_FromStringAndSize(<const char *>p + at, vlen),
-                                    limit, field_pos, magic)
+                                    max(limit - st.area.length, 0), field_pos, magic)
             _convert_message_set(st, <const uint8_t *>PyByteArray_AS_STRING(inner_set),
                                  PyByteArray_GET_SIZE(inner_set), field_pos, magic, timestamp,
                                  magic == 1 and (attributes & 0x08) != 0, limit,
@@ -1169,6 +1171,9 @@ cdef int _convert_message_set(_LegacyState *st, const uint8_t *p, Py_ssize_t len
             _put_varint(&st.area, 0)  # legacy messages have no headers
             _record_end(&st.area, start)
             st.count += 1
+            if st.area.length > limit:
+                raise RecordTooLargeError(f"converted records exceed {limit} bytes", "message_size",
+                                          field_pos, field_pos + LEGACY_SIZE)
         pos += total
     return 0
 
@@ -1177,7 +1182,8 @@ def convert_legacy(buf, *, Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRE
     """Validates a complete magic 0/1 message set (CRC-32 of every message, wrappers
     decompressed) and returns its records as one uncompressed magic 2 batch (a bytearray,
     empty for an empty set). Offsets are renumbered 0..n-1 as on Kafka's produce path
-    (assign_offsets sets the real ones); timestamps are kept (-1 for magic 0)."""
+    (assign_offsets sets the real ones); timestamps are kept (-1 for magic 0). The records
+    area of the result is bounded by max_decompressed_size (RecordTooLargeError)."""
     cdef Py_buffer view
     cdef _LegacyState st
     st.area.data = NULL

@@ -290,3 +290,16 @@ def test_legacy_lying_key_length():
         with pytest.raises(CorruptBatchError) as info:
             core.convert_legacy(msg)
         assert info.value.field == "key"
+
+
+def test_legacy_wrappers_share_one_decompression_budget():
+    import cramjam as cj
+
+    inner = _legacy(1, None, b"\x00" * 300_000)
+    wrapper = _legacy(1, None, bytes(cj.gzip.compress(inner)), attributes=1)
+    assert len(wrapper) < 2_000
+    assert len(core.convert_legacy(wrapper * 3, max_decompressed_size=1 << 20)) > 900_000
+    from pykfk._core.errors import RecordTooLargeError
+
+    with pytest.raises(RecordTooLargeError):
+        core.convert_legacy(wrapper * 4, max_decompressed_size=1 << 20)
