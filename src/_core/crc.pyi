@@ -9,9 +9,9 @@ Errors: ``BufferError`` for a non-contiguous buffer, ``ValueError`` when ``start
 fall outside the buffer or ``end < start``, ``OverflowError`` when ``value`` is not a
 32-bit unsigned int, ``TypeError`` for objects without the buffer protocol.
 
-Threads: safe from any thread; the GIL is released while computing over
-``GIL_RELEASE_BYTES`` or more, so the buffer must not be resized meanwhile (the buffer
-export held for the call already forbids that for bytearray and mmap).
+Threads: safe from any thread. The GIL is held for inputs below ``GIL_RELEASE_BYTES``
+(at most ~100 us of work) and released above; the buffer export held for the call keeps
+bytearray and mmap from being resized or closed meanwhile.
 """
 
 from collections.abc import Iterable
@@ -19,6 +19,11 @@ from collections.abc import Iterable
 from typing_extensions import Buffer
 
 GIL_RELEASE_BYTES: int
+"""Inputs this large or larger release the GIL: 4 MiB when both CRCs are accelerated,
+else GIL_RELEASE_BYTES_TABLES (see crc.pyx for the measurements behind them)."""
+GIL_RELEASE_BYTES_TABLES: int
+"""The threshold for the table path (the *_portable functions, and CPUs without SSE4.2
+and PCLMULQDQ): 256 KiB."""
 _FEATURE_BITS: dict[str, int]
 
 def crc32(buf: Buffer, start: int = 0, end: int | None = None, value: int = 0) -> int:
@@ -50,5 +55,6 @@ def _crc32c_using(
 ) -> int:
     """CRC-32C restricted to the named accelerations (visible for testing)."""
 
-def _set_gil_release_bytes(nbytes: int) -> int:
-    """Set the GIL release threshold; returns the previous one (visible for benchmarking)."""
+def _set_gil_release_bytes(nbytes: int | None) -> None:
+    """Release the GIL from ``nbytes`` on every path; None restores the defaults
+    (visible for benchmarking)."""

@@ -16,15 +16,22 @@ cdef extern from "crc32.h" nogil:
     int PK_CRC_HW_PCLMUL
     int PK_CRC_HW_VPCLMUL512
 
-# Measured by bench/bench_crc32.py::test_gil_release_cost (Zen 5, CRC-32C at ~60 GB/s):
-# releasing and retaking an uncontended GIL adds 15-40 ns, i.e. 10 % of a 4 KiB call but
-# 1-2 % from 64 KiB (1.1 us). With a CPU-bound Python thread alongside, a release that
-# outlasts that thread's wake-up (seen from 1 MiB) hands it the GIL and the caller may wait
-# a whole switch interval (5 ms) to get it back: that is the price of letting it run, and
-# worth paying only for long CRCs. 64 KiB also bounds the table path (~2.5 GB/s) to
-# ~26 us with the GIL held. aiokafka uses 5 KiB for a slower CRC.
-GIL_RELEASE_BYTES = 64 * 1024
+# When to release the GIL, from bench/bench_crc32.py::test_gil_release_cost (AMD EPYC,
+# CRC-32C at ~60 GB/s). Alone, a release adds only 15-40 ns per call. Beside a thread
+# running Python, each release may hand that thread the GIL and the caller waits up to a
+# switch interval (5 ms) to get it back: back-to-back calls of 4 KiB to 4 MiB ran at
+# 9-32 GB/s holding the GIL but 0.03-17 GB/s releasing it (varying run to run). Holding
+# it delays the other thread by the CRC time only, so the GIL is released only once that
+# time nears ~100 us: from 4 MiB on the accelerated paths (30-60 GB/s), from 256 KiB on
+# the tables (~2.5 GB/s).
+# (aiokafka releases from 5 KiB, with a slower CRC.)
+GIL_RELEASE_BYTES_TABLES = 256 * 1024
+_ACCELERATED = PK_CRC_HW_SSE42 | PK_CRC_HW_PCLMUL  # both CRCs off the tables
+GIL_RELEASE_BYTES = (4 * 1024 * 1024 if pk_crc_hw_features() & _ACCELERATED == _ACCELERATED
+                     else GIL_RELEASE_BYTES_TABLES)
 cdef Py_ssize_t _gil_release_bytes = GIL_RELEASE_BYTES
+# The *_portable and *_using calls (tests, benchmarks) may run the tables.
+cdef Py_ssize_t _gil_release_bytes_tables = GIL_RELEASE_BYTES_TABLES
 
 # Names used by hardware_features() and the *_using test hooks.
 _FEATURE_BITS = {
@@ -61,7 +68,8 @@ cdef object _crc_over(bint castagnoli, int features, object buf, Py_ssize_t star
         if start < 0 or stop < start or stop > view.len:
             raise ValueError(f"range [{start}, {stop}) outside a buffer of {view.len} bytes")
         p = <const unsigned char *>view.buf + start
-        if stop - start >= _gil_release_bytes:
+        if stop - start >= (_gil_release_bytes if features == USE_DISPATCH
+                            else _gil_release_bytes_tables):
             with nogil:
                 value = _update(castagnoli, features, value, p, <size_t>(stop - start))
         else:
@@ -112,13 +120,16 @@ def _crc32c_using(features, buf, Py_ssize_t start=0, end=None, uint32_t value=0)
     return _crc_over(True, _feature_bits(features), buf, start, end, value)
 
 
-def _set_gil_release_bytes(Py_ssize_t nbytes):
-    """Set the GIL release threshold, returning the previous one (visible for benchmarking)."""
-    global _gil_release_bytes
-    if nbytes < 0:
+def _set_gil_release_bytes(nbytes):
+    """Release the GIL from ``nbytes`` on every path, or restore the defaults with None
+    (visible for benchmarking)."""
+    global _gil_release_bytes, _gil_release_bytes_tables
+    if nbytes is None:
+        _gil_release_bytes, _gil_release_bytes_tables = GIL_RELEASE_BYTES, GIL_RELEASE_BYTES_TABLES
+    elif nbytes < 0:
         raise ValueError("the GIL release threshold cannot be negative")
-    previous, _gil_release_bytes = _gil_release_bytes, nbytes
-    return previous
+    else:
+        _gil_release_bytes = _gil_release_bytes_tables = nbytes
 
 
 def hardware_features():

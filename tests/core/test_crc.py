@@ -179,7 +179,8 @@ def test_memoryview_slices_match_start_end(
 
 @pytest.mark.parametrize(
     "size",
-    [core.GIL_RELEASE_BYTES - 1, core.GIL_RELEASE_BYTES, 1 << 20, (1 << 20) + 4095 * 3 + 7],
+    [core.GIL_RELEASE_BYTES_TABLES - 1, core.GIL_RELEASE_BYTES_TABLES, 1 << 20,
+     (1 << 20) + 4095 * 3 + 7, core.GIL_RELEASE_BYTES],
 )
 def test_sizes_around_and_above_the_gil_threshold(size: int) -> None:
     data = random.Random(size).randbytes(size)
@@ -267,7 +268,7 @@ def _buffer_kinds(payload: bytes) -> list[object]:
 
 @pytest.mark.parametrize("name", ["crc32", "crc32c", "crc32_portable", "crc32c_portable"])
 def test_every_buffer_kind(name: str) -> None:
-    payload = random.Random(3).randbytes(70_000)  # above GIL_RELEASE_BYTES too
+    payload = random.Random(3).randbytes(300_000)  # above GIL_RELEASE_BYTES_TABLES too
     crc = getattr(core, name)
     expected = getattr(reference, name)(payload, 0, 100)
     oracle = _oracle_crc32c if name.startswith("crc32c") else zlib.crc32
@@ -327,15 +328,19 @@ def test_unknown_feature_names_are_rejected() -> None:
         core._crc32_using({"avx9"}, b"")
 
 
-def test_gil_release_threshold_setter() -> None:
-    previous = core._set_gil_release_bytes(0)
+def test_gil_release_thresholds() -> None:
+    accelerated = {"sse4.2", "pclmulqdq"} <= core.hardware_features()
+    assert core.GIL_RELEASE_BYTES_TABLES == 256 * 1024
+    assert core.GIL_RELEASE_BYTES == (4 << 20 if accelerated else core.GIL_RELEASE_BYTES_TABLES)
+    core._set_gil_release_bytes(0)
     try:
-        assert previous == core.GIL_RELEASE_BYTES
-        assert core.crc32c(CHECK_INPUT) == 0xE3069283  # every call now releases the GIL
+        # every call now releases the GIL, on every path
+        assert core.crc32c(CHECK_INPUT) == 0xE3069283
+        assert core.crc32_portable(CHECK_INPUT) == 0xCBF43926
         with pytest.raises(ValueError):
             core._set_gil_release_bytes(-1)
     finally:
-        core._set_gil_release_bytes(previous)
+        core._set_gil_release_bytes(None)
 
 
 # --- CPU detection and lazy initialisation -----------------------------------------------
