@@ -19,9 +19,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import pykfk._core.records as core
 import pytest
 
-import pykfk._core.records as core
 import pykfk._reference.records as reference
 
 MIB = 1 << 20

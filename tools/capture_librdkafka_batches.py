@@ -46,7 +46,7 @@ def golden_messages(legacy: bool = False) -> list[tuple[bytes | None, bytes | No
     for i in range(12):
         key = None if i == 3 else b"key-%d" % i
         value = None if i == 5 else (b"value-%d " % i) * (i * 7 + 1)
-        headers = [] if legacy else [("h%d" % j, b"hv-%d-%d" % (i, j)) for j in range(i % 3)]
+        headers = [] if legacy else [(f"h{j}", b"hv-%d-%d" % (i, j)) for j in range(i % 3)]
         out.append((key, value, 1_700_000_000_000 + i * 1000, headers))
     return out
 

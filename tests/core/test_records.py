@@ -9,12 +9,12 @@ import struct
 
 import crc32c as crc32c_pkg
 import pytest
+from _records_helpers import CODECS, make_batch, record_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from _records_helpers import CODECS, make_batch, record_bytes
 from pykfk._core import records as core
 from pykfk._core.errors import CorruptBatchError, InvalidRecordError, RecordTooLargeError
+
 from pykfk._reference import records as reference
 
 HEADER_FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc",
@@ -63,8 +63,8 @@ def test_build_then_read_back(impl, codec):
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_compiled_and_reference_build_identical_bytes(codec):
-    kwargs = dict(compression=codec, producer_id=7, producer_epoch=2, base_sequence=11,
-                  partition_leader_epoch=3, is_transactional=True)
+    kwargs = {"compression": codec, "producer_id": 7, "producer_epoch": 2, "base_sequence": 11,
+              "partition_leader_epoch": 3, "is_transactional": True}
     assert core.build_batch(SAMPLE, **kwargs) == reference.build_batch(SAMPLE, **kwargs)
 
 
