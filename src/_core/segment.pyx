@@ -60,8 +60,11 @@ cdef enum:
     TIMEINDEX_ENTRY_SIZE = 12
     # Header bytes read per batch when walking the log (batch.h's fixed header).
     HEADER_SIZE = 61
-    # One page: the header window of a scan. Index points are index_interval_bytes
-    # (default 4096) apart, so a lookup usually finds its batch within one or two reads.
+    # Header window of a scan. A lookup's first read is small (512 B: a random position
+    # costs the copy of what is read, mostly from DRAM, so a 4 KiB read costs ~2x a
+    # 512 B one); a scan that runs on past its window reads a page at a time, since
+    # index points are index_interval_bytes (default 4096) apart.
+    WINDOW_FIRST_BYTES = 512
     WINDOW_BYTES = 4096
     # Index entries buffered before one pwrite (a 1 MiB append at the default interval
     # yields 256 entries, so most appends write each index once).
@@ -693,7 +696,12 @@ cdef class Segment:
         if pos < 0 or avail < HEADER_SIZE:
             return _batch.PK_BATCH_INCOMPLETE
         if not (pos >= self._win_pos and pos + HEADER_SIZE <= self._win_pos + self._win_len):
-            want = WINDOW_BYTES if avail > WINDOW_BYTES else <size_t>avail
+            if self._win_len and self._win_pos <= pos < self._win_pos + self._win_len + WINDOW_BYTES:
+                want = WINDOW_BYTES       # a walk running on past the window
+            else:
+                want = WINDOW_FIRST_BYTES
+            if <int64_t>want > avail:
+                want = <size_t>avail
             self._win_len = 0
             got = _pread_all(self._log_fd, self._window, want, pos)
             if got < 0:
@@ -938,6 +946,8 @@ cdef class Segment:
         limit = cap if max_bytes > cap - start else start + (max_bytes if max_bytes > 0 else 0)
         if limit <= first_end:
             return (start, first_end - start)
+        if limit == self.size:
+            return (start, limit - start)   # the log ends on a batch boundary: no walk
         # Jump to the last index point at or below the limit, then walk the few batches
         # between it and the limit, so a large max_bytes costs no long header walk.
         p = first_end
