@@ -643,3 +643,21 @@ def test_random_damage_never_crashes_and_recovery_matches_the_reference(tmp_path
         assert seg.size == valid == os.path.getsize(files[0])
         assert_matches_reference(seg)
         seg.close()
+
+
+def test_preallocate_reserves_index_blocks(tmp_path):
+    seg = Segment(tmp_path, 0, max_index_bytes=256 * 1024, preallocate=True,
+                  index_interval_bytes=0)
+    for i in range(10):
+        seg.append(make_batch(i, 1, timestamp=i))
+    st = os.stat(seg.index_path)
+    assert st.st_size == 256 * 1024 and st.st_blocks * 512 >= 256 * 1024
+    seg.close()
+    assert os.path.getsize(seg.index_path) == 9 * 8
+    seg = Segment(tmp_path, 0, max_index_bytes=256 * 1024, preallocate=True,
+                  index_interval_bytes=0)
+    seg.append(make_batch(10, 1, timestamp=10))       # grows the trimmed file again
+    assert os.stat(seg.index_path).st_blocks * 512 >= 256 * 1024
+    assert seg.index_entries == 10
+    assert_matches_reference(seg)
+    seg.close()
