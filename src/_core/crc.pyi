@@ -25,6 +25,7 @@ GIL_RELEASE_BYTES_TABLES: int
 """The threshold for the table path (the *_portable functions, and CPUs without SSE4.2
 and PCLMULQDQ): 256 KiB."""
 _FEATURE_BITS: dict[str, int]
+_ACCELERATED: int
 
 def crc32(buf: Buffer, start: int = 0, end: int | None = None, value: int = 0) -> int:
     """CRC-32 (zlib.crc32) of buf[start:end], continuing from ``value``."""

@@ -225,7 +225,7 @@ PK_INLINE PK_TARGET_PCLMUL __m128i fold(__m128i x, __m128i k)
 static inline __m128i load_m128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
 
 /* x*x^32 mod P for the 128-bit register x, i.e. the state after the 16 bytes it holds:
- * 128 -> 96 bits: lo*x^96 + hi*x^32,     lo*x^96 by the multiplier x^95;
+ * 128 -> 96 bits: L*x^96 + H*x^32,       L*x^96 by the multiplier x^95;
  *  96 -> 64 bits: top32*x^64 + rest,      top32*x^64 by the multiplier x^63;
  *  64 -> 32 bits: Barrett, q = floor(top32 * mu / x^32) with mu = floor(x^64 / P), and
  *  the remainder is the low 32 bits of value + q*P. */
@@ -261,7 +261,7 @@ PK_INLINE PK_TARGET_PCLMUL uint32_t crc32_finish(__m128i x, const uint8_t *p, si
 }
 
 /* Below 64 bytes the tables win: the fold chain plus the reduction cost about as much
- * as 64 table steps (compare crc32 and crc32 portable in bench/bench_crc32.py::test_crc_sizes). */
+ * as 64 table steps (crc32 vs crc32 portable in bench/bench_crc32.py::test_crc_sizes). */
 #define CRC32_FOLD_MIN 64
 
 static PK_TARGET_PCLMUL uint32_t crc32_update_pclmul(uint32_t state, const uint8_t *p,
@@ -290,8 +290,8 @@ static PK_TARGET_PCLMUL uint32_t crc32_update_pclmul(uint32_t state, const uint8
 }
 
 /* The same folding on 512-bit registers (four 128-bit lanes per instruction), for CPUs
- * with VPCLMULQDQ and AVX-512: 128-bit PCLMULQDQ issues at most once per cycle, so the
- * wide form is what reaches memory speed (16 -> 60 GB/s on the same AMD EPYC). */
+ * with VPCLMULQDQ and AVX-512: the 128-bit loop is bound by the multiplier's issue rate
+ * (16 GB/s on the AMD EPYC above), the wide one reaches memory speed (60 GB/s). */
 #define PK_TARGET_VPCLMUL512 __attribute__((target("avx512f,vpclmulqdq,pclmul")))
 
 PK_INLINE PK_TARGET_VPCLMUL512 __m512i fold512(__m512i x, __m512i k, __m512i data)
