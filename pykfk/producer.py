@@ -16,7 +16,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
+from concurrent.futures import _base as _futures_base
 from typing import Any, NamedTuple
 
 from pykfk._core.records import build_batch
@@ -61,12 +62,112 @@ class QueueFullError(KafkaError):
 Callback = Callable[["RecordMetadata | None", "Exception | None"], None]
 
 
+class _BatchResult:
+    """The outcome every record of one batch shares: all its futures complete together,
+    under one condition, so a record costs no lock or Future of its own."""
+
+    __slots__ = ("condition", "state", "topic", "partition", "records", "base_offset",
+                 "log_append_time", "error", "watched")
+
+    def __init__(self, topic: str, partition: int, records: list):
+        self.condition = threading.Condition()  # an RLock: wait() acquires it once per future
+        self.state = _futures_base.PENDING
+        self.topic = topic
+        self.partition = partition
+        self.records = records
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.watched: list[RecordFuture] | None = None
+
+    def complete(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        with self.condition:
+            self.base_offset = base_offset
+            self.log_append_time = log_append_time
+            self.error = error
+            self.state = _futures_base.FINISHED
+            watched = list(self.watched or ())
+            for future in watched:
+                for waiter in future.__dict__.get("_w", ()):
+                    if error is None:
+                        waiter.add_result(future)
+                    else:
+                        waiter.add_exception(future)
+            self.condition.notify_all()
+        for future in watched:
+            future._invoke_callbacks()
+
+
+class RecordFuture(Future):
+    """A ``concurrent.futures.Future`` of one record's RecordMetadata, backed by its batch's
+    shared outcome. Works with ``result()``, ``exception()``, ``add_done_callback()``,
+    ``concurrent.futures.wait`` and ``as_completed``. It cannot be cancelled (the record may
+    already be on the wire) and only the producer completes it."""
+
+    def __init__(self, batch_result: _BatchResult, index: int):  # no Future.__init__: cheap
+        self._batch = batch_result
+        self._index = index
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        return self._batch.condition
+
+    @property
+    def _state(self) -> str:  # type: ignore[override]
+        return self._batch.state
+
+    @property
+    def _exception(self) -> BaseException | None:  # type: ignore[override]
+        return self._batch.error
+
+    @property
+    def _result(self) -> RecordMetadata | None:  # type: ignore[override]
+        b = self._batch
+        if b.state != _futures_base.FINISHED or b.error is not None:
+            return None
+        ts = b.log_append_time if b.log_append_time >= 0 else b.records[self._index][2]
+        offset = b.base_offset + self._index if b.base_offset >= 0 else -1
+        return RecordMetadata(b.topic, b.partition, offset, ts)
+
+    def _watch(self, name: str) -> list:
+        lists = self.__dict__
+        if name not in lists:
+            first = "_w" not in lists and "_c" not in lists
+            lists[name] = []
+            if first:
+                b = self._batch
+                if b.watched is None:
+                    b.watched = []
+                b.watched.append(self)
+        return lists[name]
+
+    @property
+    def _waiters(self) -> list:  # type: ignore[override]
+        return self._watch("_w")
+
+    @property
+    def _done_callbacks(self) -> list:  # type: ignore[override]
+        return self._watch("_c")
+
+    def cancel(self) -> bool:
+        return False
+
+    def set_running_or_notify_cancel(self) -> bool:
+        raise RuntimeError("record futures are completed by the producer")
+
+    def set_result(self, result: Any) -> None:
+        raise RuntimeError("record futures are completed by the producer")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("record futures are completed by the producer")
+
+
 class _Batch:
     """Records for one partition, sent together. Mutated under the producer's lock
     until drained, then owned by the sender thread."""
 
     __slots__ = (
-        "topic", "partition", "records", "futures", "callbacks", "size", "created",
+        "topic", "partition", "records", "result", "callbacks", "size", "created",
         "sealed", "attempts", "payload", "base_sequence", "retry_at", "done", "sticky",
         "retrying",
     )
@@ -75,7 +176,7 @@ class _Batch:
         self.topic = topic
         self.partition = partition
         self.records: list[tuple] = []
-        self.futures: list[Future] = []
+        self.result = _BatchResult(topic, partition, self.records)
         self.callbacks: list[tuple[int, Callback]] | None = None
         self.size = BATCH_OVERHEAD
         self.created = now
@@ -313,7 +414,9 @@ class Producer:
     def _append(self, topic: str, partition: int | None, key: Any, record: tuple, callback: Callback | None) -> Future:
         if self._closing or self._closed:
             raise RuntimeError("producer is closed")
-        info = self._topic_info(topic, key, partition)
+        info = self.cluster.topics.get(topic)  # refreshed by the sender every metadata_max_age
+        if info is None or partition is not None:
+            info = self._topic_info(topic, key, partition)
         sticky = False
         if partition is None and self._custom_partitioner is not None:
             partition = self._custom_partitioner(key, info.partitions)
@@ -321,20 +424,19 @@ class Producer:
             partition = self._partitioner.partition(topic, key, info.partitions, ())
         elif partition is None:
             sticky = True
-        future: Future = Future()
         value = record[1]
         size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         with self._cond:
             if self._queued >= self.queue_max_messages:
                 self._wait_for_room()
             if sticky:
-                partition = self._partitioner.partition(topic, None, info.partitions, info.available())
+                partition = self._partitioner.partition(topic, None, info.partitions, info.available)
             batch = self._open_batch(topic, partition, size)  # type: ignore[arg-type]
             if sticky and batch.records and batch.size + size > self.batch_size:
                 # The sticky partition's batch is full: seal it, which moves null-key
                 # records to another partition (KIP-480), and follow them there.
                 self._seal(batch)
-                partition = self._partitioner.partition(topic, None, info.partitions, info.available())
+                partition = self._partitioner.partition(topic, None, info.partitions, info.available)
                 batch = self._open_batch(topic, partition, size)
             elif batch.records and batch.size + size > self.batch_size:
                 self._seal(batch)
@@ -343,8 +445,8 @@ class Producer:
                 if batch.callbacks is None:
                     batch.callbacks = []
                 batch.callbacks.append((len(batch.records), callback))
+            future = RecordFuture(batch.result, len(batch.records))
             batch.records.append(record)
-            batch.futures.append(future)
             batch.size += size
             if sticky:
                 batch.sticky = True
@@ -363,6 +465,7 @@ class Producer:
             return queue[-1]
         batch = _Batch(topic, partition, time.monotonic())
         queue.append(batch)
+        self._cond.notify_all()  # the sender starts this batch's linger clock
         return batch
 
     def _seal(self, batch: _Batch) -> None:
@@ -372,7 +475,7 @@ class Producer:
             if batch.sticky and self._custom_partitioner is None:
                 info = self.cluster.topics.get(batch.topic)
                 if info is not None:
-                    self._partitioner.next_sticky(batch.topic, info.available() or info.partitions, batch.partition)
+                    self._partitioner.next_sticky(batch.topic, info.available or info.partitions, batch.partition)
             self._cond.notify_all()
 
     def _wait_for_room(self) -> None:
@@ -419,6 +522,8 @@ class Producer:
     def _next_ready(self) -> list[_Batch] | None:
         """Wait until some batch may go (or in-flight responses need reading); returns the
         batches to send now, [] to go read responses, None when closed."""
+        if time.monotonic() - self.cluster.last_refresh > self.cluster.metadata_max_age:
+            self._refresh_topics.update(self.cluster.topics)
         if self._refresh_topics:
             topics, self._refresh_topics = self._refresh_topics, set()
             try:
@@ -432,6 +537,8 @@ class Producer:
                 self._init_producer_id()
         with self._cond:
             while True:
+                if self.idempotent and self._producer_id < 0 and any(self._queues.values()):
+                    return []  # get a producer id first
                 now = time.monotonic()
                 ready = []
                 wait = None
@@ -586,14 +693,7 @@ class Producer:
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
         self._end_retry(batch)
-        records = batch.records
-        topic, partition = batch.topic, batch.partition
-        for i, future in enumerate(batch.futures):
-            ts = log_append_time if log_append_time >= 0 else records[i][2]
-            try:
-                future.set_result(RecordMetadata(topic, partition, base_offset + i if base_offset >= 0 else -1, ts))
-            except InvalidStateError:  # cancelled by the caller
-                pass
+        batch.result.complete(base_offset, log_append_time, None)
         self._run_callbacks(batch, None)
         self._finish(batch)
 
@@ -622,11 +722,7 @@ class Producer:
             return
         self._end_retry(batch)
         error = KafkaError(code, message or None)
-        for future in batch.futures:
-            try:
-                future.set_exception(error)
-            except InvalidStateError:
-                pass
+        batch.result.complete(-1, -1, error)
         self._run_callbacks(batch, error)
         self._finish(batch)
 
@@ -644,7 +740,7 @@ class Producer:
             callback = per_record.get(i, default)
             if callback is None:
                 continue
-            metadata = None if error else batch.futures[i].result()
+            metadata = None if error else RecordFuture(batch.result, i)._result
             try:
                 callback(metadata, error)
             except Exception:  # a user callback must not stop delivery of the rest
@@ -667,10 +763,6 @@ class Producer:
                 q.clear()
         for batch in batches:
             if not batch.done:
-                for future in batch.futures:
-                    try:
-                        future.set_exception(error)
-                    except InvalidStateError:
-                        pass
+                batch.result.complete(-1, -1, error)
                 self._run_callbacks(batch, error)
                 self._finish(batch)

@@ -41,15 +41,13 @@ REFRESH_ERRORS = frozenset(
 class TopicInfo:
     """Partitions of one topic and the broker leading each (-1: none right now)."""
 
-    __slots__ = ("name", "leaders", "partitions")
+    __slots__ = ("name", "leaders", "partitions", "available")
 
     def __init__(self, name: str, leaders: dict[int, int]):
         self.name = name
         self.leaders = leaders
         self.partitions = sorted(leaders)
-
-    def available(self) -> list[int]:
-        return [p for p, leader in self.leaders.items() if leader >= 0]
+        self.available = [p for p in self.partitions if leaders[p] >= 0]
 
 
 class ClusterMetadata:
@@ -85,7 +83,7 @@ class ClusterMetadata:
         self._known_topics: set[str] | None = None  # from ZooKeeper when watched
         self._connections: dict[int, BrokerConnection] = {}
         self._bootstrap_conn: BrokerConnection | None = None
-        self._last_refresh = 0.0
+        self.last_refresh = 0.0
         self._listeners: list[Callable[[str], None]] = []
         self.zk: Any = None
         self._zk_owned = False
@@ -239,13 +237,13 @@ class ClusterMetadata:
                 for name in list(self.topics):
                     if name not in present:
                         del self.topics[name]
-            self._last_refresh = time.monotonic()
+            self.last_refresh = time.monotonic()
 
     def topic(self, name: str, *, auto_create: bool = False, timeout: float | None = None) -> TopicInfo:
         """Partitions and leaders of ``name``, fetched when unknown (auto-creating if asked);
         UNKNOWN_TOPIC_OR_PARTITION when it does not appear within ``timeout``."""
         info = self.topics.get(name)
-        if info is not None and time.monotonic() - self._last_refresh < self.metadata_max_age:
+        if info is not None and time.monotonic() - self.last_refresh < self.metadata_max_age:
             return info
         deadline = time.monotonic() + (self.request_timeout if timeout is None else timeout)
         delay = 0.05
