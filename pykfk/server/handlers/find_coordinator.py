@@ -11,7 +11,7 @@ from typing import Any
 from pykfk.group import api
 
 API_KEY = 10
-VERSIONS = (0, 2)
+VERSIONS = (0, 1)  # the clients research matrix (protocol-clients.md section 9)
 
 
 async def handle(ctx: Any, request: Any) -> dict:
