@@ -28,9 +28,9 @@ import pytest
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-from pykfk.errors import ErrorCode  # noqa: E402
-from pykfk.protocol import framing  # noqa: E402
-from pykfk.testing import BrokerProcess  # noqa: E402
+from pykfk.errors import ErrorCode
+from pykfk.protocol import framing
+from pykfk.testing import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -120,66 +120,74 @@ def _member_main(kind: str, bootstrap: str, group: str, topic: str, out_path: st
     """A member process: consume, commit synchronously after each poll, log everything."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    out = open(out_path, "a", encoding="utf-8")
+    with open(out_path, "a", encoding="utf-8") as out:
 
-    def emit(**event) -> None:
-        out.write(json.dumps(event) + "\n")
-        out.flush()
+        def emit(**event) -> None:
+            out.write(json.dumps(event) + "\n")
+            out.flush()
 
-    assigned: set[int] | None = None
-    if kind == "kafka-python":
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
+        if kind == "kafka-python":
+            _run_kafka_python_member(bootstrap, group, topic, stop, emit)
+        else:
+            _run_confluent_member(bootstrap, group, topic, stop, emit)
+        emit(closed=True)
 
-        consumer = KafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=group, client_id=f"kp-{os.getpid()}",
-            auto_offset_reset="earliest", enable_auto_commit=False,
-            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS,
-        )
-        while not stop.is_set():
-            batch = consumer.poll(timeout_ms=200)
-            now = {tp.partition for tp in consumer.assignment()}
-            if now != assigned:
-                assigned = now
-                emit(assigned=sorted(now))
-            records = [[r.partition, r.offset] for rs in batch.values() for r in rs]
-            if records:
-                emit(records=records)
-                positions = {tp.partition: consumer.position(tp) for tp in batch}
-                try:
-                    consumer.commit()
-                    emit(committed=positions)
-                except KafkaError as exc:  # a rebalance started: the next owner re-reads
-                    emit(commit_failed=repr(exc))
-        consumer.close()  # commits nothing more (auto-commit off), leaves the group
-    else:
-        from confluent_kafka import Consumer, KafkaException
 
-        consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": group, "client.id": f"ck-{os.getpid()}",
-            "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
-        })
-        consumer.subscribe([topic])
-        while not stop.is_set():
-            messages = consumer.consume(num_messages=500, timeout=0.2)
-            now = {tp.partition for tp in consumer.assignment()}
-            if now != assigned:
-                assigned = now
-                emit(assigned=sorted(now))
-            records = [[m.partition(), m.offset()] for m in messages if m.error() is None]
-            if records:
-                emit(records=records)
-                touched = {p for p, _ in records}
-                try:
-                    done = consumer.commit(asynchronous=False)
-                    emit(committed={tp.partition: tp.offset for tp in done
-                                    if tp.partition in touched and tp.offset >= 0})
-                except KafkaException as exc:
-                    emit(commit_failed=repr(exc))
-        consumer.close()
-    emit(closed=True)
-    out.close()
+def _run_kafka_python_member(bootstrap, group, topic, stop, emit) -> None:
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, client_id=f"kp-{os.getpid()}",
+        auto_offset_reset="earliest", enable_auto_commit=False,
+        session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+    )
+    assigned = None
+    while not stop.is_set():
+        batch = consumer.poll(timeout_ms=200)
+        now = {tp.partition for tp in consumer.assignment()}
+        if now != assigned:
+            assigned = now
+            emit(assigned=sorted(now))
+        records = [[r.partition, r.offset] for rs in batch.values() for r in rs]
+        if records:
+            emit(records=records)
+            positions = {tp.partition: consumer.position(tp) for tp in batch}
+            try:
+                consumer.commit()
+                emit(committed=positions)
+            except KafkaError as exc:  # a rebalance started: the next owner re-reads
+                emit(commit_failed=repr(exc))
+    consumer.close()  # nothing more to commit (auto-commit off); leaves the group
+
+
+def _run_confluent_member(bootstrap, group, topic, stop, emit) -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "client.id": f"ck-{os.getpid()}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+    })
+    consumer.subscribe([topic])
+    assigned = None
+    while not stop.is_set():
+        messages = consumer.consume(num_messages=500, timeout=0.2)
+        now = {tp.partition for tp in consumer.assignment()}
+        if now != assigned:
+            assigned = now
+            emit(assigned=sorted(now))
+        records = [[m.partition(), m.offset()] for m in messages if m.error() is None]
+        if records:
+            emit(records=records)
+            touched = {p for p, _ in records}
+            try:
+                done = consumer.commit(asynchronous=False)
+                emit(committed={tp.partition: tp.offset for tp in done
+                                if tp.partition in touched and tp.offset >= 0})
+            except KafkaException as exc:
+                emit(commit_failed=repr(exc))
+    consumer.close()
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -557,6 +565,70 @@ def test_bad_group_requests_get_kafka_errors_and_the_group_keeps_working(group_b
         raw.close()
         reader.stop()
     assert _committed(group_broker.bootstrap, group) == {0: 20, 1: 20, 2: 20}
+
+
+# -- kcat and aiokafka group consumers --------------------------------------------------------
+
+KCAT = "/usr/bin/kcat"
+
+
+def _kcat_group(bootstrap: str, group: str, topic: str, count: int) -> list[tuple[int, int, str]]:
+    """``kcat -G`` (librdkafka's balanced consumer, auto-commit on) until ``count``
+    messages came; kcat then closes its consumer, which commits and leaves the group."""
+    out = subprocess.run(
+        [KCAT, "-b", bootstrap, "-G", group, "-c", str(count), "-q", "-f", "%p %o %s\\n",
+         "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={SESSION_TIMEOUT_MS}",
+         topic],
+        capture_output=True, timeout=WAIT_S, check=True, text=True)
+    return [(int(p), int(o), v) for p, o, v in (line.split(" ", 2) for line in out.stdout.splitlines())]
+
+
+@pytest.mark.skipif(not os.path.exists(KCAT), reason="kcat is not installed (CI installs it)")
+def test_kcat_group_consumer_commits_and_resumes(group_broker):
+    topic, group = "kcat-groups", "kcat"
+    _create_topic(group_broker.bootstrap, topic, 4)
+    _produce(group_broker.bootstrap, topic, 5, "a", partitions=4)
+    first = _kcat_group(group_broker.bootstrap, group, topic, 20)
+    assert sorted((p, o) for p, o, _ in first) == [(p, o) for p in range(4) for o in range(5)]
+    assert _committed(group_broker.bootstrap, group) == {p: 5 for p in range(4)}
+    # The same group again: only what came after the commit.
+    _produce(group_broker.bootstrap, topic, 2, "b", partitions=4)
+    second = _kcat_group(group_broker.bootstrap, group, topic, 8)
+    assert sorted((p, o, v) for p, o, v in second) == [
+        (p, o, f"b-{p}-{o - 5}") for p in range(4) for o in (5, 6)]
+
+
+def test_aiokafka_group_consumer_commits_and_resumes(group_broker):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    topic, group = "aio-groups", "aio"
+    _create_topic(group_broker.bootstrap, topic, 3)
+    _produce(group_broker.bootstrap, topic, 4, "a", partitions=3)
+
+    async def consume(expected: int) -> list[tuple[int, int]]:
+        consumer = aiokafka.AIOKafkaConsumer(
+            topic, bootstrap_servers=group_broker.bootstrap, group_id=group,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS)
+        await consumer.start()
+        got: list[tuple[int, int]] = []
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while len(got) < expected:
+                    batches = await consumer.getmany(timeout_ms=200)
+                    got += [(r.partition, r.offset) for rs in batches.values() for r in rs]
+            assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2}
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    first = asyncio.run(consume(12))
+    assert sorted(first) == [(p, o) for p in range(3) for o in range(4)]
+    assert _committed(group_broker.bootstrap, group) == {p: 4 for p in range(3)}
+    _produce(group_broker.bootstrap, topic, 1, "b", partitions=3)
+    assert sorted(asyncio.run(consume(3))) == [(p, 4) for p in range(3)]
 
 
 if __name__ == "__main__":

@@ -1,28 +1,21 @@
-"""Real group consumers (kafka-python and confluent-kafka) against an in-process broker whose
-group handlers are the one-line calls into pykfk.group.api that the server is meant to make.
-
-The broker's own group handlers are swapped for such one-liners here (the server's
-Registry takes any module with API_KEY / VERSIONS / handle), so this checks the coordinator
-and the wiring end to end with unmodified clients.
+"""Real group consumers (kafka-python and confluent-kafka) against an in-process broker: the
+server's group handlers, the broker's coordinator and its ``__consumer_offsets`` logs, with
+the coordinator reachable from the test for white-box checks (state, reload from the log).
+The same scenario against broker processes, with kill -9, is tests/compat/test_groups.py.
 """
 
 from __future__ import annotations
 
-import importlib
 import struct
 import threading
 import time
-import types
 
 import pytest
 
-from pykfk.group import api
-from pykfk.group.coordinator import GroupConfig, GroupCoordinator
-from pykfk.group.storage import OFFSETS_TOPIC_CONFIG, LogOffsetsLog
+from pykfk.group.storage import LogOffsetsLog
 
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
-dispatch = pytest.importorskip("pykfk.server.dispatch")
 testing = pytest.importorskip("pykfk.testing")
 
 pytestmark = pytest.mark.slow
@@ -34,79 +27,19 @@ OFFSETS_PARTITIONS = 3
 TIMEOUT_S = 60
 
 
-def _wired(name: str, call):
-    """A handler module for ``name`` that is one call into pykfk.group.api."""
-    original = importlib.import_module(f"pykfk.server.handlers.{name}")
-
-    async def handle(ctx, request):
-        return await call(ctx.broker.group_coordinator, ctx, request)
-
-    return types.SimpleNamespace(API_KEY=original.API_KEY, VERSIONS=original.VERSIONS,
-                                 handle=handle)
-
-
-def _node(broker):
-    def node_for_partition(partition: int):
-        info = broker.metadata.brokers()[0]
-        return broker.broker_id, info.host, info.port
-    return node_for_partition
-
-
-GROUP_HANDLERS = {
-    "find_coordinator": lambda c, ctx, r: api.find_coordinator(
-        c, ctx.api_version, r, node_for_partition=_node(ctx.broker)),
-    "join_group": lambda c, ctx, r: api.join_group(
-        c, ctx.api_version, r, client_id=ctx.client_id, client_host=ctx.client_host),
-    "sync_group": lambda c, ctx, r: api.sync_group(c, ctx.api_version, r),
-    "heartbeat": lambda c, ctx, r: api.heartbeat(c, ctx.api_version, r),
-    "leave_group": lambda c, ctx, r: api.leave_group(c, ctx.api_version, r),
-    "offset_commit": lambda c, ctx, r: api.offset_commit(c, ctx.api_version, r),
-    "offset_fetch": lambda c, ctx, r: api.offset_fetch(c, ctx.api_version, r),
-    "list_groups": lambda c, ctx, r: api.list_groups(c, ctx.api_version, r),
-    "describe_groups": lambda c, ctx, r: api.describe_groups(c, ctx.api_version, r),
-    "delete_groups": lambda c, ctx, r: api.delete_groups(c, ctx.api_version, r),
-}
-
-
 @pytest.fixture
-def broker(tmp_path, monkeypatch):
-    modules = [
-        _wired(name, GROUP_HANDLERS[name]) if name in GROUP_HANDLERS
-        else importlib.import_module(f"pykfk.server.handlers.{name}")
-        for name in dispatch.HANDLER_MODULES
-    ]
-    monkeypatch.setattr(dispatch.Registry, "default", classmethod(lambda cls: cls(modules)))
-    inproc = testing.InProcessBroker(str(tmp_path / "data")).start()
+def broker(tmp_path):
+    inproc = testing.InProcessBroker(str(tmp_path / "data"), {
+        "group.initial.rebalance.delay.ms": 200,
+        "offsets.topic.num.partitions": OFFSETS_PARTITIONS,
+    }).start()
 
     async def setup():
-        from pykfk.log import LogConfig
-
-        b = inproc.broker
-        b.create_topic_now(TOPIC, PARTITIONS, 1, {})
-
-        def partition_exists(topic: str, partition: int) -> bool:
-            info = b.metadata.get_topic(topic)
-            return info is not None and 0 <= partition < info.partitions
-
-        coordinator = GroupCoordinator(
-            GroupConfig(group_initial_rebalance_delay_ms=200,
-                        offsets_topic_num_partitions=OFFSETS_PARTITIONS),
-            partition_exists=partition_exists)
-        await coordinator.start()
-        config = LogConfig.from_properties({k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items()})
-        for p in range(OFFSETS_PARTITIONS):
-            log = (b.log_manager.get_log("__consumer_offsets", p)
-                   or b.log_manager.create_log("__consumer_offsets", p, config))
-            await coordinator.load_partition(p, LogOffsetsLog(log))
-        b.group_coordinator = coordinator
+        inproc.broker.create_topic_now(TOPIC, PARTITIONS, 1, {})
+        await inproc.broker.load_offsets_topic()
 
     inproc.call(setup)
     yield inproc
-
-    async def teardown():
-        await inproc.broker.group_coordinator.shutdown()
-
-    inproc.call(teardown)
     inproc.stop()
     assert not inproc.loop_errors, inproc.loop_errors
 
@@ -124,7 +57,7 @@ class Member(threading.Thread):
     def run(self):
         try:
             self._run_kafka_python() if self.kind == "kp" else self._run_confluent()
-        except BaseException as exc:  # surfaced by the test
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
             self.error = exc
 
     def _record(self, partition: int, offset: int):
