@@ -23,7 +23,13 @@ import os
 import uuid
 from collections.abc import Mapping
 
-from pykfk.cluster.metadata import BrokerInfo, TopicExistsError, TopicInfo, UnknownTopicError
+from pykfk.cluster.metadata import (
+    BrokerInfo,
+    PartitionState,
+    TopicExistsError,
+    TopicInfo,
+    UnknownTopicError,
+)
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
@@ -69,6 +75,13 @@ class EmbeddedMetadataStore:
 
     def get_topic(self, name: str) -> TopicInfo | None:
         return self._topics.get(name)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        me = self._broker.node_id
+        return PartitionState(me, 0, (me,))
 
     # -- changes ---------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The metadata store interface: what the broker knows about the cluster.
 
-One interface, two backends: ``embedded.py`` (a local file, for a standalone broker) and,
-later, ZooKeeper. Reads are synchronous and served from memory, so request handlers never
+One interface, two backends: ``embedded.py`` (a local file, for a standalone broker) and
+``zookeeper.py`` (a cluster of brokers, Kafka's own znodes). Reads are synchronous and served from memory, so request handlers never
 wait for them; changes are coroutines because a ZooKeeper backend has to wait for the
 ensemble. Nothing above ``pykfk/cluster/`` knows which backend runs.
 """
@@ -33,6 +33,29 @@ class TopicInfo:
     replication_factor: int = 1
     configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     topic_id: str = ""  # 32 hex digits (a UUID), stable for the topic's lifetime
+    # Partition id -> replica broker ids, the preferred leader first. Empty for the
+    # embedded store, where the single broker holds every partition.
+    assignment: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+
+    def replicas(self, partition: int, default: int) -> tuple[int, ...]:
+        """The replicas of ``partition``; ``(default,)`` when there is no assignment."""
+        return tuple(self.assignment.get(partition, (default,)))
+
+
+NO_LEADER = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionState:
+    """Leader, leader epoch and in-sync replicas of one partition (Kafka's LeaderAndIsr,
+    the JSON of ``/brokers/topics/<t>/partitions/<p>/state``). ``version`` is the znode
+    version it was read with (-1: not from ZooKeeper), for conditional updates."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+    version: int = -1
 
 
 class TopicExistsError(Exception):
@@ -57,6 +80,11 @@ class MetadataStore(Protocol):
     def topics(self) -> Mapping[str, TopicInfo]: ...
 
     def get_topic(self, name: str) -> TopicInfo | None: ...
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """Leader and ISR of a partition; None when unknown (no such partition, or the
+        controller has not elected a leader yet)."""
+        ...
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]

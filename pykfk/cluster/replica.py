@@ -1,0 +1,757 @@
+"""Replica manager: this broker's partitions as leader or follower, the in-sync replica
+set, the high watermark, the acks=all purgatory and the replica fetchers (apache/kafka
+``ReplicaManager``, ``Partition``, ``DelayedProduce``, ``ReplicaFetcherThread``).
+
+Roles come from the partition states in ZooKeeper (``apply_state``): a broker leads a
+partition when the state names it, follows the named leader when it is one of the
+replicas. A leader:
+
+- appends producer batches stamped with its leader epoch;
+- learns each follower's log end offset from the ``fetch_offset`` of its Fetch requests
+  (``replica_id`` >= 0), and keeps the time it last caught up with the leader;
+- computes the high watermark as the lowest log end offset over the ISR (itself
+  included; a follower whose position is not known yet holds it back);
+- completes acks=all produce requests once the high watermark passes their last offset,
+  answering NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR then is smaller than
+  ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS before the append when it already was);
+- adds a follower to the ISR once it reached the high watermark and the start of the
+  current leader epoch, and removes one that did not catch up within
+  ``replica.lag.time.max.ms``; both changes are conditional ZooKeeper updates on the
+  state version last seen, so a change by the controller in between wins and is re-read.
+  The ISR used for the high watermark is the one stored, so neither change can make the
+  high watermark pass data that a future leader could lack.
+
+A follower first truncates its log: it asks the leader (OffsetForLeaderEpoch) where its
+latest leader epoch ended and cuts its log there, dropping a tail the new leader never
+had (KIP-101); then it fetches from its log end offset, appends the batches with their
+offsets, and takes the leader's high watermark (capped at its own log end offset).
+One fetcher task per source broker serves all partitions followed from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pykfk._core import records as core_records
+from pykfk.cluster.channel import BrokerChannel, ChannelError
+from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
+from pykfk.cluster.metadata import NO_LEADER, PartitionState
+from pykfk.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("pykfk.cluster")
+
+FETCH_KEY, FETCH_VERSION = 1, 11
+OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 3
+BATCH_HEADER_SIZE = 61  # magic-2 batch header (src/_core/batch.h)
+
+LEADER, FOLLOWER, NONE = "leader", "follower", "none"
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaSettings:
+    """The replication settings a ReplicaManager needs (Kafka property names in comments)."""
+
+    def __init__(self, **kw: Any):
+        self.replica_lag_time_max_ms: int = kw.get("replica_lag_time_max_ms", 30000)  # replica.lag.time.max.ms
+        self.min_insync_replicas: int = kw.get("min_insync_replicas", 1)  # min.insync.replicas
+        self.fetch_max_bytes: int = kw.get("fetch_max_bytes", 1048576)  # replica.fetch.max.bytes
+        self.fetch_response_max_bytes: int = kw.get("fetch_response_max_bytes", 10485760)  # replica.fetch.response.max.bytes
+        self.fetch_wait_max_ms: int = kw.get("fetch_wait_max_ms", 500)  # replica.fetch.wait.max.ms
+        self.fetch_min_bytes: int = kw.get("fetch_min_bytes", 1)  # replica.fetch.min.bytes
+        self.fetch_backoff_ms: int = kw.get("fetch_backoff_ms", 1000)  # replica.fetch.backoff.ms
+        self.socket_timeout_ms: int = kw.get("socket_timeout_ms", 30000)  # replica.socket.timeout.ms
+
+
+class RemoteReplica:
+    """What a leader knows of one follower."""
+
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+
+    def __init__(self, caught_up_ms: int = 0):
+        self.log_end_offset = -1  # unknown until its first fetch under this leadership
+        self.last_caught_up_ms = caught_up_ms
+        self.last_fetch_leader_leo = -1
+        self.last_fetch_ms = 0
+
+
+class Partition:
+    """One partition replica on this broker. Loop-affine."""
+
+    def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Any):
+        self.manager = manager
+        self.topic = topic
+        self.partition = partition
+        self.log = plog
+        self.epochs = LeaderEpochCache(plog.dir)
+        self.replicas: tuple[int, ...] = ()
+        self.state: PartitionState | None = None
+        self.role = NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.isr: frozenset[int] = frozenset()
+        self.remote: dict[int, RemoteReplica] = {}
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.isr_change_pending = False
+        # follower side
+        self.needs_truncation = False
+        self.fetch_paused_until = 0
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition}, {self.role}, epoch {self.leader_epoch})"
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    # -- role changes ------------------------------------------------------------------
+
+    def become_leader(self, state: PartitionState) -> None:
+        me = self.manager.broker_id
+        was_leader = self.role == LEADER
+        self.role = LEADER
+        self.leader_id = me
+        self.leader_epoch = state.leader_epoch
+        self.isr = frozenset(state.isr)
+        self.state = state
+        self.needs_truncation = False
+        self.epochs.assign(state.leader_epoch, self.log.log_end_offset)
+        now = now_ms()
+        # Followers in the ISR get a fresh lag clock: they were in sync a moment ago.
+        self.remote = {r: RemoteReplica(now if r in self.isr else 0) for r in self.replicas if r != me}
+        log.info("%s-%d: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
+                 self.topic, self.partition, state.leader_epoch, sorted(state.isr),
+                 self.log.log_end_offset, self.high_watermark)
+        self.maybe_advance_high_watermark()
+        if not was_leader:
+            self.manager.leadership_changed(self, True)
+
+    def become_follower(self, state: PartitionState) -> None:
+        was_leader = self.role == LEADER
+        self.role = FOLLOWER
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.isr = frozenset(state.isr)
+        self.state = state
+        self.remote = {}
+        self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.needs_truncation = True
+        self.fetch_paused_until = 0
+        log.info("%s-%d: follower of %d at epoch %d, log end offset %d, high watermark %d",
+                 self.topic, self.partition, state.leader, state.leader_epoch,
+                 self.log.log_end_offset, self.high_watermark)
+        if was_leader:
+            self.manager.leadership_changed(self, False)
+
+    def stop(self) -> None:
+        was_leader = self.role == LEADER
+        self.role = NONE
+        self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if was_leader:
+            self.manager.leadership_changed(self, False)
+
+    # -- leader: appends and the purgatory ---------------------------------------------
+
+    def min_insync_replicas(self) -> int:
+        return self.manager.min_insync_replicas_for(self.topic)
+
+    def append_as_leader(self, records: Any, acks: int) -> Any:
+        if self.role != LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
+        if acks == -1 and len(self.isr) < self.min_insync_replicas():
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
+                             f"min.insync.replicas={self.min_insync_replicas()}")
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self.maybe_advance_high_watermark()
+        return info
+
+    async def wait_for_replication(self, required_offset: int, timeout_s: float) -> ErrorCode:
+        """acks=all: wait until the high watermark reaches ``required_offset``."""
+        if self.role != LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.high_watermark < required_offset:
+            future = asyncio.get_running_loop().create_future()
+            entry = (required_offset, future)
+            self.waiters.append(entry)
+            try:
+                await asyncio.wait_for(future, timeout_s)
+            except asyncio.TimeoutError:
+                return ErrorCode.REQUEST_TIMED_OUT
+            except KafkaError as exc:
+                return exc.code
+            finally:
+                with contextlib.suppress(ValueError):
+                    self.waiters.remove(entry)
+        if len(self.isr) < self.min_insync_replicas():
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    def fail_waiters(self, code: ErrorCode) -> None:
+        waiters, self.waiters = self.waiters, []
+        for _offset, future in waiters:
+            if not future.done():
+                future.set_exception(KafkaError(code))
+
+    def maybe_advance_high_watermark(self) -> None:
+        if self.role != LEADER:
+            return
+        me = self.manager.broker_id
+        new_hw = self.log.log_end_offset
+        for r in self.isr:
+            if r == me:
+                continue
+            remote = self.remote.get(r)
+            new_hw = min(new_hw, remote.log_end_offset if remote is not None else -1)
+        if new_hw <= self.high_watermark:
+            return
+        self.log.high_watermark = new_hw
+        hw = self.high_watermark
+        if self.waiters:
+            done = [w for w in self.waiters if w[0] <= hw]
+            if done:
+                self.waiters = [w for w in self.waiters if w[0] > hw]
+                for _offset, future in done:
+                    if not future.done():
+                        future.set_result(None)
+        self.manager.high_watermark_moved(self)
+
+    # -- leader: follower fetches and the ISR ------------------------------------------
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+        if current_leader_epoch > self.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    def follower_fetched(self, replica_id: int, fetch_offset: int) -> None:
+        remote = self.remote.get(replica_id)
+        if remote is None:
+            return  # not a replica of this partition: served, not tracked
+        now = now_ms()
+        leo = self.log.log_end_offset
+        if fetch_offset > leo:
+            return  # a divergent tail the follower still has to truncate
+        if fetch_offset >= leo:
+            remote.last_caught_up_ms = now
+        elif fetch_offset >= remote.last_fetch_leader_leo >= 0:
+            remote.last_caught_up_ms = max(remote.last_caught_up_ms, remote.last_fetch_ms)
+        remote.last_fetch_leader_leo = leo
+        remote.last_fetch_ms = now
+        remote.log_end_offset = fetch_offset
+        if replica_id not in self.isr:
+            self.maybe_expand_isr(replica_id)
+        self.maybe_advance_high_watermark()
+
+    def maybe_expand_isr(self, replica_id: int) -> None:
+        remote = self.remote[replica_id]
+        epoch_start = self.epochs.entries[-1][1] if self.epochs.entries else 0
+        if (remote.log_end_offset >= self.high_watermark and remote.log_end_offset >= epoch_start
+                and self.manager.may_join_isr(replica_id)):
+            self.change_isr(self.isr | {replica_id}, f"replica {replica_id} caught up")
+
+    def shrink_isr_if_lagging(self) -> None:
+        if self.role != LEADER:
+            return
+        now = now_ms()
+        lag = self.manager.settings.replica_lag_time_max_ms
+        me = self.manager.broker_id
+        out = {
+            r for r in self.isr
+            if r != me and now - (self.remote[r].last_caught_up_ms if r in self.remote else 0) > lag
+        }
+        if out:
+            self.change_isr(self.isr - out, f"replicas {sorted(out)} lag more than {lag} ms")
+
+    def change_isr(self, isr: frozenset[int], reason: str) -> None:
+        if self.isr_change_pending or self.state is None or isr == self.isr:
+            return
+        self.isr_change_pending = True
+        self.manager.spawn(self._write_isr(isr, self.state, reason))
+
+    async def _write_isr(self, isr: frozenset[int], based_on: PartitionState, reason: str) -> None:
+        from kazoo.exceptions import BadVersionError
+
+        store = self.manager.store
+        new = PartitionState(self.manager.broker_id, based_on.leader_epoch, tuple(sorted(isr)),
+                             based_on.controller_epoch)
+        try:
+            await store.update_isr(self.topic, self.partition, new, based_on.version)
+            log.info("%s-%d: ISR %s -> %s (%s)", self.topic, self.partition, sorted(based_on.isr),
+                     sorted(isr), reason)
+        except BadVersionError:
+            log.info("%s-%d: ISR change to %s lost a race; re-reading the state", self.topic,
+                     self.partition, sorted(isr))
+            with contextlib.suppress(Exception):
+                await store.read_state(self.topic, self.partition)
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: retried on the next check
+            log.warning("%s-%d: ISR change to %s failed: %r", self.topic, self.partition, sorted(isr), exc)
+        finally:
+            self.isr_change_pending = False
+
+    def apply_isr(self, state: PartitionState) -> None:
+        """Same leader and epoch, new ISR (written by this leader or the controller)."""
+        self.state = state
+        self.isr = frozenset(state.isr)
+        for r in self.isr:
+            if r not in self.remote and r != self.manager.broker_id:
+                self.remote[r] = RemoteReplica(now_ms())
+        self.maybe_advance_high_watermark()
+
+    # -- follower: truncation ----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        offset = max(0, min(offset, self.log.log_end_offset))
+        if offset < self.log.log_end_offset:
+            log.info("%s-%d: truncating from %d to %d", self.topic, self.partition, self.log.log_end_offset, offset)
+            self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+
+    def append_as_follower(self, records: memoryview, leader_hw: int) -> int:
+        """Append fetched batches (whole ones, at or past the log end offset); returns
+        the number of bytes appended."""
+        count, complete = core_records.scan_batches(records)
+        if count == 0:
+            self._take_high_watermark(leader_hw)
+            return 0
+        buf = records[:complete]
+        # Skip batches below the log end offset (a fetch that started inside a batch).
+        leo = self.log.log_end_offset
+        pos = 0
+        while pos + BATCH_HEADER_SIZE <= len(buf):
+            header = core_records.parse_batch_header(buf, pos)
+            if header.last_offset >= leo:
+                break
+            pos += header.size
+        buf = buf[pos:]
+        if len(buf) == 0:
+            self._take_high_watermark(leader_hw)
+            return 0
+        info = self.log.append(buf, assign_offsets=False)
+        for header in info.headers:
+            epoch = header.partition_leader_epoch
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, header.base_offset)
+        self._take_high_watermark(leader_hw)
+        return len(buf)
+
+    def _take_high_watermark(self, leader_hw: int) -> None:
+        if leader_hw >= 0:
+            hw = min(leader_hw, self.log.log_end_offset)
+            if hw != self.log.high_watermark:
+                self.log.high_watermark = hw
+
+
+class ReplicaManager:
+    """All partition replicas of this broker. Loop-affine.
+
+    ``store`` is the ZooKeeper metadata store, ``log_manager`` creates and deletes logs,
+    ``log_config_for(topic)`` gives a topic's LogConfig, ``notify(topic, partition)``
+    wakes long-polling fetches.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: Any,
+        log_manager: Any,
+        settings: ReplicaSettings,
+        *,
+        log_config_for: Callable[[str], Any],
+        notify: Callable[[str, int], None],
+    ):
+        self.broker_id = broker_id
+        self.store = store
+        self.log_manager = log_manager
+        self.settings = settings
+        self.log_config_for = log_config_for
+        self.notify = notify
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
+        self.shutting_down = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._isr_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        interval = max(self.settings.replica_lag_time_max_ms / 2, 50) / 1000
+        self._isr_task = asyncio.get_running_loop().create_task(self._isr_checks(interval))
+
+    async def _isr_checks(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            for partition in list(self.partitions.values()):
+                try:
+                    partition.shrink_isr_if_lagging()
+                except Exception:
+                    log.exception("ISR check of %s failed", partition)
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop_fetchers(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        for fetcher in fetchers:
+            await fetcher.stop()
+
+    async def shutdown(self) -> None:
+        self.shutting_down = True
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+            await asyncio.gather(self._isr_task, return_exceptions=True)
+        await self.stop_fetchers()
+        for partition in self.partitions.values():
+            partition.stop()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
+
+    # -- state from ZooKeeper ----------------------------------------------------------
+
+    def apply_state(self, topic: str, partition: int) -> None:
+        """The state, assignment or existence of a partition changed in the store."""
+        if self.shutting_down:
+            return
+        info = self.store.get_topic(topic)
+        state = self.store.partition_state(topic, partition)
+        key = (topic, partition)
+        replicas = info.replicas(partition, -1) if info is not None and partition < info.partitions else ()
+        current = self.partitions.get(key)
+        if self.broker_id not in replicas:
+            if current is not None:
+                self.remove_partition(topic, partition, delete=info is None)
+            return
+        if state is None:
+            return
+        if current is None:
+            current = self._create_partition(topic, partition)
+        current.replicas = tuple(replicas)
+        applied = current.state
+        if applied is not None and (state.leader_epoch < applied.leader_epoch
+                                    or state.controller_epoch < applied.controller_epoch):
+            log.debug("%s-%d: ignoring stale state %s (have %s)", topic, partition, state, applied)
+            return
+        if state.leader == self.broker_id:
+            if current.role == LEADER and state.leader_epoch == current.leader_epoch:
+                current.apply_isr(state)
+            else:
+                self._unfollow(current)
+                current.become_leader(state)
+        elif current.role == FOLLOWER and state.leader_epoch == current.leader_epoch and state.leader == current.leader_id:
+            current.state = state
+            current.isr = frozenset(state.isr)
+        else:
+            self._unfollow(current)
+            current.become_follower(state)
+            if state.leader != NO_LEADER:
+                self._fetcher_for(state.leader).add(current)
+
+    def _create_partition(self, topic: str, partition: int) -> Partition:
+        plog = self.log_manager.get_log(topic, partition)
+        if plog is None:
+            plog = self.log_manager.create_log(topic, partition, self.log_config_for(topic))
+            plog.high_watermark = 0
+        else:
+            checkpoint = self.log_manager.high_watermark_checkpoint(topic, partition)
+            plog.high_watermark = checkpoint if checkpoint is not None else 0
+        created = Partition(self, topic, partition, plog)
+        self.partitions[(topic, partition)] = created
+        return created
+
+    def _unfollow(self, partition: Partition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(partition)
+
+    def remove_partition(self, topic: str, partition: int, *, delete: bool) -> None:
+        current = self.partitions.pop((topic, partition), None)
+        if current is not None:
+            self._unfollow(current)
+            current.stop()
+        if delete:
+            self.log_manager.delete_log(topic, partition)
+            self.notify(topic, partition)
+
+    def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id)
+            fetcher.start()
+        return fetcher
+
+    def leadership_changed(self, partition: Partition, leader: bool) -> None:
+        for listener in list(self.leadership_listeners):
+            try:
+                listener(partition.topic, partition.partition, leader)
+            except Exception:
+                log.exception("leadership listener failed for %s", partition)
+
+    def high_watermark_moved(self, partition: Partition) -> None:
+        self.notify(partition.topic, partition.partition)
+
+    def may_join_isr(self, broker_id: int) -> bool:
+        return (broker_id in self.store.live_broker_ids()
+                and broker_id not in self.store.shutdown_requests())
+
+    def min_insync_replicas_for(self, topic: str) -> int:
+        info = self.store.get_topic(topic)
+        if info is not None:
+            value = info.configs.get("min.insync.replicas")
+            if value is not None:
+                with contextlib.suppress(ValueError):
+                    return int(value)
+        return self.settings.min_insync_replicas
+
+    # -- services for request handlers -------------------------------------------------
+
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        found = self.partitions.get((topic, partition))
+        if found is not None:
+            return found
+        info = self.store.get_topic(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} does not exist")
+        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has no replica of {topic}-{partition}")
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        found = self.get_partition(topic, partition)
+        if found.role != LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {self.broker_id} is not the leader of {topic}-{partition}")
+        return found
+
+    def leader_log(self, topic: str, partition: int) -> Any:
+        """The log of a partition this broker leads; KafkaError otherwise."""
+        return self.leader_partition(topic, partition).log
+
+    def log_for_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
+                      current_leader_epoch: int) -> tuple[Any, int]:
+        """(log, read limit) for a Fetch: consumers read up to the high watermark,
+        followers up to the log end offset and report their position."""
+        found = self.leader_partition(topic, partition)
+        found.check_leader_epoch(current_leader_epoch)
+        if replica_id >= 0:
+            found.follower_fetched(replica_id, fetch_offset)
+            return found.log, found.log.log_end_offset
+        return found.log, found.high_watermark
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, current_leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (epoch, end offset)."""
+        found = self.leader_partition(topic, partition)
+        found.check_leader_epoch(current_leader_epoch)
+        return found.epochs.end_offset_for(epoch, found.log.log_end_offset)
+
+    async def append(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int) -> Any:
+        """Append as leader; for acks=-1 also wait for the ISR. Returns the AppendInfo;
+        raises KafkaError with the produce error code."""
+        found = self.leader_partition(topic, partition)
+        info = found.append_as_leader(records, acks)
+        self.notify(topic, partition)
+        if acks == -1 and info.last_offset >= 0:
+            code = await found.wait_for_replication(info.last_offset + 1, max(timeout_ms, 0) / 1000)
+            if code != ErrorCode.NONE:
+                raise KafkaError(code, f"{topic}-{partition}: {code.name} after the append")
+        return info
+
+    def led_partitions(self) -> Iterator[Partition]:
+        return (p for p in self.partitions.values() if p.role == LEADER)
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker."""
+
+    def __init__(self, manager: ReplicaManager, leader_id: int):
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._channel: BrokerChannel | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"pykfk-replica-fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._channel is not None:
+            self._channel.close()
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.key] = partition
+        self._wake.set()
+
+    def remove(self, partition: Partition) -> None:
+        if self.partitions.get(partition.key) is partition:
+            del self.partitions[partition.key]
+
+    def _current(self, partition: Partition, epoch: int) -> bool:
+        return (self.partitions.get(partition.key) is partition and partition.role == FOLLOWER
+                and partition.leader_epoch == epoch and partition.leader_id == self.leader_id)
+
+    async def _run(self) -> None:
+        backoff = self.manager.settings.fetch_backoff_ms / 1000
+        while not self._stopped:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                channel = self._connect()
+                await self._truncate(channel)
+                fetched = await self._fetch(channel)
+                if not fetched:
+                    await asyncio.sleep(min(backoff, 0.1))
+            except asyncio.CancelledError:
+                raise
+            except (ChannelError, KafkaError) as exc:
+                log.info("fetcher for leader %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                await asyncio.sleep(backoff)
+
+    def _connect(self) -> BrokerChannel:
+        broker = self.manager.store.get_broker(self.leader_id)
+        if broker is None:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {self.leader_id} is not registered")
+        channel = self._channel
+        if channel is None or (channel.host, channel.port) != (broker.host, broker.port):
+            if channel is not None:
+                channel.close()
+            timeout = self.manager.settings.socket_timeout_ms / 1000
+            channel = self._channel = BrokerChannel(
+                broker.host, broker.port, client_id=f"pykfk-replica-{self.manager.broker_id}", timeout_s=timeout)
+        return channel
+
+    async def _truncate(self, channel: BrokerChannel) -> None:
+        """OffsetForLeaderEpoch for the partitions that just started following."""
+        pending = [p for p in self.partitions.values() if p.needs_truncation]
+        if not pending:
+            return
+        asked: list[tuple[Partition, int, int]] = []
+        topics: dict[str, list[dict]] = {}
+        for p in pending:
+            epoch = p.epochs.latest_epoch
+            if epoch == UNDEFINED_EPOCH:
+                p.truncate_to(p.high_watermark)  # no epochs known: Kafka's fallback
+                p.needs_truncation = False
+                continue
+            asked.append((p, p.leader_epoch, epoch))
+            topics.setdefault(p.topic, []).append(
+                {"partition": p.partition, "current_leader_epoch": p.leader_epoch, "leader_epoch": epoch})
+        if not asked:
+            return
+        body = {"replica_id": self.manager.broker_id,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]}
+        response = await channel.request(OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION, body)
+        results = {(t.topic, r.partition): r for t in response.topics for r in t.partitions}
+        for p, leader_epoch, asked_epoch in asked:
+            result = results.get(p.key)
+            if result is None or not self._current(p, leader_epoch):
+                continue
+            if result.error_code != ErrorCode.NONE:
+                log.info("%s-%d: OffsetForLeaderEpoch answered %s", p.topic, p.partition,
+                         ErrorCode(result.error_code).name)
+                continue
+            if result.leader_epoch == UNDEFINED_EPOCH or result.end_offset < 0:
+                target = p.high_watermark
+            else:
+                target = result.end_offset
+                if result.leader_epoch < asked_epoch:
+                    # The leader never had our latest epoch: cut where our copy of its
+                    # epoch ended too.
+                    target = min(target, p.epochs.end_offset_for(result.leader_epoch, p.log.log_end_offset)[1])
+            p.truncate_to(target)
+            p.needs_truncation = False
+
+    async def _fetch(self, channel: BrokerChannel) -> bool:
+        settings = self.manager.settings
+        now = now_ms()
+        sent: list[tuple[Partition, int]] = []
+        topics: dict[str, list[dict]] = {}
+        for p in self.partitions.values():
+            if p.needs_truncation or p.fetch_paused_until > now:
+                continue
+            sent.append((p, p.leader_epoch))
+            topics.setdefault(p.topic, []).append({
+                "partition": p.partition,
+                "current_leader_epoch": p.leader_epoch,
+                "fetch_offset": p.log.log_end_offset,
+                "log_start_offset": p.log.log_start_offset,
+                "partition_max_bytes": settings.fetch_max_bytes,
+            })
+        if not sent:
+            return False
+        body = {
+            "replica_id": self.manager.broker_id,
+            "max_wait_ms": settings.fetch_wait_max_ms,
+            "min_bytes": settings.fetch_min_bytes,
+            "max_bytes": settings.fetch_response_max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        timeout = settings.fetch_wait_max_ms / 1000 + settings.socket_timeout_ms / 1000
+        response = await channel.request(FETCH_KEY, FETCH_VERSION, body, timeout_s=timeout)
+        if response.error_code:
+            raise KafkaError(ErrorCode(response.error_code), "fetch refused")
+        results = {(t.topic, r.partition_index): r for t in response.responses for r in t.partitions}
+        for p, epoch in sent:
+            result = results.get(p.key)
+            if result is None or not self._current(p, epoch):
+                continue
+            try:
+                self._handle_partition(p, result)
+            except KafkaError as exc:
+                log.warning("%s-%d: cannot append fetched data: %s", p.topic, p.partition, exc)
+                p.needs_truncation = True
+                p.fetch_paused_until = now_ms() + settings.fetch_backoff_ms
+        return True
+
+    def _handle_partition(self, p: Partition, result: Any) -> None:
+        code = result.error_code
+        if code == ErrorCode.NONE:
+            records = result.records
+            if records is not None and len(records):
+                p.append_as_follower(memoryview(records), result.high_watermark)
+                self.manager.notify(p.topic, p.partition)
+            else:
+                p._take_high_watermark(result.high_watermark)
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = result.log_start_offset
+            if leader_start >= 0 and p.log.log_end_offset < leader_start:
+                log.info("%s-%d: log end offset %d is below the leader's log start %d: restarting the log there",
+                         p.topic, p.partition, p.log.log_end_offset, leader_start)
+                p.log.truncate_fully_and_start_at(leader_start)
+                p.epochs.clear_and_start_at(leader_start)
+            else:
+                p.needs_truncation = True
+        else:
+            # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: the new state is on
+            # its way through ZooKeeper; ask again a little later.
+            p.fetch_paused_until = now_ms() + min(self.manager.settings.fetch_backoff_ms, 200)

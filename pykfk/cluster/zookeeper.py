@@ -1,0 +1,839 @@
+"""ZooKeeper metadata store: the cluster's state in Kafka's own znodes, through kazoo.
+
+Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
+
+    /cluster/id                                    {"version":"1","id":"<22 chars>"}
+    /brokers/ids/<id>                   ephemeral  {"host","port","endpoints","rack",...}
+    /brokers/topics/<topic>                        {"version":2,"partitions":{"0":[1,2,3]},...}
+    /brokers/topics/<topic>/partitions/<p>/state   {"leader","leader_epoch","isr","controller_epoch"}
+    /config/topics/<topic>                         {"version":1,"config":{...}}
+    /controller                         ephemeral  {"version":1,"brokerid":N,"timestamp":"..."}
+    /controller_epoch                              N (bumped with a conditional set)
+    /admin/delete_topics/<topic>                   deletion requests (processed by the controller)
+    /admin/controlled_shutdown/<id>     ephemeral  pykfk: a broker asking the controller to move
+                                                   its leaderships away before it stops
+    /latest_producer_id_block                      {"version":1,"broker":N,"block_start":"0","block_end":"999"}
+
+Threads: kazoo runs its own threads. Three ``TreeCache`` recipes mirror ``/brokers``,
+``/config/topics`` and ``/admin``; their events, the ``/controller`` watch and session
+state changes are handed to the event loop with ``call_soon_threadsafe`` and applied
+there, in arrival order, to plain dicts. Reads (``brokers()``, ``partition_state()``) are
+served from those dicts and never wait; writes are coroutines over kazoo's async API.
+Listeners (``add_listener``) are called on the loop with ``(kind, key)`` after each change.
+
+ZooKeeper versions order the changes of one znode: a state this broker wrote itself is
+applied at once with the version the write returned, and a cache event carrying an older
+version is ignored, so the view never goes backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pykfk.cluster.assignment import AssignmentError, assign_replicas
+from pykfk.cluster.metadata import (
+    NO_LEADER,
+    BrokerInfo,
+    PartitionState,
+    TopicExistsError,
+    TopicInfo,
+    UnknownTopicError,
+)
+
+log = logging.getLogger("pykfk.cluster")
+
+CLUSTER_ID_PATH = "/cluster/id"
+BROKER_IDS_PATH = "/brokers/ids"
+TOPICS_PATH = "/brokers/topics"
+CONFIG_TOPICS_PATH = "/config/topics"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+PERSISTENT_PATHS = (
+    BROKER_IDS_PATH,
+    TOPICS_PATH,
+    CONFIG_TOPICS_PATH,
+    DELETE_TOPICS_PATH,
+    CONTROLLED_SHUTDOWN_PATH,
+    "/cluster",
+)
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
+
+Listener = Callable[[str, Any], None]
+
+
+class ZooKeeperError(Exception):
+    """ZooKeeper could not be reached or refused a change this broker needs."""
+
+
+class BrokerIdInUseError(ZooKeeperError):
+    """Another live broker is registered under this broker.id."""
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
+
+def encode_state(state: PartitionState) -> bytes:
+    return json.dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+    ).encode()
+
+
+def decode_state(data: bytes, version: int) -> PartitionState:
+    doc = json.loads(data)
+    return PartitionState(
+        int(doc["leader"]),
+        int(doc["leader_epoch"]),
+        tuple(int(b) for b in doc["isr"]),
+        int(doc.get("controller_epoch", 0)),
+        version,
+    )
+
+
+def _broker_json(info: BrokerInfo) -> bytes:
+    doc: dict[str, Any] = {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "jmx_port": -1,
+        "features": {},
+        "host": info.host,
+        "timestamp": str(int(time.time() * 1000)),
+        "port": info.port,
+        "version": 5,
+    }
+    if info.rack:
+        doc["rack"] = info.rack
+    return json.dumps(doc).encode()
+
+
+def _parse_broker(broker_id: int, data: bytes) -> BrokerInfo:
+    doc = json.loads(data)
+    host, port = doc.get("host"), doc.get("port")
+    for endpoint in doc.get("endpoints", ()):
+        name, _, address = str(endpoint).partition("://")
+        if name == "PLAINTEXT" and ":" in address:
+            host, _, port_text = address.rpartition(":")
+            port = int(port_text)
+            break
+    return BrokerInfo(broker_id, str(host).strip("[]"), int(port), doc.get("rack"))
+
+
+def _topic_json(assignment: Mapping[int, Sequence[int]], topic_id: str) -> bytes:
+    return json.dumps(
+        {
+            "version": 2,
+            "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+            "adding_replicas": {},
+            "removing_replicas": {},
+            "topic_id": topic_id,
+        }
+    ).encode()
+
+
+class ZooKeeperMetadataStore:
+    """MetadataStore of a broker in a ZooKeeper-coordinated cluster. Loop-affine except
+    where noted; create it, ``await start()``, ``await register_broker()``, ``close()``."""
+
+    def __init__(
+        self,
+        connect: str,
+        broker: BrokerInfo,
+        *,
+        session_timeout_ms: int = 18000,
+        connection_timeout_ms: int = 18000,
+        request_timeout_s: float = 30.0,
+    ):
+        self.connect = connect
+        self.broker = broker
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        self.request_timeout_s = request_timeout_s
+        self.zk: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._cluster_id = ""
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller_id = -1
+        self._assignments: dict[str, tuple[dict[int, tuple[int, ...]], str, int]] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._delete_requests: set[str] = set()
+        self._shutdown_requests: dict[int, bytes] = {}
+        self._listeners: list[Listener] = []
+        self._caches: list[Any] = []
+        self._initialized: dict[str, asyncio.Event] = {}
+        self._registered_session: int | None = None
+        self._closed = False
+
+    # -- start and stop ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, create the persistent paths and the cluster id, fill the caches."""
+        from kazoo.client import KazooClient
+
+        self.loop = asyncio.get_running_loop()
+        hosts, chroot = _split_chroot(self.connect)
+        if chroot:
+            await self.loop.run_in_executor(None, self._ensure_chroot, hosts, chroot)
+        self.zk = KazooClient(
+            hosts=self.connect,
+            timeout=self.session_timeout_ms / 1000,
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+            command_retry={"max_tries": 3, "delay": 0.1, "max_delay": 1.0},
+            logger=logging.getLogger("pykfk.cluster.kazoo"),
+        )
+        self.zk.add_listener(self._on_session_state)
+        try:
+            await self.loop.run_in_executor(None, self._connect_and_prepare)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                self.zk.stop()
+                self.zk.close()
+            raise ZooKeeperError(f"cannot use ZooKeeper at {self.connect}: {exc or type(exc).__name__}") from exc
+        from kazoo.recipe.cache import TreeCache
+
+        for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin"):
+            cache = TreeCache(self.zk, root)
+            self._initialized[root] = asyncio.Event()
+            cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
+            cache.listen_fault(lambda exc: log.warning("ZooKeeper cache error: %r", exc))
+            self._caches.append(cache)
+        # TreeCache.start and DataWatch make a blocking round trip each: not on the loop.
+        await self.loop.run_in_executor(None, self._start_watches)
+        deadline = self.request_timeout_s
+        try:
+            for event in self._initialized.values():
+                await asyncio.wait_for(event.wait(), deadline)
+        except asyncio.TimeoutError:
+            raise ZooKeeperError(f"ZooKeeper at {self.connect}: caches not filled within {deadline}s") from None
+
+    def _start_watches(self) -> None:
+        for cache in self._caches:
+            cache.start()
+        self.zk.DataWatch(CONTROLLER_PATH, self._controller_watch)
+
+    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        client.start(timeout=self.connection_timeout_ms / 1000)
+        try:
+            client.ensure_path(chroot)
+        finally:
+            client.stop()
+            client.close()
+
+    def _connect_and_prepare(self) -> None:
+        """Blocking (worker thread): connect and create what every broker needs."""
+        from kazoo.exceptions import NodeExistsError
+
+        self.zk.start(timeout=self.connection_timeout_ms / 1000)
+        for path in PERSISTENT_PATHS:
+            self.zk.ensure_path(path)
+        try:
+            data, _stat = self.zk.get(CLUSTER_ID_PATH)
+        except Exception:  # NoNodeError: the first broker of the cluster picks the id
+            new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            try:
+                self.zk.create(CLUSTER_ID_PATH, json.dumps({"version": "1", "id": new_id}).encode())
+            except NodeExistsError:
+                pass
+            data, _stat = self.zk.get(CLUSTER_ID_PATH)
+        self._cluster_id = str(json.loads(data)["id"])
+
+    def close(self) -> None:
+        """Stop the caches and close the session (ephemerals vanish at once). Any thread."""
+        if self._closed:
+            return
+        self._closed = True
+        for cache in self._caches:
+            with contextlib.suppress(Exception):
+                cache.close()
+        if self.zk is not None:
+            with contextlib.suppress(Exception):
+                self.zk.stop()
+                self.zk.close()
+
+    # -- plumbing: kazoo threads -> loop ----------------------------------------------
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Any thread: run ``fn(*args)`` on the loop (dropped once the loop is closed)."""
+        loop = self.loop
+        if loop is None or self._closed:
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fn, *args)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, key: Any) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(kind, key)
+            except Exception:
+                log.exception("metadata listener failed on %s %r", kind, key)
+
+    async def _wait(self, async_result: Any, timeout: float | None = None) -> Any:
+        """Await a kazoo IAsyncResult on the loop."""
+        assert self.loop is not None
+        future = self.loop.create_future()
+
+        def done(result: Any) -> None:
+            try:
+                value = result.get_nowait()
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                self._post(_settle, future, None, exc)
+            else:
+                self._post(_settle, future, value, None)
+
+        async_result.rawlink(done)
+        return await asyncio.wait_for(future, timeout or self.request_timeout_s)
+
+    def _on_session_state(self, state: str) -> None:
+        # kazoo thread; must not block.
+        self._post(self._notify, "session", state)
+
+    def _controller_watch(self, data: bytes | None, _stat: Any) -> None:
+        controller = -1
+        if data:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                controller = int(json.loads(data)["brokerid"])
+        self._post(self._set_controller, controller)
+
+    def _set_controller(self, controller: int) -> None:
+        if controller != self._controller_id:
+            self._controller_id = controller
+            self._notify("controller", controller)
+
+    # -- cache events (loop) ----------------------------------------------------------
+
+    def _on_tree_event(self, root: str, event: Any) -> None:
+        from kazoo.recipe.cache import TreeEvent
+
+        if event.event_type == TreeEvent.INITIALIZED:
+            self._initialized[root].set()
+            return
+        if event.event_type not in (TreeEvent.NODE_ADDED, TreeEvent.NODE_UPDATED, TreeEvent.NODE_REMOVED):
+            return
+        node = event.event_data
+        parts = [p for p in node.path.split("/") if p]
+        removed = event.event_type == TreeEvent.NODE_REMOVED
+        try:
+            self._apply_node(parts, None if removed else node.data, node.stat)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring malformed znode %s: %r", node.path, exc)
+
+    def _apply_node(self, parts: list[str], data: bytes | None, stat: Any) -> None:
+        version = stat.version if stat is not None else -1
+        if parts[:2] == ["brokers", "ids"] and len(parts) == 3:
+            broker_id = int(parts[2])
+            if data is None:
+                if self._brokers.pop(broker_id, None) is not None:
+                    self._notify("broker", broker_id)
+            elif data:
+                info = _parse_broker(broker_id, data)
+                if self._brokers.get(broker_id) != info:
+                    self._brokers[broker_id] = info
+                    self._notify("broker", broker_id)
+        elif parts[:2] == ["brokers", "topics"] and len(parts) == 3:
+            topic = parts[2]
+            if data is None:
+                self._assignments.pop(topic, None)
+                for key in [k for k in self._states if k[0] == topic]:
+                    del self._states[key]
+                self._rebuild_topic(topic)
+            elif data:
+                doc = json.loads(data)
+                assignment = {int(p): tuple(int(b) for b in r) for p, r in doc["partitions"].items()}
+                current = self._assignments.get(topic)
+                if current is None or current[2] <= version:
+                    self._assignments[topic] = (assignment, str(doc.get("topic_id") or ""), version)
+                    self._rebuild_topic(topic)
+        elif parts[:2] == ["brokers", "topics"] and len(parts) == 6 and parts[5] == "state":
+            key = (parts[2], int(parts[4]))
+            if data is None:
+                if self._states.pop(key, None) is not None:
+                    self._notify("partition", key)
+            elif data:
+                self.apply_state(key[0], key[1], decode_state(data, version))
+        elif parts[:2] == ["config", "topics"] and len(parts) == 3:
+            topic = parts[2]
+            if data is None:
+                self._configs.pop(topic, None)
+            elif data:
+                doc = json.loads(data)
+                self._configs[topic] = {str(k): str(v) for k, v in (doc.get("config") or {}).items()}
+            self._rebuild_topic(topic)
+        elif parts[:2] == ["admin", "delete_topics"] and len(parts) == 3:
+            if data is None:
+                self._delete_requests.discard(parts[2])
+            else:
+                self._delete_requests.add(parts[2])
+                self._notify("delete_topic", parts[2])
+        elif parts[:2] == ["admin", "controlled_shutdown"] and len(parts) == 3:
+            broker_id = int(parts[2])
+            if data is None:
+                self._shutdown_requests.pop(broker_id, None)
+            else:
+                self._shutdown_requests[broker_id] = data
+            self._notify("controlled_shutdown", broker_id)
+
+    def _rebuild_topic(self, topic: str) -> None:
+        entry = self._assignments.get(topic)
+        if entry is None:
+            if self._topics.pop(topic, None) is not None:
+                self._notify("topic", topic)
+            return
+        assignment, topic_id, _version = entry
+        factor = len(next(iter(assignment.values()))) if assignment else 0
+        info = TopicInfo(
+            topic,
+            len(assignment),
+            factor,
+            dict(self._configs.get(topic, {})),
+            topic_id or uuid.uuid5(uuid.NAMESPACE_URL, topic).hex,
+            assignment,
+        )
+        if self._topics.get(topic) != info:
+            self._topics[topic] = info
+            self._notify("topic", topic)
+
+    def apply_state(self, topic: str, partition: int, state: PartitionState) -> bool:
+        """Take a partition state into the view unless an equal or newer version is
+        there already; returns True (and notifies) when it changed the view."""
+        key = (topic, partition)
+        current = self._states.get(key)
+        if current is not None and 0 <= state.version <= current.version:
+            return False
+        self._states[key] = state
+        self._notify("partition", key)
+        return True
+
+    # -- reads (loop, from memory) ----------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self._brokers[b] for b in sorted(self._brokers)]
+
+    def get_broker(self, broker_id: int) -> BrokerInfo | None:
+        return self._brokers.get(broker_id)
+
+    def live_broker_ids(self) -> set[int]:
+        return set(self._brokers)
+
+    def controller_id(self) -> int:
+        return self._controller_id
+
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return dict(self._topics)
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self._states.get((topic, partition))
+
+    def partition_states(self) -> dict[tuple[str, int], PartitionState]:
+        return dict(self._states)
+
+    def delete_requests(self) -> set[str]:
+        return set(self._delete_requests)
+
+    def shutdown_requests(self) -> dict[int, bytes]:
+        return dict(self._shutdown_requests)
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.zk.client_id if self.zk is not None else None
+        return client_id[0] if client_id else None
+
+    # -- membership --------------------------------------------------------------------
+
+    async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
+        """Create ``/brokers/ids/<id>``. An existing registration of another live broker
+        raises BrokerIdInUseError. One advertising this broker's own address belongs to a
+        previous run of it that died without closing its session (this process holds that
+        port now): wait up to ``stale_wait_s`` (the session timeout) for it to expire."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        if broker is not None:
+            self.broker = broker
+        info = self.broker
+        path = f"{BROKER_IDS_PATH}/{info.node_id}"
+        wait_s = self.session_timeout_ms / 1000 * 1.5 + 2 if stale_wait_s is None else stale_wait_s
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                await self._wait(self.zk.create_async(path, _broker_json(info), ephemeral=True))
+                self._registered_session = self.session_id
+                log.info("registered broker %d at %s as %s:%d%s", info.node_id, path, info.host, info.port,
+                         f" (rack {info.rack})" if info.rack else "")
+                return
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = await self._wait(self.zk.get_async(path))
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == self.session_id:
+                self._registered_session = self.session_id
+                return  # ours already (a retried create that did succeed)
+            other = _parse_broker(info.node_id, data)
+            same_address = (other.host, other.port) == (info.host, info.port)
+            if not same_address or time.monotonic() >= deadline:
+                raise BrokerIdInUseError(
+                    f"broker.id {info.node_id} is already registered in ZooKeeper at {path} by a broker "
+                    f"at {other.host}:{other.port} (session 0x{stat.ephemeralOwner:x}); "
+                    "each broker of a cluster needs its own broker.id"
+                )
+            log.info("%s still holds the registration of a previous run of this broker; "
+                     "waiting for its ZooKeeper session to expire", path)
+            await asyncio.sleep(0.2)
+
+    def registration_lost(self) -> bool:
+        """True when the session that holds this broker's registration is gone."""
+        return self._registered_session is None or self._registered_session != self.session_id
+
+    # -- controller election -----------------------------------------------------------
+
+    async def try_become_controller(self) -> tuple[int, int] | None:
+        """Create ``/controller``; on success bump ``/controller_epoch`` with a
+        conditional set and return (epoch, epoch znode version), else None."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        me = self.broker.node_id
+        doc = json.dumps({"version": 1, "brokerid": me, "timestamp": str(int(time.time() * 1000))}).encode()
+        try:
+            await self._wait(self.zk.create_async(CONTROLLER_PATH, doc, ephemeral=True))
+        except NodeExistsError:
+            return None
+        self._set_controller(me)
+        for _ in range(20):
+            try:
+                data, stat = await self._wait(self.zk.get_async(CONTROLLER_EPOCH_PATH))
+            except NoNodeError:
+                try:
+                    stat = await self._wait(self.zk.create_async(CONTROLLER_EPOCH_PATH, b"1"))
+                except NodeExistsError:
+                    continue
+                return 1, 0
+            epoch = int(data) + 1
+            try:
+                stat = await self._wait(self.zk.set_async(CONTROLLER_EPOCH_PATH, str(epoch).encode(), stat.version))
+            except BadVersionError:
+                continue
+            return epoch, stat.version
+        raise ZooKeeperError("could not bump /controller_epoch")
+
+    async def controller_epoch(self) -> int:
+        data, _stat = await self._wait(self.zk.get_async(CONTROLLER_EPOCH_PATH))
+        return int(data)
+
+    async def resign_controller(self) -> None:
+        """Delete ``/controller`` if this broker holds it (a clean stop)."""
+        with contextlib.suppress(Exception):
+            data, stat = await self._wait(self.zk.get_async(CONTROLLER_PATH), 5)
+            if stat.ephemeralOwner == self.session_id:
+                await self._wait(self.zk.delete_async(CONTROLLER_PATH, stat.version), 5)
+
+    async def write_states_as_controller(
+        self,
+        changes: Sequence[tuple[str, int, PartitionState, int | None]],
+        epoch_version: int,
+    ) -> dict[tuple[str, int], PartitionState | Exception]:
+        """Write partition states, each in a transaction that also checks that
+        ``/controller_epoch`` still has ``epoch_version``, so a deposed controller cannot
+        write. ``expected`` None creates the state znode. Returns per partition the state
+        now stored (with its version) or the exception."""
+
+        async def one(topic: str, partition: int, state: PartitionState, expected: int | None) -> Any:
+            path = state_path(topic, partition)
+            txn = self.zk.transaction()
+            txn.check(CONTROLLER_EPOCH_PATH, epoch_version)
+            if expected is None:
+                parent = f"{TOPICS_PATH}/{topic}/partitions"
+                with contextlib.suppress(Exception):
+                    await self._wait(self.zk.ensure_path_async(f"{parent}/{partition}"))
+                txn.create(path, encode_state(state))
+            else:
+                txn.set_data(path, encode_state(state), expected)
+            results = await self._wait(txn.commit_async())
+            _raise_first(results)
+            version = 0 if expected is None else results[1].version
+            stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
+            self.apply_state(topic, partition, stored)
+            return stored
+
+        outcomes = await asyncio.gather(*(one(*c) for c in changes), return_exceptions=True)
+        return {(c[0], c[1]): o for c, o in zip(changes, outcomes)}
+
+    async def update_isr(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> PartitionState:
+        """A leader's ISR change: conditional on the state version it last saw (Kafka's
+        ``updateLeaderAndIsr``). Raises kazoo's BadVersionError when it moved meanwhile."""
+        stat = await self._wait(
+            self.zk.set_async(state_path(topic, partition), encode_state(state), expected_version)
+        )
+        stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version)
+        self.apply_state(topic, partition, stored)
+        return stored
+
+    async def read_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The state straight from ZooKeeper (after a conflict); also updates the view."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = await self._wait(self.zk.get_async(state_path(topic, partition)))
+        except NoNodeError:
+            return None
+        state = decode_state(data, stat.version)
+        self.apply_state(topic, partition, state)
+        return self._states.get((topic, partition))
+
+    async def delete_topic_znodes(self, topic: str) -> None:
+        """Controller: remove a topic's znodes, its config and its deletion request."""
+        assert self.loop is not None
+        for path in (f"{TOPICS_PATH}/{topic}", f"{CONFIG_TOPICS_PATH}/{topic}", f"{DELETE_TOPICS_PATH}/{topic}"):
+            await self.loop.run_in_executor(None, _delete_recursive, self.zk, path)
+
+    async def mark_shutdown_processed(self, broker_id: int, remaining: int) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        with contextlib.suppress(NoNodeError):
+            await self._wait(
+                self.zk.set_async(f"{CONTROLLED_SHUTDOWN_PATH}/{broker_id}", json.dumps({"remaining": remaining}).encode())
+            )
+
+    async def request_controlled_shutdown(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"{CONTROLLED_SHUTDOWN_PATH}/{self.broker.node_id}"
+        try:
+            await self._wait(self.zk.create_async(path, b"{}", ephemeral=True))
+        except NodeExistsError:
+            await self._wait(self.zk.set_async(path, b"{}"))
+
+    # -- topic changes (any broker) ----------------------------------------------------
+
+    def assign(self, partitions: int, replication_factor: int, *, first_partition: int = 0) -> dict[int, list[int]]:
+        brokers = self.brokers()
+        racks = {b.node_id: b.rack for b in brokers}
+        return assign_replicas(
+            [b.node_id for b in brokers],
+            partitions,
+            replication_factor,
+            racks=racks if any(racks.values()) else None,
+            first_partition=first_partition,
+        )
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+        wait_s: float = 10.0,
+    ) -> TopicInfo:
+        """Write the topic's config and assignment (Kafka's AdminZkClient); the controller
+        then elects leaders. Waits up to ``wait_s`` for every partition to have one."""
+        from kazoo.exceptions import NodeExistsError
+
+        if assignment is None:
+            try:
+                assignment = self.assign(partitions, replication_factor)
+            except AssignmentError as exc:
+                from pykfk.errors import ErrorCode, KafkaError
+
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)) from None
+        topic_id = uuid.uuid4().hex
+        config_doc = json.dumps({"version": 1, "config": dict(configs)}).encode()
+        txn = self.zk.transaction()
+        txn.create(f"{CONFIG_TOPICS_PATH}/{name}", config_doc)
+        txn.create(f"{TOPICS_PATH}/{name}", _topic_json(assignment, topic_id))
+        results = await self._wait(txn.commit_async())
+        if isinstance(results[1], NodeExistsError):
+            raise TopicExistsError(name)
+        if isinstance(results[0], NodeExistsError):  # a leftover config: overwrite it
+            await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", config_doc))
+            try:
+                await self._wait(self.zk.create_async(f"{TOPICS_PATH}/{name}", _topic_json(assignment, topic_id)))
+            except NodeExistsError:
+                raise TopicExistsError(name) from None
+        else:
+            _raise_first(results)
+        log.info("created topic %s: assignment %s", name, dict(assignment))
+        await self.wait_for(lambda: self._has_leaders(name, len(assignment)), wait_s)
+        info = self._topics.get(name)
+        if info is None:
+            info = TopicInfo(name, len(assignment), replication_factor, dict(configs), topic_id,
+                             {p: tuple(r) for p, r in assignment.items()})
+        return info
+
+    def _has_leaders(self, topic: str, partitions: int) -> bool:
+        for p in range(partitions):
+            state = self._states.get((topic, p))
+            if state is None or state.leader == NO_LEADER:
+                return False
+        return topic in self._topics
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``condition()`` holds after some view change, or the timeout."""
+        if condition():
+            return True
+        assert self.loop is not None
+        changed = asyncio.Event()
+
+        def listener(_kind: str, _key: Any) -> None:
+            changed.set()
+
+        self._listeners.append(listener)
+        deadline = self.loop.time() + timeout_s
+        try:
+            while not condition():
+                remaining = deadline - self.loop.time()
+                if remaining <= 0:
+                    return False
+                changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+            return True
+        finally:
+            self._listeners.remove(listener)
+
+    async def delete_topic(self, name: str, *, wait_s: float = 30.0) -> None:
+        """Ask the controller to delete the topic (``/admin/delete_topics/<t>``) and wait
+        until it is gone."""
+        from kazoo.exceptions import NodeExistsError
+
+        if name not in self._topics:
+            raise UnknownTopicError(name)
+        with contextlib.suppress(NodeExistsError):
+            await self._wait(self.zk.create_async(f"{DELETE_TOPICS_PATH}/{name}", b""))
+        if not await self.wait_for(lambda: name not in self._topics, wait_s):
+            from pykfk.errors import ErrorCode, KafkaError
+
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"topic {name} is marked for deletion, not deleted yet")
+
+    async def create_partitions(self, name: str, total: int, *, wait_s: float = 10.0) -> TopicInfo:
+        entry = self._assignments.get(name)
+        info = self._topics.get(name)
+        if entry is None or info is None:
+            raise UnknownTopicError(name)
+        assignment, topic_id, version = entry
+        extra = self.assign(total - len(assignment), info.replication_factor, first_partition=len(assignment))
+        merged = {**{p: list(r) for p, r in assignment.items()}, **extra}
+        await self._wait(self.zk.set_async(f"{TOPICS_PATH}/{name}", _topic_json(merged, topic_id), version))
+        await self.wait_for(lambda: self._has_leaders(name, total), wait_s)
+        return self._topics.get(name, info)
+
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        if name not in self._topics:
+            raise UnknownTopicError(name)
+        doc = json.dumps({"version": 1, "config": dict(configs)}).encode()
+        await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", doc))
+        await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
+        return self._topics[name]
+
+    # -- producer ids ------------------------------------------------------------------
+
+    async def allocate_producer_id(self) -> int:
+        if self._next_producer_id >= self._producer_id_block_end:
+            await self._claim_producer_id_block()
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
+
+    _next_producer_id = 0
+    _producer_id_block_end = 0
+
+    async def _claim_producer_id_block(self) -> None:
+        """Claim the next block of ids with a conditional update (Kafka's ZK ProducerIdManager)."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        for _ in range(50):
+            try:
+                data, stat = await self._wait(self.zk.get_async(PRODUCER_ID_BLOCK_PATH))
+                start = int(json.loads(data)["block_end"]) + 1 if data else 0
+            except NoNodeError:
+                stat, start = None, 0
+            end = start + PRODUCER_ID_BLOCK_SIZE - 1
+            doc = json.dumps(
+                {"version": 1, "broker": self.broker.node_id, "block_start": str(start), "block_end": str(end)}
+            ).encode()
+            try:
+                if stat is None:
+                    await self._wait(self.zk.create_async(PRODUCER_ID_BLOCK_PATH, doc))
+                else:
+                    await self._wait(self.zk.set_async(PRODUCER_ID_BLOCK_PATH, doc, stat.version))
+            except (BadVersionError, NodeExistsError):
+                continue
+            self._next_producer_id, self._producer_id_block_end = start, end + 1
+            return
+        raise ZooKeeperError("could not claim a producer id block")
+
+    # -- test support ------------------------------------------------------------------
+
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current session (visible for testing: a second
+        client with these credentials that closes expires this broker's session)."""
+        return self.zk.client_id if self.zk is not None else None
+
+
+def _settle(future: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
+
+
+def _raise_first(results: Sequence[Any]) -> None:
+    from kazoo.exceptions import RolledBackError
+
+    for result in results:
+        if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+            raise result
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+
+
+def _delete_recursive(zk: Any, path: str) -> None:
+    from kazoo.exceptions import NoNodeError, NotEmptyError
+
+    for _ in range(10):
+        try:
+            zk.delete(path, recursive=True)
+            return
+        except NoNodeError:
+            return
+        except NotEmptyError:  # a child appeared meanwhile (a late state write)
+            continue
+
+
+def _split_chroot(connect: str) -> tuple[str, str]:
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, (slash + chroot).rstrip("/") if chroot else ""
