@@ -134,8 +134,8 @@ def test_latest_explicit_offsets_and_times(shared_broker, topic_name):
     assert [m.value() for m in consume(shared_broker.bootstrap, topic_name, 5, partitions=1, offset=35)] == [
         b"%d" % i for i in range(35, 40)
     ]
-    # No commits: without a group coordinator (a later issue) close() would wait for one.
-    consumer = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": "times", "enable.auto.commit": False})
+    # Auto-commit on (the default): close() commits through the group coordinator.
+    consumer = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": "times"})
     try:
         tp = TopicPartition(topic_name, 0, 50_000 + 125)
         assert consumer.offsets_for_times([tp], timeout=10)[0].offset == 13
