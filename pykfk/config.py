@@ -173,6 +173,28 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("offsets.retention.check.interval.ms", _at_least(1, big=True), 600000, "offset expiry check period", "long"),
         _key("offset.metadata.max.bytes", _at_least(0), 4096, "largest metadata string of a committed offset", "int"),
         _key("zookeeper.connect", _parse_string, None, "ZooKeeper connect string (cluster mode)", "string"),
+        # Cluster mode (zookeeper.connect set): membership, controller, replication.
+        _key("zookeeper.session.timeout.ms", _at_least(1), 18000, "ZooKeeper session timeout", "int"),
+        _key("zookeeper.connection.timeout.ms", _at_least(1), 18000, "wait this long for ZooKeeper at start", "int"),
+        _key("broker.rack", _parse_string, None, "rack of this broker (rack-aware replica placement)", "string"),
+        _key("min.insync.replicas", _at_least(1), 1, "ISR size acks=all needs", "int"),
+        _key("unclean.leader.election.enable", _parse_bool, False, "elect a leader outside the ISR", "bool"),
+        _key("offsets.topic.replication.factor", _at_least(1), 3, "replication factor of the offsets topic", "int"),
+        _key("offsets.commit.timeout.ms", _at_least(1), 5000, "wait this long for an offset commit to replicate", "int"),
+        _key("replica.lag.time.max.ms", _at_least(1, big=True), 30000, "followers not caught up this long leave the ISR", "long"),
+        _key("replica.fetch.max.bytes", _at_least(0), 1048576, "bytes a follower fetches per partition", "int"),
+        _key("replica.fetch.response.max.bytes", _at_least(0), 10485760, "bytes a follower fetches per request", "int"),
+        _key("replica.fetch.wait.max.ms", _at_least(0), 500, "longest wait of a follower fetch", "int"),
+        _key("replica.fetch.min.bytes", _at_least(1), 1, "bytes a follower fetch waits for", "int"),
+        _key("replica.fetch.backoff.ms", _at_least(0), 1000, "pause after a failed follower fetch", "int"),
+        _key("replica.socket.timeout.ms", _at_least(1), 30000, "timeout of follower requests", "int"),
+        _key("replica.high.watermark.checkpoint.interval.ms", _at_least(1, big=True), 5000, "high watermark checkpoint period", "long"),
+        _key("auto.leader.rebalance.enable", _parse_bool, True, "move leadership back to preferred replicas", "bool"),
+        _key("leader.imbalance.check.interval.seconds", _at_least(1, big=True), 300, "preferred leader check period", "long"),
+        _key("leader.imbalance.per.broker.percentage", _at_least(0), 10, "tolerated share of moved leaderships", "int"),
+        _key("controlled.shutdown.enable", _parse_bool, True, "move leaderships away before stopping", "bool"),
+        _key("controlled.shutdown.max.retries", _at_least(1), 3, "controlled shutdown attempts", "int"),
+        _key("controlled.shutdown.retry.backoff.ms", _at_least(0, big=True), 5000, "pause between attempts", "long"),
         # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
         *[
             _key(name, parse, default, "accepted for compatibility; no effect", kind, ignored=True)
@@ -182,16 +204,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("socket.send.buffer.bytes", INT, 102400, "int"),
                 ("socket.receive.buffer.bytes", INT, 102400, "int"),
                 ("num.recovery.threads.per.data.dir", _at_least(1), 1, "int"),
-                ("offsets.topic.replication.factor", _at_least(1), 3, "int"),
                 ("transaction.state.log.replication.factor", _at_least(1), 3, "int"),
                 ("transaction.state.log.min.isr", _at_least(1), 2, "int"),
-                ("zookeeper.connection.timeout.ms", INT, 18000, "int"),
-                ("zookeeper.session.timeout.ms", INT, 18000, "int"),
                 ("listener.security.protocol.map", _parse_list, None, "list"),
                 ("inter.broker.listener.name", _parse_string, None, "string"),
                 ("delete.topic.enable", _parse_bool, True, "bool"),
-                ("min.insync.replicas", _at_least(1), 1, "int"),
-                ("unclean.leader.election.enable", _parse_bool, False, "bool"),
             ]
         ],
     ]
@@ -245,6 +262,14 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         ),
         TopicKey("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long", "delete delay"),
         TopicKey("preallocate", _parse_bool, "log.preallocate", "bool", "preallocate segment files"),
+        TopicKey("min.insync.replicas", _at_least(1), "min.insync.replicas", "int", "ISR size acks=all needs"),
+        TopicKey(
+            "unclean.leader.election.enable",
+            _parse_bool,
+            "unclean.leader.election.enable",
+            "bool",
+            "elect a leader outside the ISR",
+        ),
     ]
 }
 
@@ -435,6 +460,8 @@ class BrokerConfig:
             "message.timestamp.type": self.log_message_timestamp_type,
             "file.delete.delay.ms": self.log_segment_delete_delay_ms,
             "preallocate": self.log_preallocate,
+            "min.insync.replicas": self._values["min.insync.replicas"],
+            "unclean.leader.election.enable": self._values["unclean.leader.election.enable"],
         }
 
     def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
