@@ -168,3 +168,15 @@ def test_bad_group_settings_are_refused(key, value):
     with pytest.raises(ConfigError) as info:
         BrokerConfig({key: value})
     assert info.value.key == key
+
+
+def test_naming_the_offsets_topic_in_metadata_creates_it_with_its_own_settings(broker):
+    raw = Raw(broker)
+    try:
+        response = raw.call(METADATA, 5, {"topics": [{"name": OFFSETS}], "allow_auto_topic_creation": True})
+        topic = response.topics[0]
+        assert (topic.error_code, topic.is_internal, len(topic.partitions)) == (E.NONE, True, 3)
+        assert not broker.broker.get_log(OFFSETS, 0).config.deletes_segments
+        assert broker.broker.group_coordinator.owned_partitions == {0, 1, 2}
+    finally:
+        raw.close()

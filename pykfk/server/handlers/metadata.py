@@ -32,6 +32,11 @@ async def handle(ctx: Any, request: Any) -> dict:
     topics = []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
         info = store.get_topic(name)
+        if info is None and broker.is_internal_topic(name):
+            # Kafka creates its internal topic when named, always with its own settings
+            # (compacted, offsets.topic.num.partitions), never with the topic defaults.
+            await broker.load_offsets_topic()
+            info = store.get_topic(name)
         if info is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if allow_create:
