@@ -2,7 +2,9 @@
 
 ``pykfk-broker [server.properties] [--override key=value ...]`` runs one standalone broker
 with embedded metadata (no ZooKeeper): by default on 127.0.0.1:9092 with its data under
-``./data``. SIGTERM or SIGINT stop it cleanly: stop accepting, answer requests already
+``./data``. With ``zookeeper.connect`` set, the broker joins a cluster coordinated through
+ZooKeeper instead (``pykfk.cluster.node``: membership, controller, replication), and
+SIGTERM first moves its partition leaderships to other brokers (controlled shutdown). SIGTERM or SIGINT stop it cleanly: stop accepting, answer requests already
 read, flush, write checkpoints, exit 0 (the next start then skips the recovery scan).
 
 Broker wires config, metadata store, log manager and network server together, and offers
@@ -77,6 +79,13 @@ class Broker:
         self.stopping = False
         self._default_log_config: Any = None
         self.group_coordinator: Any = None
+        # Cluster mode (zookeeper.connect): pykfk.cluster.node.ClusterNode, else None.
+        self.cluster: Any = None
+
+    @property
+    def replica_manager(self) -> Any:
+        """Leaders, followers and the ISR in cluster mode; None for a standalone broker."""
+        return self.cluster.replica_manager if self.cluster is not None else None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -90,9 +99,15 @@ class Broker:
         for directory in cfg.log_dirs:
             os.makedirs(directory, exist_ok=True)
         advertised = cfg.advertised_listeners[0]
-        self.metadata = store = EmbeddedMetadataStore(
-            cfg.log_dirs[0], BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port)
-        )
+        if cfg.zookeeper_connect:
+            from pykfk.cluster.node import ClusterNode
+
+            self.cluster = ClusterNode(self)
+            self.metadata = store = await self.cluster.connect()
+        else:
+            self.metadata = store = EmbeddedMetadataStore(
+                cfg.log_dirs[0], BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port)
+            )
         self._default_log_config = LogConfig.from_properties(_as_strings(cfg.topic_defaults()))
         flush_check_ms = (
             cfg["log.flush.scheduler.interval.ms"] if cfg.is_explicit("log.flush.scheduler.interval.ms") else 1000
@@ -105,10 +120,12 @@ class Broker:
             config_for=self._log_config_for_name,
             retention_check_interval_ms=cfg.log_retention_check_interval_ms,
             flush_check_interval_ms=flush_check_ms,
+            # Followers and new leaders start from the checkpointed high watermark.
+            **({"checkpoint_interval_ms": cfg["replica.high.watermark.checkpoint.interval.ms"]} if self.cluster else {}),
         )
         # Recovery after an unclean stop can take a while: keep the loop free meanwhile.
         await loop.run_in_executor(None, self.log_manager.open)
-        for topic in store.topics().values():
+        for topic in store.topics().values() if self.cluster is None else ():
             for partition in range(topic.partitions):
                 if self.log_manager.get_log(topic.name, partition) is None:
                     self.log_manager.create_log(topic.name, partition, self.log_config_for(topic))
@@ -123,11 +140,13 @@ class Broker:
         )
         listener = cfg.listeners[0]
         self.host, self.port = await self.server.start(listener.host, listener.port)
-        if advertised.port == 0 or not advertised.host:
-            store.set_broker(
+        if self.cluster is not None:
+            await self.cluster.join()
+        elif advertised.port == 0 or not advertised.host:
+            store.set_broker(  # type: ignore[attr-defined]
                 BrokerInfo(cfg.broker_id, advertised.host or self.host, advertised.port or self.port)
             )
-        broker_info = store.brokers()[0]
+        broker_info = next(b for b in store.brokers() if b.node_id == cfg.broker_id)
         log.info(
             "broker %d started: listening on %s:%d, advertised as %s:%d, log dirs %s, cluster id %s",
             cfg.broker_id,
@@ -145,6 +164,8 @@ class Broker:
             return
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
+        if self.cluster is not None:
+            await self.cluster.controlled_shutdown()
         self.waiters.wake_all()
         if self.group_coordinator is not None:
             # Parked JoinGroup/SyncGroup calls answer NOT_COORDINATOR while the server
@@ -152,10 +173,14 @@ class Broker:
             await self.group_coordinator.shutdown()
         if self.server is not None:
             await self.server.shutdown()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self.log_manager is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         if getattr(self, "metadata", None) is not None:
             self.metadata.close()
+        if self.cluster is not None:
+            self.cluster.close()
         log.info("broker %d stopped", self.config.broker_id)
 
     async def _start_group_coordinator(self) -> None:
@@ -183,6 +208,11 @@ class Broker:
         from pykfk.group import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG, LogOffsetsLog
 
         coordinator = self.group_coordinator
+        if self.cluster is not None:
+            # Partitions are loaded where they are led (ClusterNode follows leadership).
+            configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
+            await self.cluster.ensure_offsets_topic(coordinator.config.offsets_topic_num_partitions, configs)
+            return
         info = self.metadata.get_topic(OFFSETS_TOPIC)
         if info is None:
             configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
@@ -210,7 +240,9 @@ class Broker:
 
     def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
         """(node id, host, port) of the leader of a ``__consumer_offsets`` partition:
-        this broker, as the advertised listener gives it."""
+        this broker, as the advertised listener gives it (its current leader in a cluster)."""
+        if self.cluster is not None:
+            return self.cluster.leader_node(INTERNAL_OFFSETS_TOPIC, offsets_partition)
         info = self.metadata.brokers()[0]
         return info.node_id, info.host, info.port
 
@@ -300,6 +332,9 @@ class Broker:
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicInfo:
+        if self.cluster is not None:
+            # The controller elects leaders; replicas create their logs when they see them.
+            return await self.cluster.create_topic(name, partitions, replication_factor, configs)
         info = await self.metadata.create_topic(name, partitions, replication_factor, configs)
         self._create_logs(info, 0)
         log.info("created topic %s with %d partitions%s", name, partitions, f", configs {dict(configs)}" if configs else "")
@@ -309,6 +344,13 @@ class Broker:
         """Metadata auto-creation with the broker defaults; raises KafkaError."""
         partitions, replication, configs = self.check_new_topic(name, -1, -1, {})
         return self.create_topic_now(name, partitions, replication, configs)
+
+    async def auto_create(self, name: str) -> TopicInfo:
+        """``auto_create_topic`` for either metadata backend."""
+        if self.cluster is None:
+            return self.auto_create_topic(name)
+        partitions, replication, configs = self.check_new_topic(name, -1, -1, {})
+        return await self.create_topic(name, partitions, replication, configs)
 
     def _create_logs(self, info: TopicInfo, first_partition: int) -> None:
         config = self.log_config_for(info)
@@ -321,6 +363,10 @@ class Broker:
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
         self._refuse_internal(name, "deleted")
+        if self.cluster is not None:
+            await self.cluster.delete_topic(name)  # replicas delete their logs
+            log.info("deleted topic %s", name)
+            return
         await self.metadata.delete_topic(name)
         for partition in range(info.partitions):
             self.log_manager.delete_log(name, partition)
@@ -344,6 +390,10 @@ class Broker:
                 f"Number of partitions {total} exceeds this broker's limit of {MAX_PARTITIONS_PER_TOPIC}.",
             )
         if validate_only:
+            return
+        if self.cluster is not None:
+            await self.cluster.create_partitions(name, total)
+            log.info("topic %s now has %d partitions", name, total)
             return
         new_info = await self.metadata.create_partitions(name, total)
         self._create_logs(new_info, info.partitions)
@@ -373,7 +423,8 @@ def _as_strings(props: Mapping[str, Any]) -> dict[str, str]:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="pykfk-broker",
-        description="Run a standalone pykfk broker (Kafka protocol, embedded metadata).",
+        description="Run a pykfk broker (Kafka protocol): standalone with embedded metadata, "
+        "or a member of a cluster when zookeeper.connect is set.",
     )
     parser.add_argument("config", nargs="?", help="a server.properties file (Kafka's names)")
     parser.add_argument(
@@ -441,13 +492,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as exc:
         print(f"pykfk-broker: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    if config.zookeeper_connect:
-        print(
-            "pykfk-broker: zookeeper.connect: cluster mode is not available yet; "
-            "remove it to run a standalone broker with embedded metadata",
-            file=sys.stderr,
-        )
         return 2
     for key in config.ignored_keys_set():
         log.info("%s is accepted for compatibility and has no effect", key)

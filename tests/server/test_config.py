@@ -130,7 +130,15 @@ def test_command_line_rejects_bad_value_from_file(tmp_path):
     assert "log.retention.hours" in result.stderr
 
 
-def test_command_line_refuses_cluster_mode_for_now():
-    result = _run_broker("--override", "zookeeper.connect=127.0.0.1:2181")
+def test_command_line_cluster_mode_without_zookeeper_fails_clearly(tmp_path):
+    from pykfk.testing import free_port
+
+    unreachable = f"127.0.0.1:{free_port()}"
+    result = _run_broker(
+        "--override", f"zookeeper.connect={unreachable}",
+        "--override", "zookeeper.connection.timeout.ms=1000",
+        "--override", f"log.dirs={tmp_path}",
+        "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+    )
     assert result.returncode != 0
-    assert "zookeeper.connect" in result.stderr and "not available yet" in result.stderr
+    assert f"cannot use ZooKeeper at {unreachable}" in result.stderr
