@@ -156,6 +156,8 @@ class SimpleConsumer:
         """Several partitions in one request; results in request order, each with its own
         ``error``."""
         reqs = [r if isinstance(r, FetchRequest) else FetchRequest(*r) for r in requests]
+        if len({(r.topic, r.partition) for r in reqs}) != len(reqs):
+            raise ValueError("a partition may appear only once in a multifetch")
         body = fetch_body([(r.topic, r.partition, r.offset, r.max_bytes) for r in reqs], self.max_wait_ms, 0, sum(r.max_bytes for r in reqs) or 1)
         self._conn.connect()
         response = self._conn.request(FETCH, body, timeout=self.max_wait_ms / 1000 + self._conn.request_timeout)

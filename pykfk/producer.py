@@ -322,7 +322,7 @@ class Producer:
             key = self.key_serializer(key)
         if timestamp is None:
             timestamp = int(time.time() * 1000)
-        future = self._append(topic, partition, key, (key, value, timestamp, headers), callback)
+        future = self._append(topic, partition, key, (key, value, timestamp, headers), callback, self.sync)
         if self.sync:
             return future.result(self.delivery_timeout + 5).offset
         return future
@@ -343,11 +343,14 @@ class Producer:
         if timestamp is None:
             timestamp = int(time.time() * 1000)
         serialize = self.value_serializer
+        values = list(values)
+        last = len(values) - 1
         futures = [
             self._append(
-                topic, partition, key, (key, serialize(v) if serialize else v, timestamp, headers), None
+                topic, partition, key, (key, serialize(v) if serialize else v, timestamp, headers), None,
+                self.sync and i == last,  # sync: the list goes out as one batch
             )
-            for v in values
+            for i, v in enumerate(values)
         ]
         if self.sync:
             return [f.result(self.delivery_timeout + 5).offset for f in futures]
@@ -411,7 +414,9 @@ class Producer:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}[{partition}]")
         return info
 
-    def _append(self, topic: str, partition: int | None, key: Any, record: tuple, callback: Callback | None) -> Future:
+    def _append(
+        self, topic: str, partition: int | None, key: Any, record: tuple, callback: Callback | None, seal: bool
+    ) -> Future:
         if self._closing or self._closed:
             raise RuntimeError("producer is closed")
         info = self.cluster.topics.get(topic)  # refreshed by the sender every metadata_max_age
@@ -451,7 +456,7 @@ class Producer:
             if sticky:
                 batch.sticky = True
             self._queued += 1
-            if self.sync or batch.size >= self.batch_size:
+            if seal or batch.size >= self.batch_size:
                 self._seal(batch)
         return future
 
