@@ -52,6 +52,7 @@ HANDLER_MODULES = (
     "describe_configs",
     "create_partitions",
     "delete_groups",
+    "offset_for_leader_epoch",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

@@ -10,6 +10,10 @@ or ``max_wait_ms`` (Kafka's DelayedFetch); nothing polls.
 Fetch sessions (KIP-227) are not kept: session_id 0 in every answer makes clients send
 full requests. Without transactions the last stable offset is the high watermark.
 Versions below 4 expect magic 0/1 message sets: those batches are down-converted.
+
+In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads
+up to the high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and
+its ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
     response stays valid if retention deletes a segment before it is sent.
     """
     broker = ctx.broker
+    replicas = getattr(broker, "replica_manager", None)
     version = ctx.api_version
     remaining = request.max_bytes if version >= 3 else INT32_MAX
     total = 0
@@ -58,26 +63,37 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
-            plog = broker.get_log(topic.topic, part.partition)
-            if plog is None:
-                partitions.append(_partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                error = True
-                continue
+            if replicas is None:
+                plog = broker.get_log(topic.topic, part.partition)
+                if plog is None:
+                    partitions.append(_partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    error = True
+                    continue
+                high_watermark = max_offset = plog.high_watermark
+            else:
+                try:
+                    plog, max_offset = replicas.log_for_fetch(
+                        topic.topic, part.partition, request.replica_id, part.fetch_offset, part.current_leader_epoch
+                    )
+                except KafkaError as exc:
+                    partitions.append(_partition_error(part.partition, exc.code))
+                    error = True
+                    continue
+                high_watermark = plog.high_watermark
             limit = min(part.partition_max_bytes, remaining)
-            high_watermark = plog.high_watermark
             records: Any = b""
             try:
                 if limit > 0 or total == 0:
                     # Only the first partition with data may exceed the limits (one whole
                     # batch); later ones are cut, and clients drop a partial last batch.
                     data = plog.read(
-                        part.fetch_offset, max(limit, 0), max_offset=high_watermark, min_one_message=total == 0
+                        part.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_message=total == 0
                     )
                     region = data.file_region
                     log_start = data.log_start_offset
                 else:
                     region, log_start = None, plog.log_start_offset
-                    if not log_start <= part.fetch_offset <= high_watermark:
+                    if not log_start <= part.fetch_offset <= max_offset:
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
             except KafkaError as exc:
                 partitions.append(_partition_error(part.partition, exc.code))

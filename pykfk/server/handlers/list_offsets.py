@@ -2,7 +2,8 @@
 timestamp, looked up through the segments' time indexes (the seeds' getOffsetsBefore).
 
 v0 answers with a list of offsets (``old_style_offsets``); v1+ with one offset and its
-timestamp. Standalone, "latest" is the high watermark, which is the log end offset.
+timestamp. Standalone, "latest" is the high watermark, which is the log end offset. In a
+cluster only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere).
 """
 
 from __future__ import annotations
@@ -50,14 +51,18 @@ def _first_record_at_or_after(plog: Any, offset: int, timestamp: int) -> tuple[i
 
 async def handle(ctx: Any, request: Any) -> dict:
     broker = ctx.broker
+    replicas = getattr(broker, "replica_manager", None)
     v0 = ctx.api_version == 0
     topics = []
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
             entry: dict[str, Any] = {"partition_index": part.partition_index}
-            plog = broker.get_log(topic.name, part.partition_index)
             try:
+                if replicas is None:
+                    plog = broker.get_log(topic.name, part.partition_index)
+                else:
+                    plog = replicas.leader_log(topic.name, part.partition_index)
                 if plog is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 timestamp, offset = _lookup(plog, part.timestamp)

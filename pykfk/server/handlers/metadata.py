@@ -12,6 +12,8 @@ from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 
+NO_LEADER = -1
+
 API_KEY = 3
 VERSIONS = (0, 5)
 
@@ -29,6 +31,7 @@ async def handle(ctx: Any, request: Any) -> dict:
         allow_create = broker.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
         )
+    live = {b.node_id for b in store.brokers()}
     topics = []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
         info = store.get_topic(name)
@@ -41,7 +44,7 @@ async def handle(ctx: Any, request: Any) -> dict:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if allow_create:
                 try:
-                    info = broker.auto_create_topic(name)
+                    info = await broker.auto_create(name)
                 except KafkaError as exc:
                     code = exc.code
                     if code == ErrorCode.TOPIC_ALREADY_EXISTS:  # pragma: no cover - checked above
@@ -54,18 +57,7 @@ async def handle(ctx: Any, request: Any) -> dict:
                 "error_code": ErrorCode.NONE,
                 "name": name,
                 "is_internal": broker.is_internal_topic(name),
-                "partitions": [
-                    {
-                        "error_code": ErrorCode.NONE,
-                        "partition_index": p,
-                        "leader_id": broker.broker_id,
-                        "leader_epoch": 0,
-                        "replica_nodes": [broker.broker_id],
-                        "isr_nodes": [broker.broker_id],
-                        "offline_replicas": [],
-                    }
-                    for p in range(info.partitions)
-                ],
+                "partitions": [_partition(store, info, p, broker.broker_id, live) for p in range(info.partitions)],
             }
         )
     return {
@@ -76,4 +68,30 @@ async def handle(ctx: Any, request: Any) -> dict:
         "cluster_id": store.cluster_id,
         "controller_id": store.controller_id(),
         "topics": topics,
+    }
+
+
+def _partition(store: Any, info: Any, partition: int, me: int, live: set[int]) -> dict:
+    """Leader, replicas and ISR as the metadata store has them (every broker answers
+    alike); LEADER_NOT_AVAILABLE while the partition has no leader."""
+    replicas = list(info.replicas(partition, me))
+    state = store.partition_state(info.name, partition)
+    if state is None or state.leader == NO_LEADER:
+        return {
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": partition,
+            "leader_id": NO_LEADER,
+            "leader_epoch": state.leader_epoch if state is not None else -1,
+            "replica_nodes": replicas,
+            "isr_nodes": list(state.isr) if state is not None else [],
+            "offline_replicas": [r for r in replicas if r not in live],
+        }
+    return {
+        "error_code": ErrorCode.NONE,
+        "partition_index": partition,
+        "leader_id": state.leader,
+        "leader_epoch": state.leader_epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": list(state.isr),
+        "offline_replicas": [r for r in replicas if r not in live],
     }

@@ -8,10 +8,16 @@ the local append (the high watermark is the log end offset). acks=0 gets no resp
 From v3 a partition's data must be exactly one magic-2 batch (Kafka's
 ProduceRequest.validateRecords); v0-2 may carry legacy magic 0/1 message sets, which are
 validated with CRC-32 and converted to v2 batches before the append.
+
+In a cluster (``broker.replica_manager`` set) only the partition's leader appends
+(NOT_LEADER_OR_FOLLOWER elsewhere), acks=all waits until the in-sync replicas have the
+batch, all partitions of the request at once, and ``min.insync.replicas`` gives
+NOT_ENOUGH_REPLICAS / NOT_ENOUGH_REPLICAS_AFTER_APPEND (``pykfk.cluster.replica``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -39,18 +45,35 @@ def _check_v3_records(buf: Any) -> None:
         )
 
 
-def _append(broker: Any, topic: str, partition: int, records: Any, version: int) -> dict:
-    plog = broker.get_log(topic, partition)
-    if plog is None:
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not on this broker")
+def _checked_records(records: Any, version: int) -> Any:
     if records is None or len(records) == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
     if version >= 3:
         _check_v3_records(records)
     elif core_records.is_legacy(records):
         records = core_records.convert_legacy(records)
+    return records
+
+
+def _append(broker: Any, topic: str, partition: int, records: Any, version: int) -> dict:
+    plog = broker.get_log(topic, partition)
+    if plog is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not on this broker")
+    records = _checked_records(records, version)
     info = plog.append(records)
     broker.appended(topic, partition)
+    return _success(info)
+
+
+async def _append_replicated(
+    replicas: Any, topic: str, partition: int, records: Any, version: int, acks: int, timeout_ms: int
+) -> dict:
+    replicas.leader_partition(topic, partition)  # NOT_LEADER_OR_FOLLOWER before any check
+    records = _checked_records(records, version)
+    return _success(await replicas.append(topic, partition, records, acks, timeout_ms))
+
+
+def _success(info: Any) -> dict:
     return {
         "error_code": ErrorCode.NONE,
         "base_offset": info.first_offset,
@@ -63,30 +86,50 @@ def _error(code: int) -> dict:
     return {"error_code": code, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
 
 
-async def handle(ctx: Any, request: Any) -> dict | None:
-    broker = ctx.broker
+async def _produce_partition(ctx: Any, request: Any, replicas: Any, topic: str, pdata: Any) -> dict:
     acks = request.acks
-    responses = []
-    for topic in request.topic_data:
-        partitions = []
-        for pdata in topic.partition_data:
-            if acks not in (-1, 0, 1):
-                result = _error(ErrorCode.INVALID_REQUIRED_ACKS)
+    if acks not in (-1, 0, 1):
+        result = _error(ErrorCode.INVALID_REQUIRED_ACKS)
+    else:
+        try:
+            if replicas is None:
+                result = _append(ctx.broker, topic, pdata.index, pdata.records, ctx.api_version)
             else:
-                try:
-                    result = _append(broker, topic.name, pdata.index, pdata.records, ctx.api_version)
-                except KafkaError as exc:
-                    result = _error(exc.code)
-                    log.debug("produce to %s-%d failed: %s", topic.name, pdata.index, exc)
-                except CoreError as exc:
-                    result = _error(error_for_core_exception(exc))
-                    log.debug("produce to %s-%d rejected: %s", topic.name, pdata.index, exc)
-                except Exception:
-                    log.exception("produce to %s-%d failed", topic.name, pdata.index)
-                    result = _error(ErrorCode.UNKNOWN_SERVER_ERROR)
-            result["index"] = pdata.index
-            partitions.append(result)
-        responses.append({"name": topic.name, "partition_responses": partitions})
+                result = await _append_replicated(
+                    replicas, topic, pdata.index, pdata.records, ctx.api_version, acks, request.timeout_ms
+                )
+        except KafkaError as exc:
+            result = _error(exc.code)
+            log.debug("produce to %s-%d failed: %s", topic, pdata.index, exc)
+        except CoreError as exc:
+            result = _error(error_for_core_exception(exc))
+            log.debug("produce to %s-%d rejected: %s", topic, pdata.index, exc)
+        except Exception:
+            log.exception("produce to %s-%d failed", topic, pdata.index)
+            result = _error(ErrorCode.UNKNOWN_SERVER_ERROR)
+    result["index"] = pdata.index
+    return result
+
+
+async def handle(ctx: Any, request: Any) -> dict | None:
+    acks = request.acks
+    replicas = getattr(ctx.broker, "replica_manager", None)
+    work = [
+        (topic.name, _produce_partition(ctx, request, replicas, topic.name, pdata))
+        for topic in request.topic_data
+        for pdata in topic.partition_data
+    ]
+    if replicas is None:
+        results = [await coro for _name, coro in work]  # no waiting: no tasks needed
+    else:
+        results = await asyncio.gather(*(coro for _name, coro in work))  # acks=all waits overlap
+    responses: list[dict] = []
+    by_topic: dict[str, list] = {}
+    for (name, _coro), result in zip(work, results):
+        if name not in by_topic:
+            by_topic[name] = []
+            responses.append({"name": name, "partition_responses": by_topic[name]})
+        by_topic[name].append(result)
     if acks == 0:
         # No response to carry an error: Kafka closes the connection so the client notices.
         if any(p["error_code"] for t in responses for p in t["partition_responses"]):
