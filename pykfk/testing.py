@@ -12,8 +12,17 @@ ask for these fixtures:
   processes (Kafka property names, dots or underscores: ``log_segment_bytes=1024``); all
   are stopped at teardown.
 
+- ``zookeeper_server``: a real ZooKeeper (Debian's ``zookeeper`` package jars, run as a
+  standalone ``QuorumPeerMain`` on a free 127.0.0.1 port, tickTime 200 ms so sessions can
+  be short) shared by the whole test session; ``zookeeper_server.connect_string(chroot)``.
+  ``PYKFK_TEST_ZOOKEEPER=host:port`` uses an existing server instead.
+- ``zookeeper_chroot``: a fresh chroot connect string per test (``127.0.0.1:port/t-<hex>``)
+  so tests sharing the server never see each other's znodes.
+
 ``BrokerProcess`` is usable outside pytest too: start, stop (SIGTERM), kill (SIGKILL),
-restart on the same port, read the server log and the process RSS.
+restart on the same port, read the server log and the process RSS. ``ZooKeeperServer``
+likewise: start, stop, and ``expire_session`` (the same-session-id close that expires
+a client's session on the server at once).
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -297,3 +308,152 @@ def pykfk_broker_factory(tmp_path: Any) -> Iterator[Any]:
     finally:
         for broker in started:
             broker.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# ZooKeeper
+
+ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar",)
+SLF4J_BINDINGS = ("/usr/share/java/slf4j-simple.jar", "/usr/share/java/slf4j-nop.jar")
+ZOOKEEPER_ENV = "PYKFK_TEST_ZOOKEEPER"
+
+
+def four_letter_word(host: str, port: int, word: bytes, timeout: float = 2.0) -> bytes:
+    """Send a ZooKeeper four-letter command (``srvr``, ``ruok``...) and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper server process on 127.0.0.1 with its data in ``directory``.
+
+    ``tick_ms`` 200 lets sessions be as short as 400 ms (ZooKeeper clamps a client's
+    session timeout to [2, 20] ticks unless ``max_session_ms`` widens it). Java and
+    Debian's ``zookeeper`` package (``libzookeeper-java``) must be installed.
+    """
+
+    def __init__(self, directory: str, *, port: int = 0, tick_ms: int = 200, max_session_ms: int = 30000):
+        self.dir = os.path.abspath(directory)
+        self.host = "127.0.0.1"
+        self.port = port
+        self.tick_ms = tick_ms
+        self.max_session_ms = max_session_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(self.dir, "zookeeper.log")
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def connect_string(self, chroot: str | None = None) -> str:
+        return self.connect + ("/" + chroot.strip("/") if chroot else "")
+
+    @staticmethod
+    def classpath() -> str:
+        """zookeeper.jar (its manifest lists the Debian jars it needs) plus one slf4j binding."""
+        jar = next((j for j in ZOOKEEPER_JARS if os.path.exists(j)), None)
+        if jar is None or shutil.which("java") is None:
+            raise RuntimeError("ZooKeeper needs java and Debian's zookeeper package (apt-get install zookeeper)")
+        binding = next((b for b in SLF4J_BINDINGS if os.path.exists(b)), None)
+        return jar + (f":{binding}" if binding else "")
+
+    def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> ZooKeeperServer:
+        os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
+        if not self.port:
+            self.port = free_port(self.host)
+        config = os.path.join(self.dir, "zoo.cfg")
+        with open(config, "w", encoding="ascii") as f:
+            f.write(
+                f"tickTime={self.tick_ms}\n"
+                f"dataDir={self.dir}/data\n"
+                f"clientPort={self.port}\n"
+                f"clientPortAddress={self.host}\n"
+                f"maxSessionTimeout={self.max_session_ms}\n"
+                "maxClientCnxns=0\n"
+                "admin.enableServer=false\n"
+                "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons\n"
+                "forceSync=no\n"
+                "preAllocSize=4096\n"
+            )
+        command = [
+            "java", "-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-cp", self.classpath(), "org.apache.zookeeper.server.quorum.QuorumPeerMain", config,
+        ]
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        # The port opens before the database is loaded; "srvr" answers with a Mode line
+        # only once the server really serves.
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if b"Mode:" in four_letter_word(self.host, self.port, b"srvr", timeout=1.0):
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"ZooKeeper did not start within {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return "\n".join(f.read().splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def expire_session(self, session_id: int, password: bytes, timeout: float = 10.0) -> None:
+        """Expire a client's session now: open a second connection with the same session
+        id and password, then close it; the server drops the session and its ephemeral
+        znodes, and the first client sees its session as expired."""
+        expire_session(self.connect, session_id, password, timeout)
+
+
+def expire_session(connect: str, session_id: int, password: bytes, timeout: float = 10.0) -> None:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=connect, client_id=(session_id, password), timeout=max(timeout, 1.0))
+    client.start(timeout=timeout)
+    client.stop()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: Any) -> Iterator[Any]:
+    """A ZooKeeper server for the test session (or the one PYKFK_TEST_ZOOKEEPER names)."""
+    existing = os.environ.get(ZOOKEEPER_ENV)
+    if existing:
+        host, _, port = existing.rpartition(":")
+        server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")), port=int(port))
+        server.host = host or "127.0.0.1"
+        yield server
+        return
+    server = ZooKeeperServer(str(tmp_path_factory.mktemp("zookeeper")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_chroot(zookeeper_server: Any) -> str:
+    """A connect string with a fresh chroot: the test's own empty ZooKeeper namespace."""
+    return zookeeper_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
