@@ -146,7 +146,7 @@ class Broker:
             store.set_broker(  # type: ignore[attr-defined]
                 BrokerInfo(cfg.broker_id, advertised.host or self.host, advertised.port or self.port)
             )
-        broker_info = next(b for b in store.brokers() if b.node_id == cfg.broker_id)
+        broker_info = self.cluster.store.broker if self.cluster is not None else store.brokers()[0]
         log.info(
             "broker %d started: listening on %s:%d, advertised as %s:%d, log dirs %s, cluster id %s",
             cfg.broker_id,

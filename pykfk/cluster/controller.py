@@ -317,7 +317,7 @@ class Controller:
             return  # gone, or already answered
         live = self._live()
         changes = []
-        remaining = 0
+        remaining = moved = 0
         for (topic, partition), state in sorted(self.store.partition_states().items()):
             info = self.store.get_topic(topic)
             if info is None or broker_id not in state.isr and state.leader != broker_id:
@@ -330,12 +330,13 @@ class Controller:
                     continue
                 isr = [r for r in state.isr if r != broker_id]
                 changes.append((topic, partition, self._new_state(state, candidates[0], isr, True), state.version))
+                moved += 1
             elif len(state.isr) > 1:
                 isr = [r for r in state.isr if r != broker_id]
                 changes.append((topic, partition, self._new_state(state, state.leader, isr, False), state.version))
         await self._write(changes)
         log.info("controller: controlled shutdown of broker %d: %d leaderships moved, %d stay",
-                 broker_id, sum(1 for c in changes if c[2].leader != broker_id and c[2].leader_epoch != -1), remaining)
+                 broker_id, moved, remaining)
         await self.store.mark_shutdown_processed(broker_id, remaining)
 
     async def _rebalance(self) -> None:

@@ -45,6 +45,7 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._known_partitions: dict[str, int] = {}
         self._stopping = False
+        self._shutdown_requested = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -108,9 +109,10 @@ class ClusterNode:
         """Ask the controller to move this broker's leaderships away and take it out of
         every ISR, then stop fetching (Kafka's controlled shutdown)."""
         store, manager = self.store, self.replica_manager
-        if store is None or manager is None or self._stopping:
+        if store is None or manager is None or self._shutdown_requested:
             return
-        self._stopping = True
+        # State changes keep being applied meanwhile: they are how leaderships leave.
+        self._shutdown_requested = True
         if self.config["controlled.shutdown.enable"]:
             me = self.config.broker_id
             retries = self.config["controlled.shutdown.max.retries"]
