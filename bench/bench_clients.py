@@ -35,7 +35,11 @@ RESULTS: dict[tuple[str, str], float] = {}
 def broker(tmp_path_factory: Any) -> Iterator[BrokerProcess]:
     b = BrokerProcess(
         str(tmp_path_factory.mktemp("bench-clients") / "data"),
-        {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0, "log.segment.bytes": 256 * 1024 * 1024},
+        {
+            "num.partitions": PARTITIONS,
+            "group.initial.rebalance.delay.ms": 0,
+            "log.segment.bytes": 256 * 1024 * 1024,
+        },
         log_level="WARNING",
     )
     b.start()
@@ -86,7 +90,9 @@ def produce_pykfk(bootstrap: str, topic: str) -> int:
 def produce_kafka_python(bootstrap: str, topic: str) -> int:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=512 * 1024)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=512 * 1024
+    )
     try:
         for _ in range(N):
             producer.send(topic, VALUE)
@@ -99,7 +105,15 @@ def produce_kafka_python(bootstrap: str, topic: str) -> int:
 def produce_confluent(bootstrap: str, topic: str) -> int:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 512 * 1024, "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 512 * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     produce, poll = producer.produce, producer.poll
     for _ in range(N):
         try:
@@ -111,11 +125,17 @@ def produce_confluent(bootstrap: str, topic: str) -> int:
     return N
 
 
-PRODUCERS = {"pykfk": produce_pykfk, "kafka-python": produce_kafka_python, "confluent-kafka": produce_confluent}
+PRODUCERS = {
+    "pykfk": produce_pykfk,
+    "kafka-python": produce_kafka_python,
+    "confluent-kafka": produce_confluent,
+}
 
 
 @pytest.mark.parametrize("client", list(PRODUCERS))
-def test_produce(benchmark: Any, broker: BrokerProcess, client: str, report: Callable[[str], None]) -> None:
+def test_produce(
+    benchmark: Any, broker: BrokerProcess, client: str, report: Callable[[str], None]
+) -> None:
     topic = f"produce-{client}-{uuid.uuid4().hex[:6]}"
     rate = timed(benchmark, lambda: PRODUCERS[client](broker.bootstrap, topic))
     RESULTS[("produce", client)] = rate
@@ -128,12 +148,17 @@ def test_produce(benchmark: Any, broker: BrokerProcess, client: str, report: Cal
 def consume_pykfk(bootstrap: str, topic: str) -> int:
     from pykfk.consumer import ConsumerConnector
 
-    connector = ConsumerConnector(f"bench-{uuid.uuid4().hex[:6]}", bootstrap, auto_offset_reset="smallest", consumer_timeout_ms=10000)
+    connector = ConsumerConnector(
+        f"bench-{uuid.uuid4().hex[:6]}",
+        bootstrap,
+        auto_offset_reset="smallest",
+        consumer_timeout_ms=10000,
+    )
     try:
         (stream,) = connector.create_message_streams({topic: 1})[topic]
         count = 0
         for message in stream:
-            message.value
+            _ = message.value
             count += 1
             if count == N:
                 break
@@ -145,11 +170,19 @@ def consume_pykfk(bootstrap: str, topic: str) -> int:
 def consume_kafka_python(bootstrap: str, topic: str) -> int:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bench-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest", consumer_timeout_ms=10000, fetch_max_bytes=50 * 1024 * 1024, max_partition_fetch_bytes=1024 * 1024)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"bench-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10000,
+        fetch_max_bytes=50 * 1024 * 1024,
+        max_partition_fetch_bytes=1024 * 1024,
+    )
     try:
         count = 0
         for message in consumer:
-            message.value
+            _ = message.value
             count += 1
             if count == N:
                 break
@@ -161,7 +194,14 @@ def consume_kafka_python(bootstrap: str, topic: str) -> int:
 def consume_confluent(bootstrap: str, topic: str) -> int:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest", "enable.partition.eof": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+    )
     try:
         consumer.subscribe([topic])
         count = 0
@@ -169,18 +209,28 @@ def consume_confluent(bootstrap: str, topic: str) -> int:
         while count < N and time.monotonic() < deadline:
             for message in consumer.consume(10000, timeout=1.0):
                 if message.error() is None:
-                    message.value()
+                    _ = message.value()
                     count += 1
         return count
     finally:
         consumer.close()
 
 
-CONSUMERS = {"pykfk": consume_pykfk, "kafka-python": consume_kafka_python, "confluent-kafka": consume_confluent}
+CONSUMERS = {
+    "pykfk": consume_pykfk,
+    "kafka-python": consume_kafka_python,
+    "confluent-kafka": consume_confluent,
+}
 
 
 @pytest.mark.parametrize("client", list(CONSUMERS))
-def test_consume(benchmark: Any, broker: BrokerProcess, filled_topic: str, client: str, report: Callable[[str], None]) -> None:
+def test_consume(
+    benchmark: Any,
+    broker: BrokerProcess,
+    filled_topic: str,
+    client: str,
+    report: Callable[[str], None],
+) -> None:
     rate = timed(benchmark, lambda: CONSUMERS[client](broker.bootstrap, filled_topic))
     RESULTS[("consume", client)] = rate
     report(f"consume {client}: {rate:,.0f} msgs/s ({N:,} x {len(VALUE)} B)")

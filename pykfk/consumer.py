@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import DecodedRecords, decode_records
 from pykfk.client.cluster import ClusterMetadata
@@ -57,6 +57,10 @@ __all__ = [
     "Whitelist",
 ]
 
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 log = logging.getLogger("pykfk.consumer")
 
 
@@ -75,7 +79,7 @@ class FetchRequest(NamedTuple):
 class _State:
     """The topic/partition a MessageSet's messages belong to (no position tracking)."""
 
-    __slots__ = ("topic", "partition", "deserializers", "active")
+    __slots__ = ("active", "deserializers", "partition", "topic")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -90,13 +94,28 @@ class MessageSet:
     ``high_watermark`` the partition's end as the broker saw it. A set whose partition
     had an error raises that KafkaError when iterated (``error`` tells it beforehand)."""
 
-    def __init__(self, topic: str, partition: int, records: DecodedRecords | None, *, offset: int, high_watermark: int = -1, error: ErrorCode = ErrorCode.NONE):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        records: DecodedRecords | None,
+        *,
+        offset: int,
+        high_watermark: int = -1,
+        error: ErrorCode = ErrorCode.NONE,
+    ):
         self.topic = topic
         self.partition = partition
         self.error = error
         self.high_watermark = high_watermark
-        self._chunk = Chunk(_State(topic, partition), records, high_watermark) if records is not None else None
-        self.next_offset = records.next_offset if records is not None and records.next_offset > offset else offset
+        self._chunk = (
+            Chunk(_State(topic, partition), records, high_watermark)
+            if records is not None
+            else None
+        )
+        self.next_offset = (
+            records.next_offset if records is not None and records.next_offset > offset else offset
+        )
 
     def __len__(self) -> int:
         return 0 if self._chunk is None else len(self._chunk.records)
@@ -137,13 +156,29 @@ class SimpleConsumer:
     LATEST = LATEST
     EARLIEST = EARLIEST
 
-    def __init__(self, host: str, port: int | None = None, *, socket_timeout_ms: int = 30000, client_id: str = "pykfk-simple-consumer", max_wait_ms: int = 0):
+    def __init__(
+        self,
+        host: str,
+        port: int | None = None,
+        *,
+        socket_timeout_ms: int = 30000,
+        client_id: str = "pykfk-simple-consumer",
+        max_wait_ms: int = 0,
+    ):
         if port is None:
             host, port = parse_hostport(host)
         self.max_wait_ms = max_wait_ms
-        self._conn = BrokerConnection(host, port, client_id=client_id, request_timeout=socket_timeout_ms / 1000, connect_timeout=socket_timeout_ms / 1000)
+        self._conn = BrokerConnection(
+            host,
+            port,
+            client_id=client_id,
+            request_timeout=socket_timeout_ms / 1000,
+            connect_timeout=socket_timeout_ms / 1000,
+        )
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1024 * 1024) -> MessageSet:
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int = 1024 * 1024
+    ) -> MessageSet:
         """Messages of ``topic[partition]`` from ``offset`` on, up to about ``max_bytes``
         (at least one whole batch). Raises KafkaError on a partition error such as
         OFFSET_OUT_OF_RANGE."""
@@ -158,25 +193,50 @@ class SimpleConsumer:
         reqs = [r if isinstance(r, FetchRequest) else FetchRequest(*r) for r in requests]
         if len({(r.topic, r.partition) for r in reqs}) != len(reqs):
             raise ValueError("a partition may appear only once in a multifetch")
-        body = fetch_body([(r.topic, r.partition, r.offset, r.max_bytes) for r in reqs], self.max_wait_ms, 0, sum(r.max_bytes for r in reqs) or 1)
+        body = fetch_body(
+            [(r.topic, r.partition, r.offset, r.max_bytes) for r in reqs],
+            self.max_wait_ms,
+            0,
+            sum(r.max_bytes for r in reqs) or 1,
+        )
         self._conn.connect()
-        response = self._conn.request(FETCH, body, timeout=self.max_wait_ms / 1000 + self._conn.request_timeout)
+        response = self._conn.request(
+            FETCH, body, timeout=self.max_wait_ms / 1000 + self._conn.request_timeout
+        )
         parts = {(t.topic, p.partition_index): p for t in response.responses for p in t.partitions}
         out = []
         for r in reqs:
             part = parts.get((r.topic, r.partition))
             if part is None:
-                out.append(MessageSet(r.topic, r.partition, None, offset=r.offset, error=ErrorCode.UNKNOWN_SERVER_ERROR))
+                out.append(
+                    MessageSet(
+                        r.topic,
+                        r.partition,
+                        None,
+                        offset=r.offset,
+                        error=ErrorCode.UNKNOWN_SERVER_ERROR,
+                    )
+                )
                 continue
             code = error_code(part.error_code)
             if code != ErrorCode.NONE:
                 out.append(MessageSet(r.topic, r.partition, None, offset=r.offset, error=code))
                 continue
             records = decode_records(part.records, r.offset) if part.records else None
-            out.append(MessageSet(r.topic, r.partition, records, offset=r.offset, high_watermark=part.high_watermark))
+            out.append(
+                MessageSet(
+                    r.topic,
+                    r.partition,
+                    records,
+                    offset=r.offset,
+                    high_watermark=part.high_watermark,
+                )
+            )
         return out
 
-    def get_offsets_before(self, topic: str, partition: int, time: int, max_num_offsets: int = 1) -> list[int]:
+    def get_offsets_before(
+        self, topic: str, partition: int, time: int, max_num_offsets: int = 1
+    ) -> list[int]:
         """Up to ``max_num_offsets`` offsets (segment starts, newest first, then the log
         end) before ``time`` in ms, or for ``LATEST`` (-1: the log end offset) /
         ``EARLIEST`` (-2: the log start offset)."""
@@ -186,10 +246,10 @@ class SimpleConsumer:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> SimpleConsumer:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -338,7 +398,11 @@ class ConsumerConnector:
                 rebalance_backoff_ms=rebalance_backoff_ms,
                 exclude_internal_topics=exclude_internal_topics,
             )
-            self.cluster.add_listener(lambda kind: self._request_rebalance() if kind == "brokers" or self._filter else None)
+            self.cluster.add_listener(
+                lambda kind: (
+                    self._request_rebalance() if kind == "brokers" or self._filter else None
+                )
+            )
         self._lock = threading.RLock()
         self._static: dict[str, list[KafkaStream]] = {}
         self._filter: tuple[TopicFilter, list[KafkaStream]] | None = None
@@ -357,7 +421,9 @@ class ConsumerConnector:
 
     # ---------------------------------------------------------------- streams
 
-    def create_message_streams(self, topic_count: dict[str, int], *, timeout: float = 60) -> dict[str, list[KafkaStream]]:
+    def create_message_streams(
+        self, topic_count: dict[str, int], *, timeout: float = 60
+    ) -> dict[str, list[KafkaStream]]:
         """``{topic: n}`` -> ``{topic: [n streams]}``; returns after the first rebalance."""
         self._check_new_subscription()
         for topic, n in topic_count.items():
@@ -367,12 +433,17 @@ class ConsumerConnector:
         self._start(timeout)
         return {t: list(s) for t, s in self._static.items()}
 
-    def create_message_streams_by_filter(self, topic_filter: TopicFilter, num_streams: int = 1, *, timeout: float = 60) -> list[KafkaStream]:
+    def create_message_streams_by_filter(
+        self, topic_filter: TopicFilter, num_streams: int = 1, *, timeout: float = 60
+    ) -> list[KafkaStream]:
         """``n`` streams carrying every topic the filter matches, now or later."""
         self._check_new_subscription()
         if num_streams < 1:
             raise ValueError("num_streams must be at least 1")
-        self._filter = (topic_filter, [self._new_stream(f"{topic_filter.regex}-{i}") for i in range(num_streams)])
+        self._filter = (
+            topic_filter,
+            [self._new_stream(f"{topic_filter.regex}-{i}") for i in range(num_streams)],
+        )
         self._start(timeout)
         return list(self._filter[1])
 
@@ -393,7 +464,9 @@ class ConsumerConnector:
             else:
                 self.membership.register({t: len(s) for t, s in self._static.items()})
         self._need_rebalance = True
-        self._thread = threading.Thread(target=self._run, name=f"pykfk-consumer-{self.group_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"pykfk-consumer-{self.group_id}", daemon=True
+        )
         self._thread.start()
         self.wait_for_assignment(timeout)
 
@@ -424,7 +497,11 @@ class ConsumerConnector:
     def commit_offsets(self) -> None:
         """Commit the offset after the last message taken from each owned partition."""
         with self._lock:
-            pending = {tp: s.consumed for tp, s in self._states.items() if s.consumed != s.committed and s.consumed >= 0}
+            pending = {
+                tp: s.consumed
+                for tp, s in self._states.items()
+                if s.consumed != s.committed and s.consumed >= 0
+            }
             states = dict(self._states)
         if not pending:
             return
@@ -435,7 +512,7 @@ class ConsumerConnector:
     def _auto_commit(self) -> None:
         try:
             self.commit_offsets()
-        except Exception as exc:  # retried at the next interval
+        except Exception as exc:  # noqa: BLE001 - retried at the next interval
             log.warning("auto-commit for group %s failed: %s", self.group_id, exc)
 
     # ---------------------------------------------------------- coordination
@@ -459,10 +536,12 @@ class ConsumerConnector:
                     try:
                         self._rebalance()
                         failures = 0
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 - best effort while closing or cleaning up
                         failures += 1
                         self.last_error = exc
-                        log.warning("rebalance of group %s failed (%s); retrying", self.group_id, exc)
+                        log.warning(
+                            "rebalance of group %s failed (%s); retrying", self.group_id, exc
+                        )
                         self._need_rebalance = True
                         self._wake.wait(min(0.2 * failures, 2.0))
                         continue
@@ -489,7 +568,10 @@ class ConsumerConnector:
                 if self.auto_commit and now >= next_commit:
                     self._auto_commit()
                     next_commit = now + self.auto_commit_interval
-                waits = [next_heartbeat if self.coordination == "broker" else now + 1.0, next_commit if self.auto_commit else now + 1.0]
+                waits = [
+                    next_heartbeat if self.coordination == "broker" else now + 1.0,
+                    next_commit if self.auto_commit else now + 1.0,
+                ]
                 if self._filter is not None:
                     waits.append(next_topic_check)
                 self._wake.wait(max(0.0, min(waits) - time.monotonic()))
@@ -500,7 +582,7 @@ class ConsumerConnector:
                 self._auto_commit()
             try:
                 self.membership.leave()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - best effort while closing or cleaning up
                 log.debug("leaving group %s: %s", self.group_id, exc)
 
     def _all_topic_names(self) -> list[str]:
@@ -584,9 +666,17 @@ class ConsumerConnector:
         """Where to start without a usable offset: the log start or end."""
         try:
             leader = self.cluster.leader(state.topic, state.partition)
-            offsets = list_offsets(self.cluster.connection(leader), state.topic, state.partition, self.reset_to)
+            offsets = list_offsets(
+                self.cluster.connection(leader), state.topic, state.partition, self.reset_to
+            )
         except KafkaError as exc:
-            log.warning("cannot look up the %s offset of %s[%d]: %s", "earliest" if self.reset_to == EARLIEST else "latest", state.topic, state.partition, exc)
+            log.warning(
+                "cannot look up the %s offset of %s[%d]: %s",
+                "earliest" if self.reset_to == EARLIEST else "latest",
+                state.topic,
+                state.partition,
+                exc,
+            )
             offsets = []
         offset = offsets[0] if offsets else 0
         state.fetch_offset = state.consumed = offset
@@ -640,7 +730,9 @@ class ConsumerConnector:
         with self._lock:
             for tp, state in list(self._states.items()):
                 state.active = False
-                fresh = PartitionState(state.topic, state.partition, state.stream, state.consumed, self.deserializers)
+                fresh = PartitionState(
+                    state.topic, state.partition, state.stream, state.consumed, self.deserializers
+                )
                 fresh.committed = state.committed
                 self._states[tp] = fresh
         for stream in self._all_streams():
@@ -668,8 +760,8 @@ class ConsumerConnector:
         self.cluster.close()
         self._closed = True
 
-    def __enter__(self) -> ConsumerConnector:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()

@@ -18,15 +18,19 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import _base as _futures_base
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import build_batch
 from pykfk.client.cluster import REFRESH_ERRORS, ClusterMetadata
-from pykfk.client.connection import BrokerConnection, ConnectionError_
+from pykfk.client.connection import BrokerConnection
 from pykfk.client.partitioner import DefaultPartitioner, Partitioner
 from pykfk.errors import ErrorCode, KafkaError, error_code
 
-__all__ = ["Producer", "RecordMetadata", "QueueFullError"]
+__all__ = ["Producer", "QueueFullError", "RecordMetadata"]
+
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger("pykfk.producer")
 
@@ -66,8 +70,17 @@ class _BatchResult:
     """The outcome every record of one batch shares: all its futures complete together,
     under one condition, so a record costs no lock or Future of its own."""
 
-    __slots__ = ("condition", "state", "topic", "partition", "records", "base_offset",
-                 "log_append_time", "error", "watched")
+    __slots__ = (
+        "base_offset",
+        "condition",
+        "error",
+        "log_append_time",
+        "partition",
+        "records",
+        "state",
+        "topic",
+        "watched",
+    )
 
     def __init__(self, topic: str, partition: int, records: list):
         self.condition = threading.Condition()  # an RLock: wait() acquires it once per future
@@ -167,9 +180,21 @@ class _Batch:
     until drained, then owned by the sender thread."""
 
     __slots__ = (
-        "topic", "partition", "records", "result", "callbacks", "size", "created",
-        "sealed", "attempts", "payload", "base_sequence", "retry_at", "done", "sticky",
+        "attempts",
+        "base_sequence",
+        "callbacks",
+        "created",
+        "done",
+        "partition",
+        "payload",
+        "records",
+        "result",
+        "retry_at",
         "retrying",
+        "sealed",
+        "size",
+        "sticky",
+        "topic",
     )
 
     def __init__(self, topic: str, partition: int, now: float):
@@ -248,7 +273,7 @@ class Producer:
         else:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
         if compression_type not in CODECS:
-            raise ValueError(f"compression_type must be one of gzip, snappy, lz4, zstd or None")
+            raise ValueError("compression_type must be one of gzip, snappy, lz4, zstd or None")
         if enable_idempotence is None:
             enable_idempotence = acks_value == -1
         elif enable_idempotence and acks_value != -1:
@@ -299,7 +324,9 @@ class Producer:
         self._conns: dict[int, BrokerConnection] = {}
         self._in_flight: dict[int, collections.deque] = {}
         self._sender_error: BaseException | None = None
-        self._sender = threading.Thread(target=self._run_sender, name="pykfk-producer-sender", daemon=True)
+        self._sender = threading.Thread(
+            target=self._run_sender, name="pykfk-producer-sender", daemon=True
+        )
         self._sender.start()
 
     # ------------------------------------------------------------------ public
@@ -322,7 +349,9 @@ class Producer:
             key = self.key_serializer(key)
         if timestamp is None:
             timestamp = int(time.time() * 1000)
-        future = self._append(topic, partition, key, (key, value, timestamp, headers), callback, self.sync)
+        future = self._append(
+            topic, partition, key, (key, value, timestamp, headers), callback, self.sync
+        )
         if self.sync:
             return future.result(self.delivery_timeout + 5).offset
         return future
@@ -347,7 +376,11 @@ class Producer:
         last = len(values) - 1
         futures = [
             self._append(
-                topic, partition, key, (key, serialize(v) if serialize else v, timestamp, headers), None,
+                topic,
+                partition,
+                key,
+                (key, serialize(v) if serialize else v, timestamp, headers),
+                None,
                 self.sync and i == last,  # sync: the list goes out as one batch
             )
             for i, v in enumerate(values)
@@ -369,7 +402,9 @@ class Producer:
                 for batch in pending:
                     while not batch.done:
                         if self._sender_error is not None or not self._sender.is_alive():
-                            raise RuntimeError("producer sender thread died") from self._sender_error
+                            raise RuntimeError(
+                                "producer sender thread died"
+                            ) from self._sender_error
                         remaining = None if deadline is None else deadline - time.monotonic()
                         if remaining is not None and remaining <= 0:
                             raise TimeoutError("flush timed out")
@@ -397,10 +432,10 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         return list(self.cluster.topic(topic, auto_create=True).partitions)
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- queueing
@@ -415,7 +450,13 @@ class Producer:
         return info
 
     def _append(
-        self, topic: str, partition: int | None, key: Any, record: tuple, callback: Callback | None, seal: bool
+        self,
+        topic: str,
+        partition: int | None,
+        key: Any,
+        record: tuple,
+        callback: Callback | None,
+        seal: bool,
     ) -> Future:
         if self._closing or self._closed:
             raise RuntimeError("producer is closed")
@@ -430,18 +471,26 @@ class Producer:
         elif partition is None:
             sticky = True
         value = record[1]
-        size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        size = (
+            RECORD_OVERHEAD
+            + (len(value) if value is not None else 0)
+            + (len(key) if key is not None else 0)
+        )
         with self._cond:
             if self._queued >= self.queue_max_messages:
                 self._wait_for_room()
             if sticky:
-                partition = self._partitioner.partition(topic, None, info.partitions, info.available)
+                partition = self._partitioner.partition(
+                    topic, None, info.partitions, info.available
+                )
             batch = self._open_batch(topic, partition, size)  # type: ignore[arg-type]
             if sticky and batch.records and batch.size + size > self.batch_size:
                 # The sticky partition's batch is full: seal it, which moves null-key
                 # records to another partition (KIP-480), and follow them there.
                 self._seal(batch)
-                partition = self._partitioner.partition(topic, None, info.partitions, info.available)
+                partition = self._partitioner.partition(
+                    topic, None, info.partitions, info.available
+                )
                 batch = self._open_batch(topic, partition, size)
             elif batch.records and batch.size + size > self.batch_size:
                 self._seal(batch)
@@ -480,7 +529,9 @@ class Producer:
             if batch.sticky and self._custom_partitioner is None:
                 info = self.cluster.topics.get(batch.topic)
                 if info is not None:
-                    self._partitioner.next_sticky(batch.topic, info.available or info.partitions, batch.partition)
+                    self._partitioner.next_sticky(
+                        batch.topic, info.available or info.partitions, batch.partition
+                    )
             self._cond.notify_all()
 
     def _wait_for_room(self) -> None:
@@ -511,7 +562,9 @@ class Producer:
         except BaseException as exc:  # keep the process alive; fail what is queued
             log.exception("producer sender stopped")
             self._sender_error = exc
-            self._fail_everything(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender stopped: {exc!r}"))
+            self._fail_everything(
+                KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender stopped: {exc!r}")
+            )
         finally:
             for conn in self._conns.values():
                 conn.close()
@@ -522,7 +575,12 @@ class Producer:
     def _is_ready(self, batch: _Batch, now: float) -> bool:
         if batch.retry_at > now:
             return False
-        return batch.sealed or self._flushing > 0 or self._closing or now - batch.created >= self.linger
+        return (
+            batch.sealed
+            or self._flushing > 0
+            or self._closing
+            or now - batch.created >= self.linger
+        )
 
     def _next_ready(self) -> list[_Batch] | None:
         """Wait until some batch may go (or in-flight responses need reading); returns the
@@ -577,7 +635,9 @@ class Producer:
                 if self._closing and now > self._close_deadline:
                     self._cond.release()
                     try:
-                        self._fail_everything(KafkaError(ErrorCode.REQUEST_TIMED_OUT, "producer closed"))
+                        self._fail_everything(
+                            KafkaError(ErrorCode.REQUEST_TIMED_OUT, "producer closed")
+                        )
                     finally:
                         self._cond.acquire()
                     return None
@@ -626,12 +686,16 @@ class Producer:
                 if batch.payload is None:
                     self._build(batch)
                 batch.attempts += 1
-                topic_data.setdefault(batch.topic, []).append({"index": batch.partition, "records": batch.payload})
+                topic_data.setdefault(batch.topic, []).append(
+                    {"index": batch.partition, "records": batch.payload}
+                )
             body = {
                 "transactional_id": None,
                 "acks": self.acks,
                 "timeout_ms": self.request_timeout_ms,
-                "topic_data": [{"name": t, "partition_data": parts} for t, parts in topic_data.items()],
+                "topic_data": [
+                    {"name": t, "partition_data": parts} for t, parts in topic_data.items()
+                ],
             }
             try:
                 if node < 0:

@@ -9,6 +9,7 @@ of the brokers (Metadata), which know them first-hand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -41,7 +42,7 @@ REFRESH_ERRORS = frozenset(
 class TopicInfo:
     """Partitions of one topic and the broker leading each (-1: none right now)."""
 
-    __slots__ = ("name", "leaders", "partitions", "available")
+    __slots__ = ("available", "leaders", "name", "partitions")
 
     def __init__(self, name: str, leaders: dict[int, int]):
         self.name = name
@@ -109,7 +110,7 @@ class ClusterMetadata:
             try:
                 data, _ = self.zk.get(f"/brokers/ids/{child}")
                 brokers[int(child)] = broker_address(json.loads(data))
-            except Exception as exc:  # a broker that vanished meanwhile, or bad JSON
+            except Exception as exc:  # noqa: BLE001 - a broker that vanished meanwhile, or bad JSON
                 log.debug("skipping /brokers/ids/%s: %s", child, exc)
         with self._lock:
             gone = set(self.brokers) - set(brokers)
@@ -215,7 +216,9 @@ class ClusterMetadata:
                     raise
         raise AssertionError("unreachable")
 
-    def refresh(self, topics: Iterable[str] | None = (), *, allow_auto_create: bool = False) -> None:
+    def refresh(
+        self, topics: Iterable[str] | None = (), *, allow_auto_create: bool = False
+    ) -> None:
         """Refresh brokers and the given topics (None: every topic)."""
         names = None if topics is None else sorted(set(topics) | set(self.topics))
         body = {
@@ -228,7 +231,10 @@ class ClusterMetadata:
                 self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
             for t in response.topics:
                 if t.error_code == ErrorCode.NONE:
-                    leaders = {p.partition_index: (p.leader_id if p.error_code in (0, 9) else -1) for p in t.partitions}
+                    leaders = {
+                        p.partition_index: (p.leader_id if p.error_code in (0, 9) else -1)
+                        for p in t.partitions
+                    }
                     self.topics[t.name] = TopicInfo(t.name, leaders)
                 elif t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     self.topics.pop(t.name, None)
@@ -239,7 +245,9 @@ class ClusterMetadata:
                         del self.topics[name]
             self.last_refresh = time.monotonic()
 
-    def topic(self, name: str, *, auto_create: bool = False, timeout: float | None = None) -> TopicInfo:
+    def topic(
+        self, name: str, *, auto_create: bool = False, timeout: float | None = None
+    ) -> TopicInfo:
         """Partitions and leaders of ``name``, fetched when unknown (auto-creating if asked);
         UNKNOWN_TOPIC_OR_PARTITION when it does not appear within ``timeout``."""
         info = self.topics.get(name)
@@ -285,11 +293,9 @@ class ClusterMetadata:
             conn.close()
         if self.zk is not None and self._zk_owned:
             self._listeners.clear()
-            try:
+            with contextlib.suppress(Exception):  # already lost: nothing left to release
                 self.zk.stop()
                 self.zk.close()
-            except Exception:  # already lost; nothing left to release
-                pass
             self.zk = None
 
 

@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import API_SPECS, ProtocolError, decode_response, encode_request
@@ -48,6 +48,9 @@ _SIZE = struct.Struct(">i")
 # Kafka's socket.request.max.bytes default; a larger size prefix means a broken stream.
 MAX_FRAME_SIZE = 100 * 1024 * 1024
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 
 class ConnectionError_(KafkaError):
     """The socket failed or timed out; the connection is closed. Retriable."""
@@ -59,7 +62,7 @@ class ConnectionError_(KafkaError):
 class InFlight:
     """A request sent on a connection whose response has not been read yet."""
 
-    __slots__ = ("api_key", "version", "correlation_id", "response", "done")
+    __slots__ = ("api_key", "correlation_id", "done", "response", "version")
 
     def __init__(self, api_key: int, version: int, correlation_id: int):
         self.api_key = api_key
@@ -231,13 +234,13 @@ class BrokerConnection:
             while got < n:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise socket.timeout()
+                    raise TimeoutError()
                 sock.settimeout(remaining)
                 k = sock.recv_into(view[got:], n - got)
                 if k == 0:
                     raise ConnectionError_(f"{self.host}:{self.port} closed the connection")
                 got += k
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             self.close()
             raise ConnectionError_(
                 f"no response from {self.host}:{self.port} in time", ErrorCode.REQUEST_TIMED_OUT
@@ -262,10 +265,10 @@ class BrokerConnection:
             entry = self.send(api_key, body, version=version)
             return self.receive(entry, timeout)
 
-    def __enter__(self) -> BrokerConnection:
+    def __enter__(self) -> Self:
         return self.connect()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

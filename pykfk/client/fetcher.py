@@ -35,9 +35,20 @@ class PartitionState:
     stores). ``active`` turns False when the partition is revoked, so queued chunks of it
     are dropped."""
 
-    __slots__ = ("topic", "partition", "stream", "fetch_offset", "consumed", "committed", "active", "deserializers")
+    __slots__ = (
+        "active",
+        "committed",
+        "consumed",
+        "deserializers",
+        "fetch_offset",
+        "partition",
+        "stream",
+        "topic",
+    )
 
-    def __init__(self, topic: str, partition: int, stream: KafkaStream, offset: int, deserializers: tuple):
+    def __init__(
+        self, topic: str, partition: int, stream: KafkaStream, offset: int, deserializers: tuple
+    ):
         self.topic = topic
         self.partition = partition
         self.stream = stream
@@ -54,7 +65,15 @@ class PartitionState:
 class Chunk:
     """Decoded records of one partition from one fetch (the seeds' FetchedDataChunk)."""
 
-    __slots__ = ("state", "records", "topic", "partition", "key_deserializer", "value_deserializer", "high_watermark")
+    __slots__ = (
+        "high_watermark",
+        "key_deserializer",
+        "partition",
+        "records",
+        "state",
+        "topic",
+        "value_deserializer",
+    )
 
     def __init__(self, state: Any, records: DecodedRecords, high_watermark: int = -1):
         self.state = state
@@ -128,7 +147,15 @@ class Message:
         return hash((self.topic, self.partition, self.offset))
 
     def _fields(self) -> tuple:
-        return (self.topic, self.partition, self.offset, self.key, self.value, self.headers, self.timestamp)
+        return (
+            self.topic,
+            self.partition,
+            self.offset,
+            self.key,
+            self.value,
+            self.headers,
+            self.timestamp,
+        )
 
 
 def _short(value: Any) -> str:
@@ -238,12 +265,19 @@ class KafkaStream:
 # ------------------------------------------------------------------ fetching
 
 
-def fetch_body(partitions: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int, max_bytes: int) -> dict:
+def fetch_body(
+    partitions: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int, max_bytes: int
+) -> dict:
     """A sessionless Fetch request for (topic, partition, offset, partition_max_bytes)."""
     topics: dict[str, list] = {}
     for topic, partition, offset, partition_max in partitions:
         topics.setdefault(topic, []).append(
-            {"partition": partition, "fetch_offset": offset, "log_start_offset": -1, "partition_max_bytes": partition_max}
+            {
+                "partition": partition,
+                "fetch_offset": offset,
+                "log_start_offset": -1,
+                "partition_max_bytes": partition_max,
+            }
         )
     return {
         "replica_id": -1,
@@ -259,15 +293,25 @@ def fetch_body(partitions: list[tuple[str, int, int, int]], max_wait_ms: int, mi
     }
 
 
-def list_offsets(conn: BrokerConnection, topic: str, partition: int, timestamp: int, max_num_offsets: int = 1) -> list[int]:
+def list_offsets(
+    conn: BrokerConnection, topic: str, partition: int, timestamp: int, max_num_offsets: int = 1
+) -> list[int]:
     """ListOffsets: v0 answers up to max_num_offsets offsets before ``timestamp`` (the
     seeds' getOffsetsBefore); v1+ one offset (the first at or after ``timestamp``, or
     LATEST/EARLIEST)."""
-    low, high = conn.api_versions.get(LIST_OFFSETS, (0, 0))
+    low = conn.api_versions.get(LIST_OFFSETS, (0, 0))[0]
     use_v0 = max_num_offsets != 1 and low == 0
     version = 0 if use_v0 else conn.version_for(LIST_OFFSETS)
-    part = {"partition_index": partition, "timestamp": timestamp, "max_num_offsets": max_num_offsets}
-    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [part]}]}
+    part = {
+        "partition_index": partition,
+        "timestamp": timestamp,
+        "max_num_offsets": max_num_offsets,
+    }
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [part]}],
+    }
     response = conn.request(LIST_OFFSETS, body, version=version)
     for t in response.topics:
         for p in t.partitions:
@@ -346,7 +390,9 @@ class Fetcher(threading.Thread):
             self.min_bytes,
             max(self.fetch_size, 50 * 1024 * 1024),
         )
-        response = self._conn.request(FETCH, body, timeout=self.max_wait_ms / 1000 + self._conn.request_timeout)
+        response = self._conn.request(
+            FETCH, body, timeout=self.max_wait_ms / 1000 + self._conn.request_timeout
+        )
         by_tp = {(s.topic, s.partition): s for s in wanted}
         leader_moved = False
         for topic in response.responses:
@@ -369,9 +415,9 @@ class Fetcher(threading.Thread):
                 if decoded.next_offset <= state.fetch_offset:
                     continue  # a partial batch only
                 state.fetch_offset = decoded.next_offset
-                if len(decoded):
-                    if not state.stream.put(Chunk(state, decoded, part.high_watermark), self.stop_event):
-                        return
+                chunk = Chunk(state, decoded, part.high_watermark)
+                if len(decoded) and not state.stream.put(chunk, self.stop_event):
+                    return
         if leader_moved:
             self.on_leader_change()
             self.stop_event.wait(self.backoff)

@@ -48,11 +48,21 @@ _I32 = struct.Struct(">i")
 
 # Errors after which the coordinator must be looked up again.
 COORDINATOR_ERRORS = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT}
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
 )
 # Errors after which the member must join again.
 REJOIN_ERRORS = frozenset(
-    {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
+    {
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.ILLEGAL_GENERATION,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.FENCED_INSTANCE_ID,
+    }
 )
 
 
@@ -113,7 +123,12 @@ class _Reader:
 
 def encode_subscription(topics: Iterable[str], user_data: bytes | None = None) -> bytes:
     names = sorted(set(topics))
-    return _I16.pack(0) + _I32.pack(len(names)) + b"".join(_string(t) for t in names) + _user_data(user_data)
+    return (
+        _I16.pack(0)
+        + _I32.pack(len(names))
+        + b"".join(_string(t) for t in names)
+        + _user_data(user_data)
+    )
 
 
 def decode_subscription(data: bytes) -> list[str]:
@@ -145,7 +160,9 @@ def decode_assignment(data: bytes | None) -> dict[str, list[int]]:
     return out
 
 
-def range_assign(subscriptions: dict[str, list[str]], partitions: dict[str, list[int]]) -> dict[str, dict[str, list[int]]]:
+def range_assign(
+    subscriptions: dict[str, list[str]], partitions: dict[str, list[int]]
+) -> dict[str, dict[str, list[int]]]:
     """Kafka's RangeAssignor: per topic, its subscribers sorted by id each take a
     contiguous range of the sorted partitions, the first ``P % C`` one extra."""
     result: dict[str, dict[str, list[int]]] = {member: {} for member in subscriptions}
@@ -208,10 +225,14 @@ class BrokerGroupMembership:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                response = self.cluster.request(FIND_COORDINATOR, {"key": self.group_id, "key_type": 0})
+                response = self.cluster.request(
+                    FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}
+                )
                 code = error_code(response.error_code)
                 if code == ErrorCode.NONE:
-                    self.cluster.brokers.setdefault(response.node_id, (response.host, response.port))
+                    self.cluster.brokers.setdefault(
+                        response.node_id, (response.host, response.port)
+                    )
                     conn = BrokerConnection(
                         response.host,
                         response.port,
@@ -291,7 +312,11 @@ class BrokerGroupMembership:
         assignments = []
         if self.is_leader:
             if response.protocol_name not in (RANGE, None):
-                log.warning("group %s chose protocol %s; assigning by range", self.group_id, response.protocol_name)
+                log.warning(
+                    "group %s chose protocol %s; assigning by range",
+                    self.group_id,
+                    response.protocol_name,
+                )
             assignments = self._assign(response.members)
         sync = {
             "group_id": self.group_id,
@@ -358,7 +383,10 @@ class BrokerGroupMembership:
         topics: dict[str, list[int]] = {}
         for t, p in partitions:
             topics.setdefault(t, []).append(p)
-        body = {"group_id": self.group_id, "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}
+        body = {
+            "group_id": self.group_id,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+        }
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -368,7 +396,9 @@ class BrokerGroupMembership:
                     out = {}
                     for t in response.topics:
                         for p in t.partitions:
-                            out[(t.name, p.partition_index)] = p.committed_offset if p.error_code == 0 else -1
+                            out[(t.name, p.partition_index)] = (
+                                p.committed_offset if p.error_code == 0 else -1
+                            )
                     return out
                 error = KafkaError(code, "OffsetFetch")
             except KafkaError as exc:
@@ -384,7 +414,9 @@ class BrokerGroupMembership:
             return
         topics: dict[str, list] = {}
         for (t, p), offset in offsets.items():
-            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset, "committed_metadata": ""})
+            topics.setdefault(t, []).append(
+                {"partition_index": p, "committed_offset": offset, "committed_metadata": ""}
+            )
         body = {
             "group_id": self.group_id,
             "generation_id_or_member_epoch": self.generation_id,
@@ -410,7 +442,9 @@ class BrokerGroupMembership:
         if not self.member_id or self._coordinator is None:
             return
         try:
-            self._coordinator.request(LEAVE_GROUP, {"group_id": self.group_id, "member_id": self.member_id}, timeout=5)
+            self._coordinator.request(
+                LEAVE_GROUP, {"group_id": self.group_id, "member_id": self.member_id}, timeout=5
+            )
         except KafkaError as exc:
             log.debug("LeaveGroup failed: %s", exc)
         self.member_id = ""

@@ -64,7 +64,9 @@ class DefaultPartitioner:
     def __init__(self) -> None:
         self._sticky: dict[str, int] = {}
 
-    def partition(self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]) -> int:
+    def partition(
+        self, topic: str, key: bytes | None, partitions: Sequence[int], available: Sequence[int]
+    ) -> int:
         if key is not None:
             return partitions[partition_for_key(key, len(partitions))]
         sticky = self._sticky.get(topic)

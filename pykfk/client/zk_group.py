@@ -16,6 +16,7 @@ everything claimed is released and the rebalance is retried after a backoff.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -139,7 +140,11 @@ class ZkGroupMembership:
         for consumer in consumers:
             for topic, n in self._consumer_topics(consumer, all_topics).items():
                 threads_per_topic.setdefault(topic, []).extend(f"{consumer}-{i}" for i in range(n))
-        mine_topics = [t for t, threads in threads_per_topic.items() if any(x.startswith(self.consumer_id + "-") for x in threads)]
+        mine_topics = [
+            t
+            for t, threads in threads_per_topic.items()
+            if any(x.startswith(self.consumer_id + "-") for x in threads)
+        ]
         if mine_topics:
             self.cluster.refresh(mine_topics)
         result: dict[tuple[str, int], str] = {}
@@ -151,7 +156,10 @@ class ZkGroupMembership:
                 continue
             per, extra = divmod(len(partitions), len(threads))
             for k, thread in enumerate(threads):
-                if not thread.startswith(self.consumer_id + "-") or thread[len(self.consumer_id) + 1 :].isdigit() is False:
+                if (
+                    not thread.startswith(self.consumer_id + "-")
+                    or thread[len(self.consumer_id) + 1 :].isdigit() is False
+                ):
                     continue
                 start = k * per + min(k, extra)
                 count = per + (1 if k < extra else 0)
@@ -169,7 +177,9 @@ class ZkGroupMembership:
                 return wanted
             log.info(
                 "consumer %s: partitions still owned by others, rebalance attempt %d/%d",
-                self.consumer_id, attempt + 1, self.rebalance_max_retries + 1,
+                self.consumer_id,
+                attempt + 1,
+                self.rebalance_max_retries + 1,
             )
             time.sleep(self.rebalance_backoff)
         raise RebalanceFailed(f"{self.consumer_id} could not claim its partitions")
@@ -185,7 +195,7 @@ class ZkGroupMembership:
             except NodeExistsError:
                 try:
                     current, _ = self.zk.get(path)
-                except Exception:
+                except Exception:  # noqa: BLE001 - owner vanished meanwhile: treat as not ours
                     current = b""
                 if current.decode(errors="replace") != thread:
                     self.release()
@@ -233,7 +243,7 @@ class ZkGroupMembership:
                 self.zk.ensure_path(f"{self.offsets_path}/{topic}")
                 try:
                     self.zk.create(path, data)
-                except Exception:
+                except Exception:  # noqa: BLE001 - created concurrently: overwrite
                     self.zk.set(path, data)
 
     def leave(self) -> None:
@@ -244,14 +254,12 @@ class ZkGroupMembership:
             self.zk.delete(f"{self.ids_path}/{self.consumer_id}")
         except NoNodeError:
             pass
-        except Exception as exc:  # ZooKeeper gone: the ephemeral expires with the session
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper gone: the ephemeral expires with the session
             log.debug("could not deregister %s: %s", self.consumer_id, exc)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the client may already be closed
             self.zk.remove_listener(self._on_state)
-        except Exception:
-            pass
 
 
 def describe(zk: Any, group_id: str) -> dict[str, Any]:

@@ -24,7 +24,10 @@ import pytest
 from pykfk.testing import BrokerProcess, free_port
 
 ZK_JAR_CANDIDATES = ["/usr/share/java/zookeeper.jar"]
-SLF4J_CANDIDATES = ["/usr/share/java/slf4j-simple.jar", *sorted(glob.glob("/usr/share/java/slf4j-simple-*.jar"))]
+SLF4J_CANDIDATES = [
+    "/usr/share/java/slf4j-simple.jar",
+    *sorted(glob.glob("/usr/share/java/slf4j-simple-*.jar")),
+]
 
 
 def _four_letter(port: int, word: bytes) -> bytes:
@@ -53,7 +56,9 @@ class ZooKeeperServer:
         slf4j = next((p for p in SLF4J_CANDIDATES if os.path.exists(p)), None)
         java = shutil.which("java")
         if not (zk_jar and java):
-            pytest.fail("ZooKeeper tests need java and Debian's zookeeper package (apt-get install zookeeper)")
+            pytest.fail(
+                "ZooKeeper tests need java and Debian's zookeeper package (apt-get install zookeeper)"
+            )
         self.port = free_port()
         os.makedirs(f"{self.dir}/data", exist_ok=True)
         with open(f"{self.dir}/zoo.cfg", "w") as f:
@@ -71,12 +76,23 @@ class ZooKeeperServer:
                 "preAllocSize=4096\n"
             )
         classpath = zk_jar + (f":{slf4j}" if slf4j else "")
-        log = open(f"{self.dir}/zookeeper.log", "ab")
+        log = open(f"{self.dir}/zookeeper.log", "ab")  # noqa: SIM115 - closed once the child has it
         try:
             self.proc = subprocess.Popen(
-                [java, "-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath,
-                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", f"{self.dir}/zoo.cfg"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    java,
+                    "-Xms16m",
+                    "-Xmx128m",
+                    "-XX:+UseSerialGC",
+                    "-XX:TieredStopAtLevel=1",
+                    "-cp",
+                    classpath,
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    f"{self.dir}/zoo.cfg",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         finally:
             log.close()

@@ -15,9 +15,16 @@ from pykfk.consumer import ConsumerConnector
 
 def main() -> None:
     out_path, group, topic, mode, address, delay = sys.argv[1:7]
-    options = {"coordination": mode, "auto_commit_enable": False, "auto_offset_reset": "smallest",
-               "heartbeat_interval_ms": 200, "session_timeout_ms": 2000, "zk_session_timeout_ms": 1500,
-               "rebalance_backoff_ms": 300, "rebalance_max_retries": 20}
+    options = {
+        "coordination": mode,
+        "auto_commit_enable": False,
+        "auto_offset_reset": "smallest",
+        "heartbeat_interval_ms": 200,
+        "session_timeout_ms": 2000,
+        "zk_session_timeout_ms": 1500,
+        "rebalance_backoff_ms": 300,
+        "rebalance_max_retries": 20,
+    }
     if mode == "broker":
         connector = ConsumerConnector(group, address, **options)
     else:

@@ -73,7 +73,9 @@ class Collector:
         self.items: list[tuple] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._drain, args=(s,), daemon=True) for s in streams]
+        self._threads = [
+            threading.Thread(target=self._drain, args=(s,), daemon=True) for s in streams
+        ]
         for t in self._threads:
             t.start()
 
@@ -122,11 +124,15 @@ def test_two_connectors_split_partitions_then_one_shuts_down(env, topic):
         # threads (c1 has two streams), so c1 takes 3 partitions and c2 one
         expected = (2, 2) if env.mode == "broker" else (3, 1)
         eventually(
-            lambda: (len(c1.assignment()), len(c2.assignment())) == expected
-            and set(c1.assignment()) | set(c2.assignment()) == {(topic, p) for p in range(4)},
+            lambda: (
+                (len(c1.assignment()), len(c2.assignment())) == expected
+                and set(c1.assignment()) | set(c2.assignment()) == {(topic, p) for p in range(4)}
+            ),
             what="the partitions split",
         )
-        eventually(lambda: col1.values() | col2.values() >= set(first), what="all of the first records")
+        eventually(
+            lambda: col1.values() | col2.values() >= set(first), what="all of the first records"
+        )
         c2.shutdown()
         second = [b"b%d" % i for i in range(200)]
         produce(env.bootstrap, topic, second)
@@ -148,7 +154,9 @@ def test_killed_member_is_taken_over_without_loss(env, topic, tmp_path):
     group = f"g-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "consumed.txt"
     script = os.path.join(os.path.dirname(__file__), "consumer_process.py")
-    proc = subprocess.Popen([sys.executable, script, str(out), group, topic, env.mode, env.address, "0.01"])
+    proc = subprocess.Popen(
+        [sys.executable, script, str(out), group, topic, env.mode, env.address, "0.01"]
+    )
     survivor = None
     collector = None
     try:
@@ -156,12 +164,18 @@ def test_killed_member_is_taken_over_without_loss(env, topic, tmp_path):
         survivor = env.connector(group)
         collector = Collector(survivor.create_message_streams({topic: 1})[topic])
         eventually(lambda: 0 < len(survivor.assignment()) < 4, what="the partitions to be shared")
-        child_lines = lambda: {line.encode() for line in out.read_text().split() if line.startswith("v")}  # noqa: E731
+        child_lines = lambda: {
+            line.encode() for line in out.read_text().split() if line.startswith("v")
+        }
         eventually(lambda: len(child_lines()) >= 60, what="the child to consume")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        eventually(lambda: len(survivor.assignment()) == 4, what="the survivor to take every partition")
-        eventually(lambda: collector.values() | child_lines() >= set(values), what="every record consumed")
+        eventually(
+            lambda: len(survivor.assignment()) == 4, what="the survivor to take every partition"
+        )
+        eventually(
+            lambda: collector.values() | child_lines() >= set(values), what="every record consumed"
+        )
         assert collector.values() | child_lines() == set(values)
     finally:
         if proc.poll() is None:
@@ -180,10 +194,14 @@ def test_whitelist_sees_new_matching_topics(env):
     streams = connector.create_message_streams_by_filter(Whitelist(f"{prefix}-.*"), 2)
     collector = Collector(streams)
     try:
-        eventually(lambda: {b"one-%d" % i for i in range(10)} <= collector.values(), what="the first topic")
+        eventually(
+            lambda: {b"one-%d" % i for i in range(10)} <= collector.values(), what="the first topic"
+        )
         produce(env.bootstrap, f"{prefix}-two", [b"two-%d" % i for i in range(10)])
         produce(env.bootstrap, f"other{prefix}", [b"other-%d" % i for i in range(10)])
-        eventually(lambda: {b"two-%d" % i for i in range(10)} <= collector.values(), what="the new topic")
+        eventually(
+            lambda: {b"two-%d" % i for i in range(10)} <= collector.values(), what="the new topic"
+        )
         time.sleep(0.5)
         assert not any(v.startswith(b"other") for v in collector.values())
         assert {t for t, *_ in collector.items} == {f"{prefix}-one", f"{prefix}-two"}
@@ -195,7 +213,10 @@ def test_whitelist_sees_new_matching_topics(env):
 @pytest.fixture(params=["broker", "zookeeper"])
 def own_broker_env(request, pykfk_broker_factory) -> GroupEnv:
     """A broker of its own: a blacklist matches every topic of a shared one."""
-    return make_env(request, pykfk_broker_factory(**{k.replace(".", "_"): v for k, v in BROKER_OVERRIDES.items()}))
+    return make_env(
+        request,
+        pykfk_broker_factory(**{k.replace(".", "_"): v for k, v in BROKER_OVERRIDES.items()}),
+    )
 
 
 def test_blacklist_sees_new_topics_except_excluded(own_broker_env):
@@ -248,7 +269,10 @@ def test_committed_offsets_resume(env, topic):
     (stream,) = second.create_message_streams({topic: 1})[topic]
     again: list[bytes] = []
     try:
-        eventually(lambda: again.extend(m.value for m in stream) or len(again) >= 20, what="the new records")
+        eventually(
+            lambda: again.extend(m.value for m in stream) or len(again) >= 20,
+            what="the new records",
+        )
         time.sleep(0.3)
         again.extend(m.value for m in stream)
         assert sorted(again) == sorted(b"new-%d" % i for i in range(20))  # nothing old again
@@ -265,20 +289,32 @@ def test_shares_a_group_with_kafka_python(broker, topic):
     ours = GroupEnv("broker", broker.bootstrap, None).connector(group)
     collector = Collector(ours.create_message_streams({topic: 1})[topic])
     theirs = KafkaConsumer(
-        topic, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
-        partition_assignment_strategy=[RangePartitionAssignor], heartbeat_interval_ms=200,
-        session_timeout_ms=6000, consumer_timeout_ms=200,
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        partition_assignment_strategy=[RangePartitionAssignor],
+        heartbeat_interval_ms=200,
+        session_timeout_ms=6000,
+        consumer_timeout_ms=200,
     )
     seen: set[bytes] = set()
     try:
+
         def split() -> bool:
             seen.update(m.value for m in theirs)
             return len(ours.assignment()) == 2 and len(theirs.assignment()) == 2
+
         eventually(split, what="a 2/2 split with kafka-python")
         mine = {p for _, p in ours.assignment()}
         assert mine | {tp.partition for tp in theirs.assignment()} == {0, 1, 2, 3}
-        eventually(lambda: seen.update(m.value for m in theirs) or (collector.values() | seen) >= {b"x%d" % i for i in range(100)},
-                   what="every record between the two")
+        eventually(
+            lambda: (
+                seen.update(m.value for m in theirs)
+                or (collector.values() | seen) >= {b"x%d" % i for i in range(100)}
+            ),
+            what="every record between the two",
+        )
     finally:
         theirs.close()
         collector.stop()

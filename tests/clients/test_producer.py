@@ -4,6 +4,7 @@ kafka-python and confluent-kafka, and what they write is read back by pykfk."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import threading
 import time
 
@@ -47,14 +48,18 @@ def read_all_pykfk(bootstrap: str, topic: str, partitions: int, expected: int) -
 def read_kafka_python(bootstrap: str, topic: str, expected: int) -> list[tuple]:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000
+    )
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         out = []
         for m in consumer:
-            out.append((m.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers], m.timestamp))
+            out.append(
+                (m.partition, m.offset, m.key, m.value, [(k, v) for k, v in m.headers], m.timestamp)
+            )
             if len(out) == expected:
                 break
         return out
@@ -65,7 +70,9 @@ def read_kafka_python(bootstrap: str, topic: str, expected: int) -> list[tuple]:
 def read_confluent(bootstrap: str, topic: str, partitions: int, expected: int) -> list[tuple]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out = []
@@ -73,7 +80,16 @@ def read_confluent(bootstrap: str, topic: str, partitions: int, expected: int) -
         while len(out) < expected and time.monotonic() < deadline:
             for m in consumer.consume(1000, timeout=0.5):
                 assert m.error() is None, m.error()
-                out.append((m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or []), m.timestamp()[1]))
+                out.append(
+                    (
+                        m.partition(),
+                        m.offset(),
+                        m.key(),
+                        m.value(),
+                        list(m.headers() or []),
+                        m.timestamp()[1],
+                    )
+                )
         return out
     finally:
         consumer.close()
@@ -94,7 +110,8 @@ def test_records_read_back_identically_by_other_clients(broker, topic, compressi
     assert all(isinstance(m, RecordMetadata) and m.offset >= 0 for m in metas)
     assert len({(m.partition, m.offset) for m in metas}) == len(rows)
     written = sorted(
-        (m.partition, m.offset, k, v, [(hk, hv) for hk, hv in h], ts) for m, (k, v, h, ts) in zip(metas, rows)
+        (m.partition, m.offset, k, v, [(hk, hv) for hk, hv in h], ts)
+        for m, (k, v, h, ts) in zip(metas, rows)
     )
     assert normalized(read_all_pykfk(broker.bootstrap, topic, 4, len(rows))) == written
     assert normalized(read_kafka_python(broker.bootstrap, topic, len(rows))) == written
@@ -127,7 +144,10 @@ def test_other_clients_records_read_back_identically_by_pykfk(broker, topic):
 
 def test_sync_mode_returns_offsets_and_send_many(broker, topic):
     with Producer(broker.bootstrap, producer_type="sync") as producer:
-        assert [producer.send(topic, b"a", partition=2), producer.send(topic, b"b", partition=2)] == [0, 1]
+        assert [
+            producer.send(topic, b"a", partition=2),
+            producer.send(topic, b"b", partition=2),
+        ] == [0, 1]
         assert producer.send_many(topic, [b"c", b"d", b"e"], partition=2) == [2, 3, 4]
     with SimpleConsumer(broker.bootstrap) as consumer:
         assert [m.value for m in consumer.fetch(topic, 2, 0)] == [b"a", b"b", b"c", b"d", b"e"]
@@ -143,9 +163,11 @@ def test_async_futures_and_callbacks(broker, topic):
             done.set()
 
     with Producer(broker.bootstrap, linger_ms=50) as producer:
-        futures = [producer.send(topic, b"v%d" % i, partition=1, callback=on_delivery) for i in range(50)]
+        futures = [
+            producer.send(topic, b"v%d" % i, partition=1, callback=on_delivery) for i in range(50)
+        ]
         assert isinstance(futures[0], concurrent.futures.Future)
-        finished, pending = concurrent.futures.wait(futures, timeout=20)
+        _finished, pending = concurrent.futures.wait(futures, timeout=20)
         assert not pending
         later = []
         futures[0].add_done_callback(later.append)  # already done: runs at once
@@ -162,7 +184,9 @@ def test_failure_reaches_future_and_callback(broker, topic):
     errors = []
     # 1 MiB + 1 byte value: over the broker's message.max.bytes -> MESSAGE_TOO_LARGE, not retried
     with Producer(broker.bootstrap, acks=1, batch_size=4 * 1024 * 1024) as producer:
-        future = producer.send(topic, b"x" * (2 * 1024 * 1024), callback=lambda m, e: errors.append(e))
+        future = producer.send(
+            topic, b"x" * (2 * 1024 * 1024), callback=lambda m, e: errors.append(e)
+        )
         with pytest.raises(KafkaError) as info:
             future.result(20)
     assert info.value.code.name == "MESSAGE_TOO_LARGE"
@@ -195,8 +219,23 @@ def test_idempotent_batches_carry_producer_id_and_sequences(broker, topic):
             producer.send(topic, b"x" * 100, partition=3)
         producer.flush(10)
     with SimpleConsumer(broker.bootstrap) as consumer:
-        raw = consumer._conn.request(1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                                         "topics": [{"topic": topic, "partitions": [{"partition": 3, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        raw = consumer._conn.request(
+            1,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {"partition": 3, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                        ],
+                    }
+                ],
+            },
+        )
     recs = list(iter_records(raw.responses[0].partitions[0].records))
     assert len(recs) == 100
     assert len({r.producer_id for r in recs}) == 1 and recs[0].producer_id >= 0
@@ -213,7 +252,13 @@ def test_serializers_and_custom_partitioner(broker, topic):
         chosen.append(key)
         return partitions[-1]
 
-    with Producer(broker.bootstrap, producer_type="sync", key_serializer=StringSerializer(), value_serializer=JsonSerializer(), partitioner=last_partition) as producer:
+    with Producer(
+        broker.bootstrap,
+        producer_type="sync",
+        key_serializer=StringSerializer(),
+        value_serializer=JsonSerializer(),
+        partitioner=last_partition,
+    ) as producer:
         producer.send(topic, {"a": [1, 2]}, key="k1")
     assert chosen == [b"k1"]
     with SimpleConsumer(broker.bootstrap) as consumer:
@@ -226,7 +271,7 @@ def test_null_keys_stick_to_a_partition_per_batch(broker, topic):
         futures = [producer.send(topic, b"x" * 100) for _ in range(400)]
         producer.flush(10)
     parts = [f.result().partition for f in futures]
-    runs = sum(1 for a, b in zip(parts, parts[1:]) if a != b) + 1
+    runs = sum(1 for a, b in itertools.pairwise(parts) if a != b) + 1
     # ~82 records fill a 10 kB batch: a handful of runs, each on one partition, spread out
     assert 3 <= runs <= 10
     assert len(set(parts)) >= 2
@@ -259,7 +304,12 @@ def test_same_key_same_partition_across_clients(broker, topic):
     delivered = {}
     cp = ConfluentProducer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
     for k in keys:
-        cp.produce(topic, b"confluent", key=k, on_delivery=lambda err, msg: delivered.__setitem__(msg.key(), msg.partition()))
+        cp.produce(
+            topic,
+            b"confluent",
+            key=k,
+            on_delivery=lambda err, msg: delivered.__setitem__(msg.key(), msg.partition()),
+        )
     assert cp.flush(20) == 0
     assert ours == theirs_kp == {k: delivered[k] for k in keys}
     assert ours == {k: partition_for_key(k, 4) for k in keys}

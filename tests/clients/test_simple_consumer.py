@@ -50,9 +50,8 @@ def test_multifetch_keeps_request_order_and_errors_per_partition(broker, filled)
 
 
 def test_fetch_out_of_range_raises(broker, filled):
-    with SimpleConsumer(broker.bootstrap) as consumer:
-        with pytest.raises(KafkaError) as info:
-            consumer.fetch(filled, 0, 21)
+    with SimpleConsumer(broker.bootstrap) as consumer, pytest.raises(KafkaError) as info:
+        consumer.fetch(filled, 0, 21)
     assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
