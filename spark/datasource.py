@@ -111,7 +111,9 @@ class KafkaBatchReader(DataSourceReader):
         return plan_batch(self.options)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, OffsetRange)
+        # With no ranges planned, Spark still runs one task with a placeholder partition.
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(self.options, partition)
 
 
@@ -195,7 +197,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.options.max_records_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, OffsetRange)
+        # With no ranges planned, Spark still runs one task with a placeholder partition.
+        if not isinstance(partition, OffsetRange):
+            return iter(())
         return read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:
@@ -269,7 +273,10 @@ class KafkaWriter(DataSourceArrowWriter):
         )
         try:
             for batch in iterator:
-                columns = {name: _column_values(batch.column(name)) for name in self.columns if name in batch.schema.names}
+                columns = {
+                    name: _column_values(batch.column(name), as_bytes=name in ("key", "value"))
+                    for name in self.columns
+                }
                 n = batch.num_rows
                 keys = columns.get("key") or [None] * n
                 values = columns["value"]
@@ -300,10 +307,10 @@ class KafkaWriter(DataSourceArrowWriter):
         return WriteCommit(count, len(partitions))
 
 
-def _column_values(column: Any) -> list:
-    """Python values of a column; strings sent as their UTF-8 bytes."""
+def _column_values(column: Any, *, as_bytes: bool) -> list:
+    """Python values of a column; with ``as_bytes``, strings become their UTF-8 bytes."""
     import pyarrow as pa
 
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+    if as_bytes and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         column = column.cast(pa.binary())
     return column.to_pylist()
