@@ -221,22 +221,118 @@ static inline int record_parse(const uint8_t *area, const uint8_t *p, const uint
     return PK_BATCH_OK;
 }
 
-int pk_records_check_ex(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
-                        int checks, pk_batch_error *err)
+/* The record walk's fast path: one record whose varints are all 1 or 2 bytes long, checked
+ * with as few dependent steps as the format allows (the bytes of a varint are read
+ * together, branches follow the common lengths, one bounds test per span). It only ever
+ * accepts: anything else (a longer varint, a null header key, a span past the record,
+ * a record too near the readable end for the two-byte reads) returns 0 and the record
+ * goes through record_parse, which gives the verdict and the precise error.
+ *
+ * Reads may run a few bytes past rec_end (never past `limit`, the end of readable
+ * memory): the caller guarantees limit - rec_end >= PK_WALK_SLACK. A byte past rec_end
+ * can only be used by a varint that ends past rec_end, which leaves p > rec_end; p never
+ * moves back, so such a record fails the span tests or the final p == rec_end. */
+enum { PK_WALK_SLACK = 8 };
+
+/* Raw (still zigzag-encoded) varint of 1 or 2 bytes at p into *raw; returns the byte
+ * count, 0 for a longer varint. */
+static inline __attribute__((always_inline)) size_t raw_varint2(const uint8_t *p, uint32_t *raw)
 {
-    const uint8_t *start = p, *end = p + len;
+    if (__builtin_expect(!(p[0] & 0x80), 1)) {
+        *raw = p[0];
+        return 1;
+    }
+    if (__builtin_expect(!(p[1] & 0x80), 1)) {
+        *raw = (uint32_t)(p[0] & 0x7F) | ((uint32_t)p[1] << 7);
+        return 2;
+    }
+    return 0;
+}
+
+/* Skips a length-prefixed span at *pp (key, value, header key/value). A zigzag raw
+ * length of 1 is -1 (null, allowed where allow_null) and skips nothing, as raw >> 1 = 0;
+ * other odd raws are negative and left to the slow path. */
+static inline __attribute__((always_inline)) int skip_span2(const uint8_t **pp, const uint8_t *rec_end,
+                                                            int allow_null)
+{
+    uint32_t raw;
+    size_t n = raw_varint2(*pp, &raw);
+    if (!n || ((raw & 1) && !(allow_null && raw == 1)))
+        return 0;
+    const uint8_t *p = *pp + n;
+    if ((ptrdiff_t)(raw >> 1) > rec_end - p)
+        return 0;
+    *pp = p + (raw >> 1);
+    return 1;
+}
+
+/* Returns the record's end, or NULL when the fast path cannot decide. *raw_delta gets
+ * the offset_delta varint still zigzag-encoded. Needs p < fast_end, where fast_end =
+ * min(end, limit - PK_WALK_SLACK). */
+static inline __attribute__((always_inline)) const uint8_t *record_fast(const uint8_t *p, const uint8_t *fast_end,
+                                                                        uint32_t *raw_delta)
+{
+    uint32_t raw;
+    size_t n;
+    if (!(n = raw_varint2(p, &raw)) || (raw & 1) || raw == 0)
+        return NULL;
+    p += n;
+    size_t rec_len = raw >> 1;
+    if ((ptrdiff_t)rec_len > fast_end - p)
+        return NULL;
+    const uint8_t *rec_end = p + rec_len;
+    p++; /* attributes: any value */
+    if (!(n = raw_varint2(p, &raw))) /* timestamp_delta: any value of 1-2 bytes */
+        return NULL;
+    p += n;
+    if (!(n = raw_varint2(p, raw_delta)))
+        return NULL;
+    p += n;
+    if (!skip_span2(&p, rec_end, 1) || !skip_span2(&p, rec_end, 1))
+        return NULL;
+    if (!(n = raw_varint2(p, &raw)) || (raw & 1))
+        return NULL;
+    p += n;
+    /* each header takes at least two bytes and p stays <= rec_end after each: bounded */
+    for (uint32_t k = raw >> 1; k; k--) {
+        if (!skip_span2(&p, rec_end, 0) || !skip_span2(&p, rec_end, 1))
+            return NULL;
+    }
+    return p == rec_end ? rec_end : NULL;
+}
+
+/* pk_records_check_ex over [p, end) where bytes up to `limit` (>= end) may be read. */
+static int records_walk(const uint8_t *p, const uint8_t *end, const uint8_t *limit, int32_t count,
+                        int32_t last_delta, int checks, pk_batch_error *err)
+{
+    const uint8_t *start = p;
+    const uint8_t *fast_end = limit - end >= PK_WALK_SLACK ? end : limit - PK_WALK_SLACK;
     int64_t prev_delta = -1;
+    int client = (checks & PK_CHECK_CLIENT) != 0;
     pk_record r;
     /* count comes from the bytes: the loop ends at the first record that does not fit,
      * so 2^31-1 costs no more than the bytes actually present. */
     for (int32_t i = 0; i < count; i++) {
+        if (__builtin_expect(p < fast_end, 1)) {
+            uint32_t raw_delta;
+            const uint8_t *next = record_fast(p, fast_end, &raw_delta);
+            if (__builtin_expect(next != NULL, 1)) {
+                int32_t delta = (int32_t)(raw_delta >> 1) ^ -(int32_t)(raw_delta & 1);
+                if (client ? raw_delta == 2 * (uint32_t)i
+                           : delta > prev_delta && delta <= last_delta) {
+                    prev_delta = delta;
+                    p = next;
+                    continue;
+                }
+            }
+        }
         if (p == end)
             return fail(err, "records_count", (size_t)(p - start), "fewer records than records_count");
         if (record_parse(start, p, end, &r, err) != PK_BATCH_OK)
             return PK_BATCH_CORRUPT;
         /* r.size >= 2, and offset_delta sits after the length varint and attributes */
         size_t delta_at = (size_t)(p - start) + 1;
-        if ((checks & PK_CHECK_CLIENT) && r.offset_delta != i)
+        if (client && r.offset_delta != i)
             return fail(err, "record.offset_delta", delta_at,
                         "offset_delta is not the record's index in the batch");
         if (r.offset_delta <= prev_delta || r.offset_delta > last_delta)
@@ -248,6 +344,12 @@ int pk_records_check_ex(const uint8_t *p, size_t len, int32_t count, int32_t las
     if (p != end)
         return fail(err, "records_count", (size_t)(p - start), "bytes left after records_count records");
     return PK_BATCH_OK;
+}
+
+int pk_records_check_ex(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
+                        int checks, pk_batch_error *err)
+{
+    return records_walk(p, p + len, p + len, count, last_delta, checks, err);
 }
 
 int pk_records_check(const uint8_t *p, size_t len, int32_t count, int32_t last_delta,
@@ -291,8 +393,9 @@ int pk_batch_validate(const uint8_t *buf, size_t avail, size_t max_batch_size, i
                         "last_offset_delta is not records_count - 1");
     }
     if ((checks & PK_CHECK_RECORDS) && (h->attributes & PK_ATTR_CODEC_MASK) == 0) {
-        rc = pk_records_check_ex(buf + PK_BATCH_HEADER_SIZE, total - PK_BATCH_HEADER_SIZE,
-                                 h->records_count, h->last_offset_delta, checks, err);
+        /* bytes of the following batches (up to avail) may be read, not used: see record_fast */
+        rc = records_walk(buf + PK_BATCH_HEADER_SIZE, buf + total, buf + avail,
+                          h->records_count, h->last_offset_delta, checks, err);
         if (rc != PK_BATCH_OK) {
             if (err)
                 err->offset += PK_BATCH_HEADER_SIZE;
