@@ -83,15 +83,15 @@ def _fmt(value: float | None, spec: str = ",.0f") -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("| test | system | client | msg/s (median) | spread (min–max) | MB/s | runs ok "
+    head = ("| test | system | client | msgs | msg/s (median) | spread (min–max) | MB/s | runs ok "
             "| broker CPU s / 1M msg | broker peak RSS MB | disk B/msg | overhead B/msg "
             "| records/batch on disk | load1 | notes |")
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     for row in rows:
         spread = f"{row.low:,.0f}–{row.high:,.0f}" if row.ok else "–"
         notes = "; ".join(row.notes + [f"**{e}**" for e in row.errors])
         lines.append(
-            f"| {row.test} | {row.system} | {row.client} | {row.median:,.0f} | {spread} "
+            f"| {row.test} | {row.system} | {row.client} | {row.count:,.0f} | {row.median:,.0f} | {spread} "
             f"| {row.mb_per_s:.1f} | {len(row.ok)}/{len(row.runs)} | {_fmt(row.cpu_per_m, '.2f')} "
             f"| {_fmt(row.peak_rss_mb, '.0f')} | {_fmt(row.disk_per_msg, '.1f')} "
             f"| {_fmt(row.overhead, '.1f')} | {_fmt(row.records_per_batch, '.1f')} "
@@ -227,15 +227,16 @@ def write(out_dir: str, runs: list[Run], meta: dict[str, Any]) -> str:
     lines = [
         "# The paper's experiments: pykfk, RabbitMQ, ActiveMQ",
         "",
-        f"- {machine['started']} → {machine['finished']}, commit {machine['commit']}, "
-        f"{machine['cores']} cores ({machine['cpu']}), Python {machine['python']}, kernel {machine['kernel']}",
-        f"- load average (1/5/15 min) at start {_load(machine['load_start'])}, at end "
-        f"{_load(machine['load_end'])}; the machine is shared, so figures are noisy "
-        "(each row's load1 is the median at its runs' start)",
-        f"- N = {opts['n']:,} messages of {opts['size']} bytes per producer run (a run also "
-        f"stops after {opts['max_seconds']:.0f} s: see the msgs column of results.json), "
-        f"{opts['runs']} run(s) each; consumer fetch {opts['fetch_bytes']:,} bytes; Kafka "
-        f"producers acks={opts['acks']}",
+        (f"- {machine['started']} → {machine['finished']}, commit {machine['commit']}, "
+         f"{machine['cores']} cores ({machine['cpu']}), Python {machine['python']}, "
+         f"kernel {machine['kernel']}"),
+        (f"- load average (1/5/15 min) at start {_load(machine['load_start'])}, at end "
+         f"{_load(machine['load_end'])}; the machine is shared, so figures are noisy "
+         "(each row's load1 is the median at its runs' start)"),
+        (f"- N = {opts['n']:,} messages of {opts['size']} bytes per producer run, a run "
+         f"stopping after {opts['max_seconds']:.0f} s if N is not reached yet (column "
+         f"msgs: what the median run sent); {opts['runs']} run(s) each; consumer fetch "
+         f"{opts['fetch_bytes']:,} bytes; Kafka producers acks={opts['acks']}"),
         f"- versions: {', '.join(f'{k} {v}' for k, v in sorted(machine['versions'].items()))}",
         "",
         "## Configuration",

@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -102,7 +101,7 @@ class RssSampler:
                 self.peak_kb = max(self.peak_kb, rss_kb(self.pid))  # type: ignore[arg-type]
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> RssSampler:  # noqa: PYI034 - final in practice
         if self.pid is not None:
             self._thread.start()
         return self
@@ -225,12 +224,11 @@ class RabbitMQService(Service):
             f.write("[].\n")
         # Our own epmd in the foreground, so it is ours to stop (rabbitmq-server would
         # otherwise start a shared daemon that outlives it).
-        epmd_log = open(os.path.join(self.root, "epmd.log"), "ab")
-        self.epmd = subprocess.Popen(
-            ["epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
-            stdout=epmd_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-        epmd_log.close()
+        with open(os.path.join(self.root, "epmd.log"), "ab") as epmd_log:
+            self.epmd = subprocess.Popen(
+                ["epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
+                stdout=epmd_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
         wait_for_port("127.0.0.1", epmd_port, self.epmd, 10)
         env = dict(os.environ)
         env.update({
@@ -252,12 +250,11 @@ class RabbitMQService(Service):
             "RABBITMQ_ALLOW_INPUT": "1",
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-noinput -kernel inet_dist_use_interface {127,0,0,1}",
         })
-        out = open(os.path.join(self.root, "server.out"), "ab")
-        self.proc = subprocess.Popen(
-            [RABBITMQ_SERVER], env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, cwd=self.root,
-        )
-        out.close()
+        with open(os.path.join(self.root, "server.out"), "ab") as out:
+            self.proc = subprocess.Popen(
+                [RABBITMQ_SERVER], env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.root,
+            )
         try:
             wait_for_port("127.0.0.1", self.port, self.proc, 120)
         except BaseException:
@@ -325,10 +322,9 @@ class ActiveMQService(Service):
             f"-Dactivemq.classpath={conf}", f"-Dlog4j.configuration=file:{conf}/log4j.properties",
             "-jar", ACTIVEMQ_JAR, "start", f"xbean:file:{config}",
         ]
-        out = open(os.path.join(self.root, "server.out"), "ab")
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=self.root)
-        out.close()
+        with open(os.path.join(self.root, "server.out"), "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, cwd=self.root)
         try:
             wait_for_port("127.0.0.1", self.port, self.proc, 120)
             wait_for_port("127.0.0.1", self.stomp_port, self.proc, 30)
@@ -373,7 +369,3 @@ def compile_java_client(build_dir: str) -> str:
         check=True, capture_output=True, timeout=300,
     )
     return f"{build_dir}:{classpath}"
-
-
-def make_workdir(prefix: str = "pykfk-paper-") -> str:
-    return tempfile.mkdtemp(prefix=prefix)
