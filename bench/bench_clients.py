@@ -6,7 +6,7 @@ broker process, same run: messages per second for N records of 200 bytes (N = 1,
     PYKFK_BENCH_QUICK=1 python -m pytest bench/bench_clients.py    # CI smoke
 
 Every producer sends N null-key records, acks=1, no compression, linger 5 ms, batches of
-about 512 KiB, and waits for all deliveries. Every consumer reads N records of a
+about 1 MB, and waits for all deliveries. Every consumer reads N records of a
 4-partition topic from the beginning in a consumer group and touches each value. The
 broker runs in its own process on the same (shared) machine, so the figures are
 end-to-end rates, not client CPU alone.
@@ -79,7 +79,7 @@ def timed(benchmark: Any, run: Callable[[], int]) -> float:
 def produce_pykfk(bootstrap: str, topic: str) -> int:
     from pykfk.producer import Producer
 
-    with Producer(bootstrap, acks=1, linger_ms=5, batch_size=512 * 1024) as producer:
+    with Producer(bootstrap, acks=1, linger_ms=5, batch_size=1_000_000) as producer:
         send = producer.send
         for _ in range(N):
             send(topic, VALUE)
@@ -91,7 +91,7 @@ def produce_kafka_python(bootstrap: str, topic: str) -> int:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=512 * 1024
+        bootstrap_servers=bootstrap, acks=1, linger_ms=5, batch_size=1_000_000
     )
     try:
         for _ in range(N):
@@ -110,7 +110,7 @@ def produce_confluent(bootstrap: str, topic: str) -> int:
             "bootstrap.servers": bootstrap,
             "acks": 1,
             "linger.ms": 5,
-            "batch.size": 512 * 1024,
+            "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000,
         }
     )

@@ -250,7 +250,7 @@ class Producer:
         enable_idempotence: bool | None = None,
         compression_type: str | None = None,
         linger_ms: float = 5,
-        batch_size: int = 512 * 1024,
+        batch_size: int = 1_000_000,  # librdkafka batch.size; under the broker message.max.bytes
         queue_max_messages: int = 1_000_000,
         max_block_ms: float = 60000,
         retries: int = 10,
