@@ -222,7 +222,7 @@ def recover(output: str, progress: Progress = print) -> list[int]:
                 rolled.append(manifest["run"])
             else:
                 if not (name.isdigit() and int(name) in committed):
-                    progress(f"run {name}: discarding its unfinished output")
+                    progress(f"run {int(name) if name.isdigit() else name}: discarding its unfinished output")
                 shutil.rmtree(staging, ignore_errors=True)
     _remove_uncommitted_files(output, set(committed_runs(output)), progress)
     return rolled
