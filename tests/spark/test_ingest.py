@@ -36,7 +36,9 @@ def records_for(partition: int, first: int, n: int) -> list[tuple]:
 
 
 def ingest_command(bootstrap: str, output: str) -> list[str]:
-    local = os.path.join(os.path.dirname(output), "spark-local")  # what a killed JVM leaves
+    # A killed JVM cannot clean up: keep its scratch and temp dirs under the test's tmp_path.
+    local = os.path.join(os.path.dirname(output), "spark-local")
+    os.makedirs(local, exist_ok=True)
     return [
         sys.executable, "-m", "pykfk_spark.ingest",
         "--bootstrap-servers", bootstrap, "--topic", TOPIC, "--output", output,
@@ -44,7 +46,7 @@ def ingest_command(bootstrap: str, output: str) -> list[str]:
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.shuffle.partitions=2",
         "--conf", f"spark.local.dir={local}",
-        "--conf", f"spark.driver.extraJavaOptions={FAST_JVM}",
+        "--conf", f"spark.driver.extraJavaOptions={FAST_JVM} -Djava.io.tmpdir={local}",
     ]
 
 
