@@ -192,6 +192,34 @@ def parse_batch_header(buf, Py_ssize_t pos=0):
         PyBuffer_Release(&view)
 
 
+# Batches validated per trip without the GIL: their headers wait in a stack array until
+# the GIL is back to make the header objects (64 * 80 bytes).
+cdef enum:
+    _HEADERS_PER_TRIP = 64
+
+
+cdef Py_ssize_t _validate_trip(const uint8_t *p, Py_ssize_t length, Py_ssize_t pos,
+                               size_t max_batch_size, int checks, bint stop_at_compressed,
+                               pk_batch_header *hs, int *count, int *rc, pk_batch_error *err) noexcept nogil:
+    """Validates batches from pos until _HEADERS_PER_TRIP are done, the buffer ends, a
+    batch fails (*rc) or, with stop_at_compressed, right after a compressed batch; returns
+    the position after the last valid batch."""
+    cdef Py_ssize_t total
+    count[0] = 0
+    rc[0] = PK_BATCH_OK
+    while pos < length and count[0] < _HEADERS_PER_TRIP:
+        rc[0] = pk_batch_validate(p + pos, <size_t>(length - pos), max_batch_size, checks,
+                                  &hs[count[0]], err)
+        if rc[0] != PK_BATCH_OK:
+            break
+        total = <Py_ssize_t>hs[count[0]].batch_length + PK_BATCH_LOG_OVERHEAD
+        count[0] += 1
+        pos += total
+        if stop_at_compressed and (hs[count[0] - 1].attributes & PK_ATTR_CODEC_MASK):
+            break
+    return pos
+
+
 def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, *,
                      bint from_client=False, bint decompress=False,
                      Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
@@ -200,12 +228,13 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
     See records.pyi for the rules. One Python object per batch, none per record.
     """
     cdef Py_buffer view
-    cdef pk_batch_header h
+    cdef pk_batch_header hs[_HEADERS_PER_TRIP]
     cdef pk_batch_error err
-    cdef Py_ssize_t pos = 0, avail, total
+    cdef Py_ssize_t pos = 0, last, k
     cdef const uint8_t *p
-    cdef int rc
+    cdef int rc, count
     cdef int checks = (PK_CHECK_RECORDS if check_records else 0) | (PK_CHECK_CLIENT if from_client else 0)
+    cdef bint inflate = decompress and check_records
     cdef list headers = []
     if max_batch_size < 0:
         raise ValueError("max_batch_size must be >= 0 (0 = no limit)")
@@ -213,21 +242,24 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
     try:
         p = <const uint8_t *>view.buf
         while pos < view.len:
-            avail = view.len - pos
-            # release the GIL for the CRC + record walk of a large batch only (batch_length
-            # is read from the bytes here; pk_batch_validate checks it)
-            if avail >= _GIL_RELEASE_BYTES and <int32_t>pk_load_u32(p + pos + PK_BATCH_LENGTH) >= _GIL_RELEASE_BYTES:
+            # the CRC + record walk without the GIL when there is enough of it to be worth
+            # the release (one release per trip of up to _HEADERS_PER_TRIP batches)
+            if view.len - pos >= _GIL_RELEASE_BYTES:
                 with nogil:
-                    rc = pk_batch_validate(p + pos, <size_t>avail, <size_t>max_batch_size, checks, &h, &err)
+                    pos = _validate_trip(p, view.len, pos, <size_t>max_batch_size, checks, inflate,
+                                         hs, &count, &rc, &err)
             else:
-                rc = pk_batch_validate(p + pos, <size_t>avail, <size_t>max_batch_size, checks, &h, &err)
+                pos = _validate_trip(p, view.len, pos, <size_t>max_batch_size, checks, inflate,
+                                     hs, &count, &rc, &err)
+            for k in range(count):
+                headers.append(_header_object(&hs[k]))
+            # A trip ends right after a compressed batch whose records are to be checked, so
+            # errors come in the order of the bytes (and a failing batch never follows it).
+            if count and inflate and (hs[count - 1].attributes & PK_ATTR_CODEC_MASK):
+                last = pos - (<Py_ssize_t>hs[count - 1].batch_length + PK_BATCH_LOG_OVERHEAD)
+                _check_compressed_records(p + last, &hs[count - 1], last, checks, max_decompressed_size)
             if rc != PK_BATCH_OK:
-                _raise_batch_error(rc, &err, p + pos, avail, pos, max_batch_size)
-            total = <Py_ssize_t>h.batch_length + PK_BATCH_LOG_OVERHEAD
-            if decompress and check_records and (h.attributes & PK_ATTR_CODEC_MASK):
-                _check_compressed_records(p + pos, &h, pos, checks, max_decompressed_size)
-            headers.append(_header_object(&h))
-            pos += total
+                _raise_batch_error(rc, &err, p + pos, view.len - pos, pos, max_batch_size)
     finally:
         PyBuffer_Release(&view)
     return headers
@@ -271,6 +303,23 @@ cdef Py_ssize_t _check_framing(const uint8_t *p, Py_ssize_t length) except -1:
     return count
 
 
+cdef inline bint _framing_sound(const uint8_t *p, Py_ssize_t length) noexcept nogil:
+    """The checks of _check_framing on just the fields they need, without errors: True when
+    _check_framing would pass (so the common case skips the full header parse)."""
+    cdef Py_ssize_t pos = 0, total
+    cdef int32_t batch_length
+    while pos < length:
+        if length - pos < PK_BATCH_HEADER_SIZE or p[pos + PK_BATCH_MAGIC] != 2:
+            return False
+        batch_length = <int32_t>pk_load_u32(p + pos + PK_BATCH_LENGTH)
+        total = <Py_ssize_t>batch_length + PK_BATCH_LOG_OVERHEAD
+        if (batch_length < PK_BATCH_HEADER_SIZE - PK_BATCH_LOG_OVERHEAD or total > length - pos
+                or <int32_t>pk_load_u32(p + pos + PK_BATCH_LAST_OFFSET_DELTA) < 0):
+            return False
+        pos += total
+    return True
+
+
 def assign_offsets(buf, int64_t base_offset, int32_t partition_leader_epoch=-1):
     """Writes base_offset (running across batches) and partition_leader_epoch into every
     batch of the writable buffer; returns the offset after the last batch. Both fields sit
@@ -284,7 +333,8 @@ def assign_offsets(buf, int64_t base_offset, int32_t partition_leader_epoch=-1):
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
         p = <uint8_t *>view.buf
-        _check_framing(p, view.len)
+        if not _framing_sound(p, view.len):
+            _check_framing(p, view.len)   # raises the precise error
         while pos < view.len:
             pk_store_u64(p + pos + PK_BATCH_BASE_OFFSET, <uint64_t>next_offset)
             pk_store_u32(p + pos + PK_BATCH_LEADER_EPOCH, <uint32_t>partition_leader_epoch)

@@ -13,6 +13,7 @@ import mmap
 import random
 import struct
 
+import cramjam
 import pytest
 from _records_helpers import fix_crc, make_batch, record_bytes
 from hypothesis import HealthCheck, given, settings
@@ -189,3 +190,46 @@ def test_no_read_past_the_buffer(guarded, name, where):
         got = _outcome(core, view, from_client=True)
         assert got == _outcome(reference, bytes(data), from_client=True)
         view.release()
+
+
+# --- validate_batches works through the buffer in trips of up to 64 batches ---------------
+
+
+def _small_batches(n: int) -> list[bytes]:
+    return [core.build_batch([(b"k%d" % i, b"v" * (i % 50), 1_000 + i, [])]) for i in range(n)]
+
+
+@pytest.mark.parametrize("bad_at", [0, 63, 64, 65, 130, 199])
+def test_error_position_across_trips(bad_at):
+    batches = _small_batches(200)
+    broken = bytearray(batches[bad_at])
+    broken[-1] ^= 0xFF
+    batches[bad_at] = bytes(broken)
+    buf = b"".join(batches)
+    got = _outcome(core, buf)
+    assert got == _outcome(reference, buf)
+    assert got[:3] == ("CorruptBatchError", "crc", sum(map(len, batches[:bad_at])))
+
+
+def test_every_header_across_trips():
+    batches = _small_batches(200)
+    hs = core.validate_batches(b"".join(batches), from_client=True)
+    assert [h.size for h in hs] == [len(b) for b in batches]
+    assert [h.base_timestamp for h in hs] == [1_000 + i for i in range(200)]
+
+
+def test_compressed_records_checked_before_later_batches():
+    """decompress=True: a bad compressed batch is named even when a later batch is bad too."""
+    inner = record_bytes(0, b"a", b"b") + record_bytes(0, b"c", b"d")   # offset_delta repeats
+    packed = make_batch(bytes(cramjam.zstd.compress(inner)), records_count=2, last_offset_delta=1,
+                        attributes=4)
+    good = _small_batches(70)
+    bad_crc = bytearray(good[-1])
+    bad_crc[-1] ^= 1
+    buf = b"".join(good[:69]) + packed + bytes(bad_crc)
+    with pytest.raises(CorruptBatchError) as info:
+        core.validate_batches(buf, decompress=True)
+    assert (info.value.field, info.value.offset) == ("record.offset_delta", sum(map(len, good[:69])))
+    with pytest.raises(CorruptBatchError) as info:
+        core.validate_batches(buf)
+    assert info.value.field == "crc"
