@@ -62,7 +62,9 @@ def _as_array(column: pa.Array, typecode: str) -> array:
     """An array.array copy of an int Arrow column (for strided interleaving)."""
     width = column.type.bit_width // 8
     out = array(typecode)
-    out.frombytes(column.buffers()[1][column.offset * width : (column.offset + len(column)) * width])
+    out.frombytes(
+        column.buffers()[1][column.offset * width : (column.offset + len(column)) * width]
+    )
     return out
 
 

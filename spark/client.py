@@ -14,12 +14,16 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykfk._core.records import decode_records
+
 from pykfk.client.cluster import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 FETCH = 1
 LIST_OFFSETS = 2
@@ -48,17 +52,25 @@ class OffsetClient:
     """Driver-side lookups for planning: which partitions a subscription covers, who leads
     them, and their offsets. Not thread-safe; close() when done."""
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str = "pykfk-spark", request_timeout_ms: int = 30000):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "pykfk-spark",
+        request_timeout_ms: int = 30000,
+    ):
         self.bootstrap_servers = bootstrap_servers
-        self.cluster = ClusterMetadata(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms)
+        self.cluster = ClusterMetadata(
+            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+        )
 
     def close(self) -> None:
         self.cluster.close()
 
-    def __enter__(self) -> OffsetClient:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ topics
@@ -83,7 +95,9 @@ class OffsetClient:
                 known = set(self.cluster.topic(topic).partitions)
                 missing = sorted(set(parts) - known)
                 if missing:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {missing}")
+                    raise KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {missing}"
+                    )
                 out += [(topic, p) for p in sorted(set(parts))]
             return out
         out = []
@@ -95,14 +109,14 @@ class OffsetClient:
         node = self.cluster.leader(topic, partition)
         address = self.cluster.brokers.get(node)
         if address is None:
-            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}[{partition}]: leader {node} unknown")
+            raise KafkaError(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}[{partition}]: leader {node} unknown"
+            )
         return address
 
     # ----------------------------------------------------------------- offsets
 
-    def list_offsets(
-        self, timestamps: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, int]:
+    def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """ListOffsets for each partition: EARLIEST (-2), LATEST (-1, the high watermark) or
         a timestamp in ms, answered with the first offset whose record timestamp is >= it, or
         -1 when no record is that late. Asked of each partition's leader, with retries."""
@@ -139,7 +153,9 @@ class OffsetClient:
             raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no offsets for {sorted(pending)}")
         return result
 
-    def _list_offsets_at(self, node: int, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+    def _list_offsets_at(
+        self, node: int, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
         conn = self.cluster.connection(node)
         version = conn.version_for(LIST_OFFSETS)
         if version < 1:
@@ -179,7 +195,11 @@ def _connection(address: tuple[str, int], client_id: str, timeout: float) -> Bro
         conn = _connections.get(address)
         if conn is None or not conn.connected:
             conn = BrokerConnection(
-                address[0], address[1], client_id=client_id, connect_timeout=timeout, request_timeout=timeout
+                address[0],
+                address[1],
+                client_id=client_id,
+                connect_timeout=timeout,
+                request_timeout=timeout,
             )
             _connections[address] = conn
     return conn.connect()
@@ -316,7 +336,10 @@ class RangeFetcher:
                 entry = None
             attempts += 1
             if attempts >= MAX_ATTEMPTS:
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"cannot fetch {self.topic}[{self.partition}] at {offset}")
+                raise KafkaError(
+                    ErrorCode.LEADER_NOT_AVAILABLE,
+                    f"cannot fetch {self.topic}[{self.partition}] at {offset}",
+                )
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 

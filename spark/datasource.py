@@ -155,8 +155,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         tps, earliest, latest = self._bounds()
         start = resolve_offsets(
-            self.client, self.options.starting, tps, ending=False,
-            options=self.options, earliest=earliest, latest=latest,
+            self.client,
+            self.options.starting,
+            tps,
+            ending=False,
+            options=self.options,
+            earliest=earliest,
+            latest=latest,
         )
         return offsets_json(start)
 
@@ -175,7 +180,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = dict(self._target)
             earliest = self.client.earliest([tp for tp in latest if tp not in begin])
         else:
-            tps, earliest, latest = self._bounds()
+            _, earliest, latest = self._bounds()
         # A partition first seen now starts at its earliest offset.
         begin = {tp: begin.get(tp, earliest.get(tp, 0)) for tp in latest}
         end = {tp: max(latest[tp], begin[tp]) for tp in latest}
@@ -212,7 +217,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
 
-def rate_limit(begin: dict[TopicPartition, int], end: dict[TopicPartition, int], max_rows: int) -> dict[TopicPartition, int]:
+def rate_limit(
+    begin: dict[TopicPartition, int], end: dict[TopicPartition, int], max_rows: int
+) -> dict[TopicPartition, int]:
     """``end`` cut so that at most about ``max_rows`` offsets are read, each partition
     getting a share proportional to its lag (at least one offset when it has any)."""
     lag = {tp: end[tp] - begin[tp] for tp in end}

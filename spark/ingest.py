@@ -37,9 +37,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import offsets_from_json, offsets_json
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 TopicPartition = tuple[str, int]
 Progress = Callable[[str], None]
@@ -105,9 +108,13 @@ class IngestSummary:
             lines.append("nothing new to load")
             return "\n".join(lines)
         lines.append(f"run {self.run} committed in {self.seconds:.1f}s")
-        lines.append(f"{'topic':<24} {'part':>4} {'start':>12} {'end':>12} {'records':>12} {'bytes':>14}")
+        lines.append(
+            f"{'topic':<24} {'part':>4} {'start':>12} {'end':>12} {'records':>12} {'bytes':>14}"
+        )
         for (topic, partition), p in sorted(self.partitions.items()):
-            lines.append(f"{topic:<24} {partition:>4} {p.start:>12} {p.end:>12} {p.records:>12} {p.bytes:>14}")
+            lines.append(
+                f"{topic:<24} {partition:>4} {p.start:>12} {p.end:>12} {p.records:>12} {p.bytes:>14}"
+            )
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
         lines.append(
             f"total: {self.records} records, {self.bytes} key+value bytes, "
@@ -222,7 +229,9 @@ def recover(output: str, progress: Progress = print) -> list[int]:
                 rolled.append(manifest["run"])
             else:
                 if not (name.isdigit() and int(name) in committed):
-                    progress(f"run {int(name) if name.isdigit() else name}: discarding its unfinished output")
+                    progress(
+                        f"run {int(name) if name.isdigit() else name}: discarding its unfinished output"
+                    )
                 shutil.rmtree(staging, ignore_errors=True)
     _remove_uncommitted_files(output, set(committed_runs(output)), progress)
     return rolled
@@ -257,15 +266,17 @@ class _StageProgress:
         self._thread = threading.Thread(target=self._run, name="ingest-progress", daemon=True)
         self.started = time.monotonic()
 
-    def __enter__(self) -> _StageProgress:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
 
     def _run(self) -> None:
+        from py4j.protocol import Py4JError
+
         last = ""
         while not self._stop.wait(1.0):
             try:
@@ -275,7 +286,7 @@ class _StageProgress:
                     if info is not None:
                         done += info.numCompletedTasks
                         total += info.numTasks
-            except Exception:  # the JVM is going away; progress is best effort
+            except (Py4JError, OSError):  # the JVM is going away; progress is best effort
                 return
             if total:
                 line = f"loading: {done}/{total} tasks done, {time.monotonic() - self.started:.0f}s"
@@ -352,8 +363,13 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
         micros = F.unix_micros("timestamp")
         df = (
             reader.load()
-            .withColumn("date", F.date_from_unix_date(F.floor(micros / 86_400_000_000).cast("int")).cast("string"))
-            .withColumn("hour", F.lpad(F.pmod(F.floor(micros / 3_600_000_000), 24).cast("string"), 2, "0"))
+            .withColumn(
+                "date",
+                F.date_from_unix_date(F.floor(micros / 86_400_000_000).cast("int")).cast("string"),
+            )
+            .withColumn(
+                "hour", F.lpad(F.pmod(F.floor(micros / 3_600_000_000), 24).cast("string"), 2, "0")
+            )
         )
         data = os.path.join(staging, "data")
         with _StageProgress(spark, progress, sum(todo.values())):
@@ -369,7 +385,9 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
             .groupBy("topic", "partition")
             .agg(
                 F.count("*").alias("records"),
-                F.sum(F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))).alias("bytes"),
+                F.sum(
+                    F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+                ).alias("bytes"),
                 F.min("offset").alias("first"),
                 F.max("offset").alias("last"),
             )
@@ -377,15 +395,22 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
             if _has_parquet(data)
             else []
         )
-        partitions = {tp: PartitionSummary(start[tp], end[tp]) for tp in start if end[tp] > start[tp]}
+        partitions = {
+            tp: PartitionSummary(start[tp], end[tp]) for tp in start if end[tp] > start[tp]
+        }
         for row in stats:
             tp = (row["topic"], row["partition"])
             p = partitions[tp]
             if row["first"] < p.start or row["last"] >= p.end:
-                raise RuntimeError(f"{tp}: offsets {row['first']}..{row['last']} outside {p.start}..{p.end - 1}")
+                raise RuntimeError(
+                    f"{tp}: offsets {row['first']}..{row['last']} outside {p.start}..{p.end - 1}"
+                )
             p.records, p.bytes = row["records"], row["bytes"] or 0
         staged = _staged_files(data)
-        files = [os.path.join(os.path.dirname(s), f"{RUN_PREFIX}{run:06d}-{os.path.basename(s)}") for s in staged]
+        files = [
+            os.path.join(os.path.dirname(s), f"{RUN_PREFIX}{run:06d}-{os.path.basename(s)}")
+            for s in staged
+        ]
         file_bytes = sum(os.path.getsize(os.path.join(data, s)) for s in staged)
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -407,7 +432,9 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
         _write_json_atomic(os.path.join(staging, PREPARED), manifest)
         _crash_point("after-prepare")
         _commit(output, manifest, staging, progress)
-        return IngestSummary(run, partitions, files, file_bytes, time.monotonic() - began, recovered)
+        return IngestSummary(
+            run, partitions, files, file_bytes, time.monotonic() - began, recovered
+        )
 
 
 def _has_parquet(directory: str) -> bool:
@@ -419,7 +446,11 @@ def _staged_files(directory: str) -> list[str]:
     out = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        out += [os.path.relpath(os.path.join(root, f), directory) for f in files if f.endswith(".parquet")]
+        out += [
+            os.path.relpath(os.path.join(root, f), directory)
+            for f in files
+            if f.endswith(".parquet")
+        ]
     return sorted(out)
 
 
@@ -436,15 +467,30 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--topic", action="append", help="a topic to load (repeatable)")
     which.add_argument("--pattern", help="load every topic whose whole name matches this regex")
     p.add_argument("--output", required=True, help="output directory (local path)")
-    p.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
-                   help="where partitions no earlier run covered start (default earliest)")
-    p.add_argument("--max-records-per-partition", type=int, help="split ranges into Spark tasks of this size")
-    p.add_argument("--max-records-per-run", type=int, help="load at most this many offsets per partition")
-    p.add_argument("--no-fail-on-data-loss", action="store_true",
-                   help="skip offsets deleted by retention instead of failing")
+    p.add_argument(
+        "--starting-offsets",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where partitions no earlier run covered start (default earliest)",
+    )
+    p.add_argument(
+        "--max-records-per-partition", type=int, help="split ranges into Spark tasks of this size"
+    )
+    p.add_argument(
+        "--max-records-per-run", type=int, help="load at most this many offsets per partition"
+    )
+    p.add_argument(
+        "--no-fail-on-data-loss",
+        action="store_true",
+        help="skip offsets deleted by retention instead of failing",
+    )
     p.add_argument("--compression", default="snappy", help="Parquet codec (default snappy)")
-    p.add_argument("--master", default=None, help="Spark master (default: spark-submit's, else local[*])")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's, else local[*])"
+    )
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting"
+    )
     return p
 
 
@@ -469,7 +515,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName("pykfk-spark-ingest").config("spark.ui.showConsoleProgress", "false")
+    builder = SparkSession.builder.appName("pykfk-spark-ingest").config(
+        "spark.ui.showConsoleProgress", "false"
+    )
     if args.master:
         builder = builder.master(args.master)
     elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -45,14 +45,16 @@ class OffsetSpec:
     timestamp: int = -1
 
 
-Subscription = tuple[str, Union[list[str], str, dict[str, list[int]]]]
+Subscription = tuple[str, list[str] | str | dict[str, list[int]]]
 
 
 def _lower(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-def _int(options: dict[str, str], name: str, default: int | None, *, minimum: int = 0) -> int | None:
+def _int(
+    options: dict[str, str], name: str, default: int | None, *, minimum: int = 0
+) -> int | None:
     raw = options.get(name.lower())
     if raw is None:
         return default
@@ -91,9 +93,13 @@ def parse_partition_json(name: str, raw: str) -> dict[TopicPartition, int]:
             try:
                 partition = int(part)
             except (TypeError, ValueError):
-                raise OptionError(f"option {name}: partition {part!r} of {topic!r} is not a number") from None
+                raise OptionError(
+                    f"option {name}: partition {part!r} of {topic!r} is not a number"
+                ) from None
             if isinstance(value, bool) or not isinstance(value, int):
-                raise OptionError(f"option {name}: {topic}[{partition}] must be an integer, not {value!r}")
+                raise OptionError(
+                    f"option {name}: {topic}[{partition}] must be an integer, not {value!r}"
+                )
             out[(topic, partition)] = value
     return out
 
@@ -137,9 +143,13 @@ def _offset_spec(
     offsets = parse_partition_json(f"{prefix}Offsets", raw)
     for tp, value in offsets.items():
         if value < JSON_EARLIEST:
-            raise OptionError(f"option {prefix}Offsets: {tp[0]}[{tp[1]}] = {value} is not an offset")
+            raise OptionError(
+                f"option {prefix}Offsets: {tp[0]}[{tp[1]}] = {value} is not an offset"
+            )
         if not streaming and prefix == "starting" and value == JSON_LATEST:
-            raise OptionError(f"startingOffsets: {tp[0]}[{tp[1]}] can't be latest (-1) in a batch query")
+            raise OptionError(
+                f"startingOffsets: {tp[0]}[{tp[1]}] can't be latest (-1) in a batch query"
+            )
         if prefix == "ending" and value == JSON_EARLIEST:
             raise OptionError(f"endingOffsets: {tp[0]}[{tp[1]}] can't be earliest (-2)")
     return OffsetSpec("offsets", offsets=offsets)
@@ -188,7 +198,9 @@ class ReadOptions:
         ending = OffsetSpec(LATEST)
         if not streaming:
             ending = _offset_spec(opts, "ending", LATEST, streaming=False)
-        elif any(k in opts for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")):
+        elif any(
+            k in opts for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")
+        ):
             raise OptionError("ending offsets are not allowed in a streaming query")
         fetch_bytes = _int(opts, "kafka.max.partition.fetch.bytes", None, minimum=1)
         if fetch_bytes is None:
@@ -196,7 +208,9 @@ class ReadOptions:
         return cls(
             bootstrap_servers=servers,
             subscription=subscription,
-            starting=_offset_spec(opts, "starting", LATEST if streaming else EARLIEST, streaming=streaming),
+            starting=_offset_spec(
+                opts, "starting", LATEST if streaming else EARLIEST, streaming=streaming
+            ),
             ending=ending,
             timestamp_strategy=strategy,
             max_records_per_partition=_int(opts, "maxRecordsPerPartition", None, minimum=1),

@@ -24,7 +24,14 @@ class OffsetRange(InputPartition):
     (host, port) that led the partition when planned (the reader looks again if it
     moved). Picklable; carries no connection."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, leader: tuple[str, int] | None = None):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        leader: tuple[str, int] | None = None,
+    ):
         self.topic = topic
         self.partition = partition
         self.start = start
@@ -40,7 +47,10 @@ class OffsetRange(InputPartition):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OffsetRange) and (
-            self.topic, self.partition, self.start, self.end
+            self.topic,
+            self.partition,
+            self.start,
+            self.end,
         ) == (other.topic, other.partition, other.start, other.end)
 
     def __hash__(self) -> int:
@@ -89,7 +99,9 @@ def resolve_offsets(
     if spec.kind == "timestamps":
         unknown = sorted(set(spec.offsets) - set(tps))
         if unknown:
-            raise OptionError(f"{name}ByTimestamp names partitions outside the subscription: {unknown}")
+            raise OptionError(
+                f"{name}ByTimestamp names partitions outside the subscription: {unknown}"
+            )
         stamps = {tp: spec.offsets[tp] for tp in tps if tp in spec.offsets}
         found = client.list_offsets(stamps) if stamps else {}
         defaults = latest if ending else earliest
@@ -111,7 +123,9 @@ def resolve_offsets(
     return out
 
 
-def _within(tp: TopicPartition, value: int, earliest: int, latest: int, name: str, fail: bool) -> int:
+def _within(
+    tp: TopicPartition, value: int, earliest: int, latest: int, name: str, fail: bool
+) -> int:
     if value < earliest:
         if fail:
             raise DataLossError(
@@ -121,7 +135,9 @@ def _within(tp: TopicPartition, value: int, earliest: int, latest: int, name: st
         return earliest
     if value > latest:
         if fail:
-            raise OptionError(f"{name}: {tp[0]}[{tp[1]}] offset {value} is beyond the log end {latest}")
+            raise OptionError(
+                f"{name}: {tp[0]}[{tp[1]}] offset {value} is beyond the log end {latest}"
+            )
         return latest
     return value
 
@@ -153,7 +169,9 @@ def split_ranges(
 def plan_batch(options: ReadOptions) -> list[OffsetRange]:
     """The input partitions of a batch read, from the brokers' current offsets."""
     with OffsetClient(
-        options.bootstrap_servers, client_id=options.client_id, request_timeout_ms=options.request_timeout_ms
+        options.bootstrap_servers,
+        client_id=options.client_id,
+        request_timeout_ms=options.request_timeout_ms,
     ) as client:
         tps = subscribed_partitions(client, options)
         if not tps:

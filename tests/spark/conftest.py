@@ -48,9 +48,8 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from pyspark.sql import SparkSession
-
     import pykfk_spark
+    from pyspark.sql import SparkSession
 
     session = (
         SparkSession.builder.master("local[2]")

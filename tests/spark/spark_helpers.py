@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from pykfk._core.records import build_batch
+
 from pykfk.client.connection import BrokerConnection
 
 PRODUCE = 0
@@ -24,7 +25,13 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     with connect(bootstrap) as conn:
         body = {
             "topics": [
-                {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
             ],
             "timeout_ms": 10000,
         }
@@ -55,8 +62,12 @@ def produce(
                 {"index": p, "records": build_batch(records_for(p, start, n), base_offset=start)}
                 for p in parts
             ]
-            body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000,
-                    "topic_data": [{"name": topic, "partition_data": data}]}
+            body = {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout_ms": 30000,
+                "topic_data": [{"name": topic, "partition_data": data}],
+            }
             pending.append((conn.send(PRODUCE, body, version=7), start))
             while len(pending) >= in_flight:
                 entry, base = pending.pop(0)
@@ -69,4 +80,8 @@ def _check(response: object, base_offset: int) -> None:
     for topic in response.responses:  # type: ignore[attr-defined]
         for part in topic.partition_responses:
             assert part.error_code == 0, (topic.name, part)
-            assert part.base_offset == base_offset, (topic.name, part, "log end was not first_offset")
+            assert part.base_offset == base_offset, (
+                topic.name,
+                part,
+                "log end was not first_offset",
+            )

@@ -8,6 +8,16 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from pykfk._core.records import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    build_batch,
+    decode_records,
+    iter_records,
+)
+from pykfk_spark.arrow import arrow_schema, to_record_batch
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -19,10 +29,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-
-from pykfk._core.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, build_batch, decode_records, iter_records
-from pykfk_spark.arrow import arrow_schema, to_record_batch
-
 
 # Spark's Kafka source schema (KafkaRecordToRowConverter), headers last.
 SPARK_KAFKA_SCHEMA = StructType(
@@ -36,7 +42,9 @@ SPARK_KAFKA_SCHEMA = StructType(
         StructField("timestampType", IntegerType()),
         StructField(
             "headers",
-            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
         ),
     ]
 )
@@ -63,7 +71,9 @@ def _random_records(rng: random.Random, n: int, t0: int) -> list[tuple]:
     return out
 
 
-def _expected_rows(buf: bytes, topic: str, partition: int, start: int, end: int | None) -> list[dict]:
+def _expected_rows(
+    buf: bytes, topic: str, partition: int, start: int, end: int | None
+) -> list[dict]:
     rows = []
     for r in iter_records(buf):
         if r.is_control or r.offset < start or (end is not None and r.offset >= end):
@@ -89,13 +99,23 @@ def test_batches_match_record_decoder(codec: int) -> None:
     buf = b""
     offset = 0
     for size in (1, 7, 120, 33):
-        buf += build_batch(_random_records(rng, size, 1_700_000_000_000), base_offset=offset, compression=codec)
+        buf += build_batch(
+            _random_records(rng, size, 1_700_000_000_000), base_offset=offset, compression=codec
+        )
         offset += size
     # a control batch (transaction marker) in the middle is skipped, as consumers do
-    buf += build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 0, None)], base_offset=offset,
-                       is_control=True, is_transactional=True, producer_id=1, producer_epoch=0)
+    buf += build_batch(
+        [(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 0, None)],
+        base_offset=offset,
+        is_control=True,
+        is_transactional=True,
+        producer_id=1,
+        producer_epoch=0,
+    )
     offset += 1
-    buf += build_batch(_random_records(rng, 50, 1_700_000_000_000), base_offset=offset, timestamp_type=1)
+    buf += build_batch(
+        _random_records(rng, 50, 1_700_000_000_000), base_offset=offset, timestamp_type=1
+    )
     total = offset + 50
     for start, end in [(0, None), (0, total), (5, 130), (8, 9), (161, total)]:
         decoded = decode_records(buf, start)
@@ -105,7 +125,8 @@ def test_batches_match_record_decoder(codec: int) -> None:
         plain = to_record_batch(decoded, "t", 4, end, include_headers=False)
         assert plain.schema == arrow_schema(False)
         assert plain.to_pylist() == [
-            {k: v for k, v in row.items() if k != "headers"} for row in _expected_rows(buf, "t", 4, start, end)
+            {k: v for k, v in row.items() if k != "headers"}
+            for row in _expected_rows(buf, "t", 4, start, end)
         ]
 
 
@@ -113,7 +134,9 @@ def test_empty_and_fully_cut_ranges() -> None:
     buf = build_batch([(b"k", b"v", 1, None)] * 3, base_offset=10)
     assert to_record_batch(decode_records(b""), "t", 0).num_rows == 0
     assert to_record_batch(decode_records(buf, 0), "t", 0, end_offset=10).num_rows == 0
-    assert to_record_batch(decode_records(buf, 0), "t", 0, end_offset=12).column("offset").to_pylist() == [10, 11]
+    assert to_record_batch(decode_records(buf, 0), "t", 0, end_offset=12).column(
+        "offset"
+    ).to_pylist() == [10, 11]
 
 
 def test_header_key_that_is_not_utf8_is_replaced() -> None:

@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from spark_helpers import create_topic, produce
 
 from pykfk.client.partitioner import partition_for_key
-from spark_helpers import create_topic, produce
 
 T0 = 1_700_000_000_000  # timestamp of offset 0; offset n is stamped T0 + 10 n ms
 PARTITIONS = 8
@@ -111,7 +111,8 @@ def test_default_options_read_everything(spark: SparkSession, million: str) -> N
 
 def test_json_offsets_with_earliest_latest_and_explicit(spark: SparkSession, million: str) -> None:
     df = read(
-        spark, million,
+        spark,
+        million,
         assign=json.dumps({TOPIC: [0, 1, 2, 3]}),
         startingOffsets=json.dumps({TOPIC: {"0": 1000, "1": -2, "2": 124_900, "3": 5}}),
         endingOffsets=json.dumps({TOPIC: {"0": 1500, "1": 100, "2": -1, "3": 5}}),
@@ -120,9 +121,15 @@ def test_json_offsets_with_earliest_latest_and_explicit(spark: SparkSession, mil
 
 
 def test_partitions_missing_from_json_take_the_defaults(spark: SparkSession, million: str) -> None:
-    df = read(spark, million, startingOffsets=json.dumps({TOPIC: {"4": 124_990}}),
-              endingOffsets=json.dumps({TOPIC: {str(p): 3 for p in range(PARTITIONS) if p != 4}}))
-    assert summary(df) == expect({**{p: (0, 3) for p in range(PARTITIONS) if p != 4}, 4: (124_990, 125_000)})
+    df = read(
+        spark,
+        million,
+        startingOffsets=json.dumps({TOPIC: {"4": 124_990}}),
+        endingOffsets=json.dumps({TOPIC: {str(p): 3 for p in range(PARTITIONS) if p != 4}}),
+    )
+    assert summary(df) == expect(
+        {**{p: (0, 3) for p in range(PARTITIONS) if p != 4}, 4: (124_990, 125_000)}
+    )
 
 
 def test_starting_timestamp(spark: SparkSession, million: str) -> None:
@@ -138,9 +145,12 @@ def test_ending_timestamp(spark: SparkSession, million: str) -> None:
 
 def test_offsets_by_timestamp_per_partition(spark: SparkSession, million: str) -> None:
     df = read(
-        spark, million,
+        spark,
+        million,
         assign=json.dumps({TOPIC: [0, 1]}),
-        startingOffsetsByTimestamp=json.dumps({TOPIC: {"0": T0 + 10 * 50_000, "1": T0 + 10 * 124_999}}),
+        startingOffsetsByTimestamp=json.dumps(
+            {TOPIC: {"0": T0 + 10 * 50_000, "1": T0 + 10 * 124_999}}
+        ),
         endingOffsetsByTimestamp=json.dumps({TOPIC: {"0": T0 + 10 * 50_100}}),
     )
     assert summary(df) == expect({0: (50_000, 50_100), 1: (124_999, PER_PARTITION)})
@@ -150,7 +160,12 @@ def test_starting_timestamp_after_every_record(spark: SparkSession, million: str
     late = str(T0 + 10 * PER_PARTITION + 1)
     with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
         read(spark, million, startingTimestamp=late).count()
-    assert read(spark, million, startingTimestamp=late, startingOffsetsByTimestampStrategy="latest").count() == 0
+    assert (
+        read(
+            spark, million, startingTimestamp=late, startingOffsetsByTimestampStrategy="latest"
+        ).count()
+        == 0
+    )
 
 
 def test_subscribe_pattern_and_min_partitions(spark: SparkSession, million: str) -> None:
@@ -162,8 +177,13 @@ def test_subscribe_pattern_and_min_partitions(spark: SparkSession, million: str)
 
 
 def test_without_headers_column(spark: SparkSession, million: str) -> None:
-    df = read(spark, million, includeHeaders="false", endingOffsets=json.dumps({TOPIC: {"0": 20}}),
-              assign=json.dumps({TOPIC: [0]}))
+    df = read(
+        spark,
+        million,
+        includeHeaders="false",
+        endingOffsets=json.dumps({TOPIC: {"0": 20}}),
+        assign=json.dumps({TOPIC: [0]}),
+    )
     assert "headers" not in df.columns
     rows = df.orderBy("offset").collect()
     assert [r.offset for r in rows] == list(range(20))
@@ -174,8 +194,13 @@ def test_offsets_beyond_the_log_are_refused(spark: SparkSession, million: str) -
     with pytest.raises(Exception, match="beyond the log end"):
         read(spark, million, startingOffsets=json.dumps({TOPIC: {"0": PER_PARTITION + 1}})).count()
     with pytest.raises(Exception, match="before starting offset"):
-        read(spark, million, assign=json.dumps({TOPIC: [0]}),
-             startingOffsets=json.dumps({TOPIC: {"0": 10}}), endingOffsets=json.dumps({TOPIC: {"0": 5}})).count()
+        read(
+            spark,
+            million,
+            assign=json.dumps({TOPIC: [0]}),
+            startingOffsets=json.dumps({TOPIC: {"0": 10}}),
+            endingOffsets=json.dumps({TOPIC: {"0": 5}}),
+        ).count()
 
 
 # ------------------------------------------------------------------------ streaming
@@ -193,14 +218,19 @@ def _input_rows(query: Any) -> list[int]:
 
 def _offsets_in(spark: SparkSession, path: str) -> list[tuple[int, int]]:
     try:
-        return sorted((r.partition, r.offset) for r in spark.read.parquet(path).select("partition", "offset").collect())
+        return sorted(
+            (r.partition, r.offset)
+            for r in spark.read.parquet(path).select("partition", "offset").collect()
+        )
     except Exception as exc:  # no micro-batch has written yet
         if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
             return []
         raise
 
 
-def test_stream_available_now_reads_only_new_records(spark: SparkSession, broker: Any, tmp_path: Any) -> None:
+def test_stream_available_now_reads_only_new_records(
+    spark: SparkSession, broker: Any, tmp_path: Any
+) -> None:
     topic = "stream"
     create_topic(broker.bootstrap, topic, 2)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
@@ -264,8 +294,14 @@ def test_stream_available_now_reads_only_new_records(spark: SparkSession, broker
 def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-writer-check",
-                         "enable.auto.commit": False, "api.version.request": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "spark-writer-check",
+            "enable.auto.commit": False,
+            "api.version.request": True,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         messages: list[Any] = []
@@ -291,10 +327,16 @@ def test_writer_records_read_back_with_confluent_kafka(spark: SparkSession, brok
         headers = [("trace", b"%d" % i), ("empty", None)] if i % 4 == 0 else None
         rows.append((key, b"payload-%d-" % i + bytes(i % 256), partition, headers))
     df = spark.createDataFrame(
-        rows, "key binary, value binary, partition int, headers array<struct<key:string,value:binary>>"
+        rows,
+        "key binary, value binary, partition int, headers array<struct<key:string,value:binary>>",
     ).repartition(3)
-    (df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap)
-       .option("topic", topic).mode("append").save())
+    (
+        df.write.format("pykfk")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("topic", topic)
+        .mode("append")
+        .save()
+    )
 
     got = _consume_all(broker.bootstrap, topic, 3, len(rows))
     assert len(got) == len(rows)
@@ -315,7 +357,9 @@ def test_writer_topic_column_and_string_columns(spark: SparkSession, broker: Any
         create_topic(broker.bootstrap, topic, 1)
     rows = [("routed-a" if i % 3 else "routed-b", f"k{i}", f"välue {i}") for i in range(90)]
     df = spark.createDataFrame(rows, "topic string, key string, value string")
-    df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).mode("append").save()
+    df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).mode(
+        "append"
+    ).save()
     for topic, count in (("routed-a", 60), ("routed-b", 30)):
         got = _consume_all(broker.bootstrap, topic, 1, count)
         assert sorted((m.key(), m.value()) for m in got) == sorted(
@@ -326,7 +370,11 @@ def test_writer_topic_column_and_string_columns(spark: SparkSession, broker: Any
 def test_writer_needs_a_value_column_and_a_topic(spark: SparkSession, broker: Any) -> None:
     df = spark.createDataFrame([(b"k",)], "key binary")
     with pytest.raises(Exception, match="value column"):
-        df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "x").mode("append").save()
+        df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).option(
+            "topic", "x"
+        ).mode("append").save()
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(Exception, match="topic"):
-        df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).mode("append").save()
+        df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).mode(
+            "append"
+        ).save()

@@ -15,8 +15,15 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-
-from pykfk_spark.ingest import CRASH_ENV, PREPARED, STAGING_DIR, IngestConfig, committed_runs, read_manifest, run_ingest
+from pykfk_spark.ingest import (
+    CRASH_ENV,
+    PREPARED,
+    STAGING_DIR,
+    IngestConfig,
+    committed_runs,
+    read_manifest,
+    run_ingest,
+)
 from spark_helpers import create_topic, produce
 
 TOPIC = "ingest"
@@ -40,21 +47,39 @@ def ingest_command(bootstrap: str, output: str) -> list[str]:
     local = os.path.join(os.path.dirname(output), "spark-local")
     os.makedirs(local, exist_ok=True)
     return [
-        sys.executable, "-m", "pykfk_spark.ingest",
-        "--bootstrap-servers", bootstrap, "--topic", TOPIC, "--output", output,
-        "--max-records-per-partition", "2500", "--master", "local[2]",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", f"spark.local.dir={local}",
-        "--conf", f"spark.driver.extraJavaOptions={FAST_JVM} -Djava.io.tmpdir={local}",
+        sys.executable,
+        "-m",
+        "pykfk_spark.ingest",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        TOPIC,
+        "--output",
+        output,
+        "--max-records-per-partition",
+        "2500",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        f"spark.local.dir={local}",
+        "--conf",
+        f"spark.driver.extraJavaOptions={FAST_JVM} -Djava.io.tmpdir={local}",
     ]
 
 
 def start_job(bootstrap: str, output: str, **env: str) -> subprocess.Popen:
     # Its own session, so killpg takes the driver, the JVM and the Python workers at once.
     return subprocess.Popen(
-        ingest_command(bootstrap, output), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True, env={**os.environ, **env},
+        ingest_command(bootstrap, output),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
     )
 
 
@@ -85,7 +110,9 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> list[s
 def loaded_rows(output: str) -> Any:
     """Every committed row, with the date/hour of the directory it sits in."""
     dataset = ds.dataset(output, format="parquet", partitioning="hive")  # skips _staging, _offsets
-    return dataset.to_table(columns=["partition", "offset", "key", "value", "timestamp", "date", "hour"])
+    return dataset.to_table(
+        columns=["partition", "offset", "key", "value", "timestamp", "date", "hour"]
+    )
 
 
 def test_killed_runs_then_rerun_load_every_record_exactly_once(
@@ -121,8 +148,12 @@ def test_killed_runs_then_rerun_load_every_record_exactly_once(
     # 3. More records arrive; the next run finishes run 1's commit, then loads only them.
     produce(broker.bootstrap, TOPIC, records_for, range(PARTITIONS), 2_000, first_offset=10_000)
     lines: list[str] = []
-    config = IngestConfig(bootstrap_servers=broker.bootstrap, output=output, topics=[TOPIC],
-                          max_records_per_partition=2500)
+    config = IngestConfig(
+        bootstrap_servers=broker.bootstrap,
+        output=output,
+        topics=[TOPIC],
+        max_records_per_partition=2500,
+    )
     summary = run_ingest(spark, config, lines.append)
     assert summary.recovered == [1]
     assert summary.run == 2

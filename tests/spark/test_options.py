@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 
 import pytest
-
 from pykfk_spark.datasource import rate_limit
-from pykfk_spark.options import OffsetSpec, OptionError, ReadOptions, WriteOptions, offsets_from_json, offsets_json
+from pykfk_spark.options import (
+    OffsetSpec,
+    OptionError,
+    ReadOptions,
+    WriteOptions,
+    offsets_from_json,
+    offsets_json,
+)
 from pykfk_spark.planner import OffsetRange, split_ranges
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
@@ -24,8 +31,13 @@ def test_defaults_follow_sparks_kafka_source() -> None:
 
 def test_option_names_are_case_insensitive() -> None:
     opts = ReadOptions.parse(
-        {"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SubscribePattern": "t-.*", "MAXRECORDSPERPARTITION": "10",
-         "startingoffsets": '{"t-1": {"0": 5, "1": -2}}', "failondataloss": "FALSE"}
+        {
+            "KAFKA.BOOTSTRAP.SERVERS": "h:1",
+            "SubscribePattern": "t-.*",
+            "MAXRECORDSPERPARTITION": "10",
+            "startingoffsets": '{"t-1": {"0": 5, "1": -2}}',
+            "failondataloss": "FALSE",
+        }
     )
     assert opts.subscription == ("pattern", "t-.*")
     assert opts.max_records_per_partition == 10 and not opts.fail_on_data_loss
@@ -33,8 +45,15 @@ def test_option_names_are_case_insensitive() -> None:
 
 
 def test_timestamp_options_take_precedence() -> None:
-    opts = ReadOptions.parse({**BASE, "startingOffsets": "earliest", "startingTimestamp": "1000",
-                              "startingOffsetsByTimestamp": '{"a": {"0": 5}}', "endingOffsetsByTimestamp": '{"a": {"1": 9}}'})
+    opts = ReadOptions.parse(
+        {
+            **BASE,
+            "startingOffsets": "earliest",
+            "startingTimestamp": "1000",
+            "startingOffsetsByTimestamp": '{"a": {"0": 5}}',
+            "endingOffsetsByTimestamp": '{"a": {"1": 9}}',
+        }
+    )
     assert opts.starting == OffsetSpec("timestamp", timestamp=1000)
     assert opts.ending == OffsetSpec("timestamps", offsets={("a", 1): 9})
 
@@ -77,7 +96,9 @@ def test_assign_option() -> None:
 
 
 def test_write_options() -> None:
-    opts = WriteOptions.parse({"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.compression.type": "LZ4"})
+    opts = WriteOptions.parse(
+        {"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.compression.type": "LZ4"}
+    )
     assert opts.topic == "out" and opts.compression_type == "lz4" and opts.acks == "all"
 
 
@@ -91,7 +112,12 @@ def test_offsets_json_round_trip() -> None:
 def test_split_by_max_records() -> None:
     ranges = [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 5), OffsetRange("t", 2, 3, 6)]
     out = split_ranges(ranges, max_records=4)
-    assert [(r.partition, r.start, r.end) for r in out] == [(0, 0, 4), (0, 4, 7), (0, 7, 10), (2, 3, 6)]
+    assert [(r.partition, r.start, r.end) for r in out] == [
+        (0, 0, 4),
+        (0, 4, 7),
+        (0, 7, 10),
+        (2, 3, 6),
+    ]
 
 
 def test_split_for_min_partitions_is_proportional_and_exact() -> None:
@@ -102,7 +128,7 @@ def test_split_for_min_partitions_is_proportional_and_exact() -> None:
     assert sum(1 for r in out if r.partition == 0) == 9
     for p in (0, 1):  # contiguous, in order, nothing lost or doubled
         mine = [r for r in out if r.partition == p]
-        assert mine[0].start == 0 and all(a.end == b.start for a, b in zip(mine, mine[1:]))
+        assert mine[0].start == 0 and all(a.end == b.start for a, b in itertools.pairwise(mine))
 
 
 def test_offset_range_pickles_without_connections() -> None:
