@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -326,8 +327,15 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # Unwind like Ctrl-C, so every broker and client started so far is stopped.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGINT, _exit_on_sigterm)
     facts = machine_facts()
     facts["load_start"] = os.getloadavg()
     facts["started"] = dt.datetime.now().isoformat(timespec="seconds")

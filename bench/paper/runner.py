@@ -153,6 +153,9 @@ def run_child(cmd: list[str], run: Run, broker_pid: int | None, log: IO[str],
                 else:
                     log.write(line)
         run.broker_peak_rss_kb = sampler.peak_kb or None
+    except BaseException:
+        proc.kill()  # interrupted: the client must not outlive the harness
+        raise
     finally:
         watchdog.cancel()
         bar.close()
