@@ -261,7 +261,18 @@ class Controller:
             if info is None:
                 continue
             replicas = info.replicas(partition, NO_LEADER)
-            change = self._elect_if_needed(topic, state, replicas, live, registered)
+            # A broker that registered again after this state was written restarted (or
+            # lost its session): it counts as dead here, so it leaves the ISR and loses
+            # leadership unless nobody else can take it (Kafka's broker epochs).
+            bounced = set()
+            if state.leader != NO_LEADER:  # (an offline partition waits for exactly that)
+                bounced = {b for b in registered if 0 <= state.zxid < self.store.broker_epoch(b)}
+            change = self._elect_if_needed(topic, state, replicas, live - bounced, registered - bounced)
+            if change is not None and change.leader == NO_LEADER:
+                comeback = [r for r in replicas if r in bounced and r in state.isr and r in live]
+                if comeback:  # nobody else can lead: the restarted ISR member does
+                    isr = [r for r in state.isr if r in registered]
+                    change = self._new_state(state, comeback[0], isr, True)
             if change is not None:
                 changes.append((topic, partition, change, state.version))
         await self._write(changes)

@@ -49,13 +49,16 @@ NO_LEADER = -1
 class PartitionState:
     """Leader, leader epoch and in-sync replicas of one partition (Kafka's LeaderAndIsr,
     the JSON of ``/brokers/topics/<t>/partitions/<p>/state``). ``version`` is the znode
-    version it was read with (-1: not from ZooKeeper), for conditional updates."""
+    version it was read with (-1: not from ZooKeeper), for conditional updates; ``zxid``
+    the ZooKeeper transaction that last wrote it (-1: unknown), which tells whether it
+    was written before or after a broker's current registration."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int = 0
     version: int = -1
+    zxid: int = -1
 
 
 class TopicExistsError(Exception):

@@ -59,6 +59,26 @@ class ClusterNode:
             connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"],
         )
         await self.store.start()
+        # From the first request on, client requests go through the replica manager: it
+        # answers NOT_LEADER_OR_FOLLOWER until the partition states are applied, so a
+        # restarting broker never serves (or acknowledges) as if it were standalone.
+        self.replica_manager = ReplicaManager(
+            cfg.broker_id,
+            self.store,
+            None,
+            ReplicaSettings(
+                replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"],
+                min_insync_replicas=cfg["min.insync.replicas"],
+                fetch_max_bytes=cfg["replica.fetch.max.bytes"],
+                fetch_response_max_bytes=cfg["replica.fetch.response.max.bytes"],
+                fetch_wait_max_ms=cfg["replica.fetch.wait.max.ms"],
+                fetch_min_bytes=cfg["replica.fetch.min.bytes"],
+                fetch_backoff_ms=cfg["replica.fetch.backoff.ms"],
+                socket_timeout_ms=cfg["replica.socket.timeout.ms"],
+            ),
+            log_config_for=self.broker._log_config_for_name,
+            notify=self.broker.appended,
+        )
         return self.store
 
     async def join(self) -> None:
@@ -71,23 +91,8 @@ class ClusterNode:
         await store.register_broker(
             BrokerInfo(cfg.broker_id, advertised.host or broker.host, advertised.port or broker.port, cfg["broker.rack"])
         )
-        self.replica_manager = ReplicaManager(
-            cfg.broker_id,
-            store,
-            broker.log_manager,
-            ReplicaSettings(
-                replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"],
-                min_insync_replicas=cfg["min.insync.replicas"],
-                fetch_max_bytes=cfg["replica.fetch.max.bytes"],
-                fetch_response_max_bytes=cfg["replica.fetch.response.max.bytes"],
-                fetch_wait_max_ms=cfg["replica.fetch.wait.max.ms"],
-                fetch_min_bytes=cfg["replica.fetch.min.bytes"],
-                fetch_backoff_ms=cfg["replica.fetch.backoff.ms"],
-                socket_timeout_ms=cfg["replica.socket.timeout.ms"],
-            ),
-            log_config_for=broker._log_config_for_name,
-            notify=broker.appended,
-        )
+        assert self.replica_manager is not None
+        self.replica_manager.log_manager = broker.log_manager
         self.replica_manager.leadership_listeners.append(self._on_leadership)
         self.replica_manager.start()
         store.add_listener(self._on_store_event)

@@ -427,7 +427,7 @@ class ReplicaManager:
 
     def apply_state(self, topic: str, partition: int) -> None:
         """The state, assignment or existence of a partition changed in the store."""
-        if self.shutting_down:
+        if self.shutting_down or self.log_manager is None:
             return
         info = self.store.get_topic(topic)
         state = self.store.partition_state(topic, partition)
@@ -439,6 +439,11 @@ class ReplicaManager:
                 self.remove_partition(topic, partition, delete=info is None)
             return
         if state is None:
+            return
+        if state.leader == self.broker_id and 0 <= state.zxid < self.store.registration_zxid:
+            # Written before this broker's current registration (it restarted, or its
+            # session expired): the controller re-elects, and only that state counts.
+            log.debug("%s-%d: waiting for a state newer than this registration", topic, partition)
             return
         if current is None:
             current = self._create_partition(topic, partition)

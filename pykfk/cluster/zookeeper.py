@@ -96,7 +96,7 @@ def encode_state(state: PartitionState) -> bytes:
     ).encode()
 
 
-def decode_state(data: bytes, version: int) -> PartitionState:
+def decode_state(data: bytes, version: int, zxid: int = -1) -> PartitionState:
     doc = json.loads(data)
     return PartitionState(
         int(doc["leader"]),
@@ -104,6 +104,7 @@ def decode_state(data: bytes, version: int) -> PartitionState:
         tuple(int(b) for b in doc["isr"]),
         int(doc.get("controller_epoch", 0)),
         version,
+        zxid,
     )
 
 
@@ -169,6 +170,10 @@ class ZooKeeperMetadataStore:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._cluster_id = ""
         self._brokers: dict[int, BrokerInfo] = {}
+        # Broker id -> czxid of its registration: a new value means the broker restarted
+        # (Kafka's broker epoch, KIP-380).
+        self._broker_epochs: dict[int, int] = {}
+        self.registration_zxid = -1
         self._controller_id = -1
         self._assignments: dict[str, tuple[dict[int, tuple[int, ...]], str, int]] = {}
         self._configs: dict[str, dict[str, str]] = {}
@@ -346,12 +351,15 @@ class ZooKeeperMetadataStore:
         if parts[:2] == ["brokers", "ids"] and len(parts) == 3:
             broker_id = int(parts[2])
             if data is None:
+                self._broker_epochs.pop(broker_id, None)
                 if self._brokers.pop(broker_id, None) is not None:
                     self._notify("broker", broker_id)
             elif data:
                 info = _parse_broker(broker_id, data)
-                if self._brokers.get(broker_id) != info:
+                epoch = stat.czxid if stat is not None else -1
+                if self._brokers.get(broker_id) != info or self._broker_epochs.get(broker_id) != epoch:
                     self._brokers[broker_id] = info
+                    self._broker_epochs[broker_id] = epoch
                     self._notify("broker", broker_id)
         elif parts[:2] == ["brokers", "topics"] and len(parts) == 3:
             topic = parts[2]
@@ -373,7 +381,7 @@ class ZooKeeperMetadataStore:
                 if self._states.pop(key, None) is not None:
                     self._notify("partition", key)
             elif data:
-                self.apply_state(key[0], key[1], decode_state(data, version))
+                self.apply_state(key[0], key[1], decode_state(data, version, stat.mzxid))
         elif parts[:2] == ["config", "topics"] and len(parts) == 3:
             topic = parts[2]
             if data is None:
@@ -422,6 +430,8 @@ class ZooKeeperMetadataStore:
         key = (topic, partition)
         current = self._states.get(key)
         if current is not None and 0 <= state.version <= current.version:
+            if state.version == current.version and current.zxid < 0 <= state.zxid:
+                self._states[key] = state  # same write, now with its zxid: no news
             return False
         self._states[key] = state
         self._notify("partition", key)
@@ -441,6 +451,10 @@ class ZooKeeperMetadataStore:
 
     def live_broker_ids(self) -> set[int]:
         return set(self._brokers)
+
+    def broker_epoch(self, broker_id: int) -> int:
+        """czxid of the broker's current registration (-1: not registered)."""
+        return self._broker_epochs.get(broker_id, -1)
 
     def controller_id(self) -> int:
         return self._controller_id
@@ -487,6 +501,8 @@ class ZooKeeperMetadataStore:
             try:
                 await self._wait(self.zk.create_async(path, _broker_json(info), ephemeral=True))
                 self._registered_session = self.session_id
+                stat = await self._wait(self.zk.exists_async(path))
+                self.registration_zxid = stat.czxid if stat is not None else -1
                 log.info("registered broker %d at %s as %s:%d%s", info.node_id, path, info.host, info.port,
                          f" (rack {info.rack})" if info.rack else "")
                 return
@@ -498,6 +514,7 @@ class ZooKeeperMetadataStore:
                 continue
             if stat.ephemeralOwner == self.session_id:
                 self._registered_session = self.session_id
+                self.registration_zxid = stat.czxid
                 return  # ours already (a retried create that did succeed)
             other = _parse_broker(info.node_id, data)
             same_address = (other.host, other.port) == (info.host, info.port)
@@ -581,7 +598,8 @@ class ZooKeeperMetadataStore:
             results = await self._wait(txn.commit_async())
             _raise_first(results)
             version = 0 if expected is None else results[1].version
-            stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version)
+            zxid = -1 if expected is None else results[1].mzxid
+            stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, version, zxid)
             self.apply_state(topic, partition, stored)
             return stored
 
@@ -594,7 +612,8 @@ class ZooKeeperMetadataStore:
         stat = await self._wait(
             self.zk.set_async(state_path(topic, partition), encode_state(state), expected_version)
         )
-        stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version)
+        stored = PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version,
+                                stat.mzxid)
         self.apply_state(topic, partition, stored)
         return stored
 
@@ -606,7 +625,7 @@ class ZooKeeperMetadataStore:
             data, stat = await self._wait(self.zk.get_async(state_path(topic, partition)))
         except NoNodeError:
             return None
-        state = decode_state(data, stat.version)
+        state = decode_state(data, stat.version, stat.mzxid)
         self.apply_state(topic, partition, state)
         return self._states.get((topic, partition))
 
