@@ -8,14 +8,19 @@ producer default batch.size) and 1 KiB batches (a latency-tuned producer; five t
 headers to walk and index per MiB). Each candidate writes `calls` distinct MiB with their
 own offsets into page cache; files are emptied between timed runs so both sides pay the
 same page allocation. Times are best-of-N with the candidates taking turns (the machine
-is shared). The validate+assign+append line is the whole produce path of one partition
-(target >= 0.7x of os.write); append alone should be close to os.write.
+is shared); medians are printed beside them. The validate+assign+append line is issue 2's
+figure: the leader's produce path of one partition exactly as pykfk.log.Log.append calls
+it (validate_batches with max.message.bytes, from_client=True and decompress=True, then
+assign_offsets with a leader epoch, then Segment.append), against os.write of the same
+bytes to a file in page cache, in the same run (target >= 0.7x). Append alone should be
+close to os.write.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,6 +29,7 @@ import pytest
 from pykfk._core.segment import Segment
 
 from pykfk._reference import segment as reference
+from pykfk.log.config import LogConfig
 
 try:
     from pykfk._core import records
@@ -32,6 +38,7 @@ except ImportError:  # pragma: no cover - records not built
 
 MIB = 1 << 20
 RECORD_VALUE = 170   # + key, header and framing = ~200 bytes a record
+MAX_MESSAGE_BYTES = LogConfig().max_message_bytes   # what Log.append passes
 
 
 def _payloads(batch_bytes: int, copies: int) -> list[bytearray]:
@@ -60,13 +67,14 @@ def _seconds(function: Callable[[], object], reset: Callable[[], object]) -> flo
     return time.perf_counter() - start
 
 
-def _best(functions: dict[str, tuple[Callable[[], object], Callable[[], object]]],
-          rounds: int) -> dict[str, float]:
-    best = dict.fromkeys(functions, float("inf"))
+def _times(functions: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+           rounds: int) -> dict[str, list[float]]:
+    """Every round's time of each candidate, the candidates taking turns."""
+    times: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(rounds):
         for name, (function, reset) in functions.items():
-            best[name] = min(best[name], _seconds(function, reset))
-    return best
+            times[name].append(_seconds(function, reset))
+    return times
 
 
 @pytest.mark.skipif(records is None, reason="pykfk._core.records is not built")
@@ -96,17 +104,18 @@ def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  
         for p in payloads:
             seg.append(p)
 
-    def produce() -> None:
+    def produce() -> None:   # pykfk.log.Log.append on a leader, minus its Python bookkeeping
         for p in staging:
-            records.validate_batches(p)
-            records.assign_offsets(p, seg.next_offset)
+            records.validate_batches(p, MAX_MESSAGE_BYTES, from_client=True, decompress=True)
+            records.assign_offsets(p, seg.next_offset, 7)
             seg.append(p)
 
     candidates = {"os.write": (os_write, reset_raw), "append": (append, reset_segment)}
     if hasattr(records, "validate_batches") and hasattr(records, "assign_offsets"):
         candidates["validate+assign+append"] = (produce, reset_segment)
     try:
-        t = _best(candidates, rounds)
+        times = _times(candidates, rounds)
+        t = {name: min(ts) for name, ts in times.items()}
         entries = seg.index_entries
         # the pure-Python oracle's share of the work: walking headers + index points
         one = bytes(payloads[0])
@@ -126,9 +135,12 @@ def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  
             f"{len(one) / ref_s / 1e6:.0f} MB/s (no write)")
     if "validate+assign+append" in t:
         full = t["os.write"] / t["validate+assign+append"]
+        # median of the per-round ratios: both sides of a round ran back to back
+        median = statistics.median(w / f for w, f in zip(times["os.write"], times["validate+assign+append"]))
         line += (f" | validate+assign+append {speed['validate+assign+append']:.0f} MB/s = "
-                 f"{full:.2f}x of os.write (target >= 0.7x)")
+                 f"{full:.2f}x of os.write best-of, {median:.2f}x median (target >= 0.7x)")
         benchmark.extra_info["produce_ratio"] = round(full, 2)
+        benchmark.extra_info["produce_ratio_median"] = round(median, 2)
     benchmark.extra_info["append_ratio"] = round(ratio, 2)
     report(line)
 
