@@ -118,12 +118,10 @@ class Cluster:
         return [] if state is None else sorted(state["isr"])
 
     def wait_for_full_isr(self, topic: str, partitions: int, timeout: float = 60) -> None:
-        size = len(self.brokers)
-
         def full() -> bool:
+            assignment = self.assignment(topic)
             return all(
-                len(self.isr(topic, p)) == min(size, len(self.assignment(topic)[p])) and self.leader(topic, p) >= 0
-                for p in range(partitions)
+                self.isr(topic, p) == sorted(assignment[p]) and self.leader(topic, p) >= 0 for p in range(partitions)
             )
 
         wait_until(full, timeout, f"every partition of {topic} fully in sync")
