@@ -224,12 +224,15 @@ static inline int record_parse(const uint8_t *area, const uint8_t *p, const uint
 /* The record walk's fast path: one record whose varints are all 1 or 2 bytes long, checked
  * with as few dependent steps as the format allows (the bytes of a varint are read
  * together, branches follow the common lengths, one bounds test per span). It only ever
- * accepts: anything else (a longer varint, a null header key, a span past the record,
- * a record too near the readable end for the two-byte reads) returns 0 and the record
- * goes through record_parse, which gives the verdict and the precise error.
+ * accepts: anything else (a longer varint, a negative length, a null header key, a span
+ * past the record, a record too near the readable end for the two-byte reads) returns
+ * NULL and the record goes through record_parse, which gives the verdict and the precise
+ * error.
  *
  * Reads may run a few bytes past rec_end (never past `limit`, the end of readable
- * memory): the caller guarantees limit - rec_end >= PK_WALK_SLACK. A byte past rec_end
+ * memory): a record is taken only when limit - rec_end >= PK_WALK_SLACK, and no read
+ * reaches rec_end + 6 (at worst the timestamp, offset_delta and key length varints, two
+ * bytes each, follow the attributes byte before the first bounds test). A byte past rec_end
  * can only be used by a varint that ends past rec_end, which leaves p > rec_end; p never
  * moves back, so such a record fails the span tests or the final p == rec_end. */
 enum { PK_WALK_SLACK = 8 };
@@ -306,7 +309,9 @@ static int records_walk(const uint8_t *p, const uint8_t *end, const uint8_t *lim
                         int32_t last_delta, int checks, pk_batch_error *err)
 {
     const uint8_t *start = p;
-    const uint8_t *fast_end = limit - end >= PK_WALK_SLACK ? end : limit - PK_WALK_SLACK;
+    /* records must end by fast_end = min(end, limit - PK_WALK_SLACK) to take the fast path */
+    const uint8_t *fast_end = (size_t)(limit - end) >= PK_WALK_SLACK ? end
+                              : (size_t)(limit - p) > PK_WALK_SLACK ? limit - PK_WALK_SLACK : p;
     int64_t prev_delta = -1;
     int client = (checks & PK_CHECK_CLIENT) != 0;
     pk_record r;
@@ -318,8 +323,8 @@ static int records_walk(const uint8_t *p, const uint8_t *end, const uint8_t *lim
             const uint8_t *next = record_fast(p, fast_end, &raw_delta);
             if (__builtin_expect(next != NULL, 1)) {
                 int32_t delta = (int32_t)(raw_delta >> 1) ^ -(int32_t)(raw_delta & 1);
-                if (client ? raw_delta == 2 * (uint32_t)i
-                           : delta > prev_delta && delta <= last_delta) {
+                if ((client ? raw_delta == 2 * (uint32_t)i : delta > prev_delta) &&
+                    delta <= last_delta) {
                     prev_delta = delta;
                     p = next;
                     continue;

@@ -153,6 +153,8 @@ int pk_batch_parse_header(const uint8_t *buf, size_t avail, pk_batch_header *h, 
  * check_records=1 still means this) and the batch is uncompressed, the record framing
  * (record count, varint lengths, offset deltas, every byte accounted for).
  * PK_CHECK_CLIENT adds the producer rules described at its definition.
+ * The record walk may read bytes after the batch, up to avail, to test two-byte varints
+ * without a bounds check each; their values never change the verdict.
  * Returns PK_BATCH_OK, PK_BATCH_INCOMPLETE (buffer ends inside the batch; also when
  * fewer than 61 bytes are there) or PK_BATCH_CORRUPT with err filled in; a batch larger
  * than max_batch_size is CORRUPT with field "batch_length" even when incomplete. */
