@@ -334,6 +334,12 @@ class RangeFetcher:
                     _drop_connection(self.leader)
                 self.leader = None
                 entry = None
+            except KafkaError as exc:
+                # e.g. LEADER_NOT_AVAILABLE while looking the leader up: try again
+                if isinstance(exc, DataLossError) or not exc.retriable:
+                    raise
+                self.leader = None
+                entry = None
             attempts += 1
             if attempts >= MAX_ATTEMPTS:
                 raise KafkaError(

@@ -195,7 +195,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:
             begin.update(self.client.earliest(new))
         ranges = [
-            OffsetRange(tp[0], tp[1], begin[tp], stop[tp])
+            OffsetRange(tp[0], tp[1], begin[tp], stop[tp], self.client.leader_address(*tp))
             for tp in sorted(stop)
             if stop[tp] > begin[tp]
         ]
