@@ -8,12 +8,15 @@ producer default batch.size) and 1 KiB batches (a latency-tuned producer; five t
 headers to walk and index per MiB). Each candidate writes `calls` distinct MiB with their
 own offsets into page cache; files are emptied between timed runs so both sides pay the
 same page allocation. Times are best-of-N with the candidates taking turns (the machine
-is shared); medians are printed beside them. The validate+assign+append line is issue 2's
+is shared); medians are printed beside them. The validate+assign+append lines are issue 2's
 figure: the leader's produce path of one partition exactly as pykfk.log.Log.append calls
 it (validate_batches with max.message.bytes, from_client=True and decompress=True, then
 assign_offsets with a leader epoch, then Segment.append), against os.write of the same
-bytes to a file in page cache, in the same run (target >= 0.7x). Append alone should be
-close to os.write.
+bytes to a file in page cache, in the same run (target >= 0.7x). It is measured twice:
+over the `calls` distinct MiB (16 MiB, more than L2: the input comes from L3 or memory),
+and over one MiB produced `calls` times (the input in cache, as a Produce request is
+right after the socket read that filled it; the os.write side then writes that one MiB
+`calls` times). Append alone should be close to os.write.
 """
 
 from __future__ import annotations
@@ -104,15 +107,28 @@ def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  
         for p in payloads:
             seg.append(p)
 
-    def produce() -> None:   # pykfk.log.Log.append on a leader, minus its Python bookkeeping
+    def produce_one(p: bytearray) -> None:   # Log.append on a leader, minus its Python bookkeeping
+        records.validate_batches(p, MAX_MESSAGE_BYTES, from_client=True, decompress=True)
+        records.assign_offsets(p, seg.next_offset, 7)
+        seg.append(p)
+
+    def produce() -> None:
         for p in staging:
-            records.validate_batches(p, MAX_MESSAGE_BYTES, from_client=True, decompress=True)
-            records.assign_offsets(p, seg.next_offset, 7)
-            seg.append(p)
+            produce_one(p)
+
+    def os_write_hot() -> None:
+        for _ in payloads:
+            os.write(raw_fd, payloads[0])
+
+    def produce_hot() -> None:
+        for _ in staging:
+            produce_one(staging[0])
 
     candidates = {"os.write": (os_write, reset_raw), "append": (append, reset_segment)}
     if hasattr(records, "validate_batches") and hasattr(records, "assign_offsets"):
         candidates["validate+assign+append"] = (produce, reset_segment)
+        candidates["os.write hot"] = (os_write_hot, reset_raw)
+        candidates["validate+assign+append hot"] = (produce_hot, reset_segment)
     try:
         times = _times(candidates, rounds)
         t = {name: min(ts) for name, ts in times.items()}
@@ -133,14 +149,19 @@ def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  
             f"Segment.append {speed['append']:.0f} MB/s = {ratio:.2f}x of os.write "
             f"({entries} index entries) | reference header walk + index rule "
             f"{len(one) / ref_s / 1e6:.0f} MB/s (no write)")
-    if "validate+assign+append" in t:
-        full = t["os.write"] / t["validate+assign+append"]
+    for label, suffix, what in (("", "", f"{calls} distinct MiB"),
+                                ("hot_", " hot", "one MiB in cache")):
+        if "validate+assign+append" + suffix not in t:
+            continue
+        write, full = times["os.write" + suffix], times["validate+assign+append" + suffix]
+        best = min(write) / min(full)
         # median of the per-round ratios: both sides of a round ran back to back
-        median = statistics.median(w / f for w, f in zip(times["os.write"], times["validate+assign+append"]))
-        line += (f" | validate+assign+append {speed['validate+assign+append']:.0f} MB/s = "
-                 f"{full:.2f}x of os.write best-of, {median:.2f}x median (target >= 0.7x)")
-        benchmark.extra_info["produce_ratio"] = round(full, 2)
-        benchmark.extra_info["produce_ratio_median"] = round(median, 2)
+        median = statistics.median(w / f for w, f in zip(write, full))
+        line += (f" | validate+assign+append ({what}) {mb / min(full):.0f} MB/s vs os.write "
+                 f"{mb / min(write):.0f} MB/s = {best:.2f}x best-of, {median:.2f}x median "
+                 f"(target >= 0.7x)")
+        benchmark.extra_info[label + "produce_ratio"] = round(best, 2)
+        benchmark.extra_info[label + "produce_ratio_median"] = round(median, 2)
     benchmark.extra_info["append_ratio"] = round(ratio, 2)
     report(line)
 
