@@ -19,6 +19,8 @@ from spark_helpers import create_topic, produce
 
 from pykfk.client.partitioner import partition_for_key
 
+pytestmark = pytest.mark.slow  # a Spark session, broker processes, seconds per test
+
 T0 = 1_700_000_000_000  # timestamp of offset 0; offset n is stamped T0 + 10 n ms
 PARTITIONS = 8
 PER_PARTITION = 125_000
@@ -378,3 +380,17 @@ def test_writer_needs_a_value_column_and_a_topic(spark: SparkSession, broker: An
         df.write.format("pykfk").option("kafka.bootstrap.servers", broker.bootstrap).mode(
             "append"
         ).save()
+
+
+def test_reads_survive_a_broker_restart_between_queries(spark: SparkSession, tmp_path: Any) -> None:
+    """Workers keep leader connections between tasks; a restarted broker leaves them dead,
+    and the next read must reconnect instead of failing."""
+    from pykfk.testing import BrokerProcess
+
+    with BrokerProcess(str(tmp_path / "data")) as other:
+        create_topic(other.bootstrap, "restarts", 2)
+        produce(other.bootstrap, "restarts", records_for, range(2), 300)
+        df = read(spark, other.bootstrap, subscribe="restarts")
+        assert summary(df) == expect({0: (0, 300), 1: (0, 300)})
+        other.restart()
+        assert summary(df) == expect({0: (0, 300), 1: (0, 300)})

@@ -26,6 +26,8 @@ from pykfk_spark.ingest import (
 )
 from spark_helpers import create_topic, produce
 
+pytestmark = pytest.mark.slow  # a Spark session, broker processes, seconds per test
+
 TOPIC = "ingest"
 PARTITIONS = 4
 # 2024-03-01 22:30 UTC, one record every 1.5 s: 10000 offsets span midnight and 5 hours.
