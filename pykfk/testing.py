@@ -31,12 +31,12 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import shutil
 import threading
 import time
 import uuid

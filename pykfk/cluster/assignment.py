@@ -126,9 +126,8 @@ def _rack_aware(
             k += 1
             if candidate in replicas:
                 continue
-            if racks[candidate] in used_racks and len(used_racks) < rack_count:
-                if k < 4 * n:  # a later broker on a new rack exists: keep looking
-                    continue
+            if racks[candidate] in used_racks and len(used_racks) < rack_count and k < 4 * n:
+                continue  # a later broker on a new rack exists: keep looking
             replicas.append(candidate)
             used_racks.add(racks[candidate])
         out[current] = replicas

@@ -22,7 +22,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from pykfk.cluster.controller import Controller, ControllerSettings
-from pykfk.cluster.metadata import NO_LEADER, BrokerInfo, TopicExistsError, TopicInfo, UnknownTopicError
+from pykfk.cluster.metadata import (
+    NO_LEADER,
+    BrokerInfo,
+    TopicExistsError,
+    TopicInfo,
+    UnknownTopicError,
+)
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
 from pykfk.cluster.zookeeper import ZooKeeperMetadataStore
 from pykfk.errors import ErrorCode, KafkaError

@@ -73,7 +73,7 @@ class ReplicaSettings:
 class RemoteReplica:
     """What a leader knows of one follower."""
 
-    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms")
+    __slots__ = ("last_caught_up_ms", "last_fetch_leader_leo", "last_fetch_ms", "log_end_offset")
 
     def __init__(self, caught_up_ms: int = 0):
         self.log_end_offset = -1  # unknown until its first fetch under this leadership

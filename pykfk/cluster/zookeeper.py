@@ -247,14 +247,14 @@ class ZooKeeperMetadataStore:
 
     def _connect_and_prepare(self) -> None:
         """Blocking (worker thread): connect and create what every broker needs."""
-        from kazoo.exceptions import NodeExistsError
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
         self.zk.start(timeout=self.connection_timeout_ms / 1000)
         for path in PERSISTENT_PATHS:
             self.zk.ensure_path(path)
         try:
             data, _stat = self.zk.get(CLUSTER_ID_PATH)
-        except Exception:  # NoNodeError: the first broker of the cluster picks the id
+        except NoNodeError:  # the first broker of the cluster picks the id
             new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             try:
                 self.zk.create(CLUSTER_ID_PATH, json.dumps({"version": "1", "id": new_id}).encode())
@@ -570,7 +570,7 @@ class ZooKeeperMetadataStore:
     async def resign_controller(self) -> None:
         """Delete ``/controller`` if this broker holds it (a clean stop)."""
         with contextlib.suppress(Exception):
-            data, stat = await self._wait(self.zk.get_async(CONTROLLER_PATH), 5)
+            _data, stat = await self._wait(self.zk.get_async(CONTROLLER_PATH), 5)
             if stat.ephemeralOwner == self.session_id:
                 await self._wait(self.zk.delete_async(CONTROLLER_PATH, stat.version), 5)
 

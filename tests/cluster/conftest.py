@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from pykfk.testing import BrokerProcess
 
@@ -84,14 +85,14 @@ class Cluster:
     def registered(self) -> set[int]:
         try:
             return {int(c) for c in self.zk.get_children(self.path("/brokers/ids"))}
-        except Exception:
+        except NoNodeError:
             return set()
 
     def controller(self) -> int:
         try:
             data, _ = self.zk.get(self.path("/controller"))
             return int(json.loads(data)["brokerid"])
-        except Exception:
+        except NoNodeError:
             return -1
 
     def controller_epoch(self) -> int:
@@ -101,7 +102,7 @@ class Cluster:
     def state(self, topic: str, partition: int) -> dict | None:
         try:
             data, _ = self.zk.get(self.path(f"/brokers/topics/{topic}/partitions/{partition}/state"))
-        except Exception:
+        except NoNodeError:
             return None
         return json.loads(data)
 
