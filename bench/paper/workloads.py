@@ -171,9 +171,12 @@ def confluent_consume(spec: dict[str, Any]) -> None:
         "fetch.wait.max.ms": FETCH_WAIT_MS,
     })
     consumer.list_topics(spec["topic"], timeout=30)
+    start = TopicPartition(spec["topic"], 0, 0)
+    # group.id makes librdkafka find the group coordinator (on pykfk's first lookup that
+    # creates __consumer_offsets): done before the clock starts, like the connection.
+    consumer.committed([start], timeout=30)
     reporter = Reporter()
     t0 = reporter.start()
-    start = TopicPartition(spec["topic"], 0, 0)
     consumer.assign([start])
     n, got, errors, deadline = spec["n"], 0, [], t0 + spec["max_seconds"]
     consume = consumer.consume
