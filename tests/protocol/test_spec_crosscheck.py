@@ -71,11 +71,17 @@ def _compare(schema: Schema, spec_fields: list, version: int, path: str) -> list
     return problems
 
 
+def _shipped_versions(spec, kind: str) -> range:
+    """Our declared versions that the shipped spec file still describes."""
+    low, high = parse_range(load_spec(spec.name + kind)["validVersions"])
+    return range(max(low, spec.min_version), min(high, spec.max_version) + 1)
+
+
 _CASES = [
     (spec, kind, version)
     for spec in API_SPECS.values()
     for kind in ("Request", "Response")
-    for version in range(spec.min_version, spec.max_version + 1)
+    for version in _shipped_versions(spec, kind)
 ]
 
 
@@ -85,9 +91,6 @@ _CASES = [
 def test_fields_match_spec(spec, kind, version):
     data = load_spec(spec.name + kind)
     assert data["apiKey"] == spec.api_key
-    valid = parse_range(data["validVersions"])
-    if not valid[0] <= version <= valid[1]:
-        pytest.skip(f"v{version} no longer in the shipped spec ({data['validVersions']})")
     schema = spec.request if kind == "Request" else spec.response
     assert _compare(schema, data["fields"], version, schema.name) == []
 
