@@ -25,10 +25,12 @@ import logging
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, Protocol
 
 from pykfk._core import records as core_records
@@ -37,7 +39,6 @@ from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.checkpoints import write_atomic
 from pykfk.log.config import LogConfig
 from pykfk.log.producer_state import (
-    ProducerBatch,
     ProducerStateManager,
     SnapshotError,
     list_snapshots,
@@ -97,18 +98,79 @@ class Scheduler(Protocol):
     def schedule(self, delay_ms: int, fn: Callable[[], Any]) -> None: ...
 
 
-@dataclasses.dataclass(slots=True)
+# Per-batch fields read in one C-level pass (map) instead of a Python loop per batch.
+_PRODUCER_ID = attrgetter("producer_id")
+_MAX_TIMESTAMP = attrgetter("max_timestamp")
+_RECORDS_COUNT = attrgetter("records_count")
+
+# The magic-2 batch header (Kafka DefaultRecordBatch), big-endian:
+#   0 base_offset q | 8 batch_length i | 12 partition_leader_epoch i | 16 magic b |
+#   17 crc I | 21 attributes H | 23 last_offset_delta i | 27 base_timestamp q |
+#   35 max_timestamp q | 43 producer_id q | 51 producer_epoch h | 53 base_sequence i |
+#   57 records_count i  (61 bytes)
+_BATCH_HEADER = struct.Struct(">qiibIHiqqqhii")
+
+
 class AppendInfo:
     """What an append did. For a duplicate batch (an idempotent producer's retry) the
-    offsets are those of the original write and nothing was appended."""
+    offsets are those of the original write and nothing was appended.
 
-    first_offset: int
-    last_offset: int
-    log_append_time_ms: int  # -1 unless message.timestamp.type=LogAppendTime
-    log_start_offset: int
-    record_count: int
-    headers: list  # BatchHeader per appended batch, with its final offsets
-    duplicate: bool = False
+    ``headers`` (a BatchHeader per appended batch, with its final offsets) and
+    ``record_count`` are worked out on first use: the produce path reads neither, and
+    building them costs a Python object per batch."""
+
+    __slots__ = ("_assigned_epoch", "_headers", "_record_count", "duplicate", "first_offset",
+                 "last_offset", "log_append_time_ms", "log_start_offset")
+
+    def __init__(self, first_offset: int, last_offset: int, log_append_time_ms: int,
+                 log_start_offset: int, record_count: int | None, headers: list,
+                 duplicate: bool = False, *, assigned_epoch: int | None = None):
+        """``record_count`` None: the sum over ``headers``. ``assigned_epoch`` not None:
+        ``headers`` are the batches as received, and the log gave them offsets from
+        ``first_offset`` on and this partition leader epoch."""
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_append_time_ms = log_append_time_ms  # -1 unless LogAppendTime
+        self.log_start_offset = log_start_offset
+        self.duplicate = duplicate
+        self._record_count = record_count
+        self._headers = headers
+        self._assigned_epoch = assigned_epoch
+
+    @property
+    def record_count(self) -> int:
+        if self._record_count is None:
+            self._record_count = sum(map(_RECORDS_COUNT, self._headers))
+        return self._record_count
+
+    @property
+    def headers(self) -> list:
+        if self._assigned_epoch is not None:
+            self._headers = _with_offsets(self._headers, self.first_offset,
+                                          self._assigned_epoch)
+            self._assigned_epoch = None
+        return self._headers
+
+    def __repr__(self) -> str:
+        return (f"AppendInfo(first_offset={self.first_offset}, last_offset={self.last_offset}, "
+                f"log_append_time_ms={self.log_append_time_ms}, "
+                f"log_start_offset={self.log_start_offset}, record_count={self.record_count}, "
+                f"duplicate={self.duplicate})")
+
+
+def _with_offsets(headers: list, first_offset: int, leader_epoch: int) -> list:
+    """The headers as assign_offsets left the batches: base offsets running on from
+    ``first_offset``, ``leader_epoch``; every other field (CRC included) unchanged."""
+    out = []
+    offset = first_offset
+    for h in headers:
+        raw = _BATCH_HEADER.pack(offset, h.batch_length, leader_epoch, h.magic, h.crc,
+                                 h.attributes, h.last_offset_delta, h.base_timestamp,
+                                 h.max_timestamp, h.producer_id, h.producer_epoch,
+                                 h.base_sequence, h.records_count)
+        out.append(core_records.parse_batch_header(raw))
+        offset += h.last_offset_delta + 1
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -403,14 +465,20 @@ class Log:
             self.scheduler.schedule(0, lambda: self.flush(new_base))
         return seg
 
-    def _roll_reason(self, seg: Segment, size: int, max_timestamp: int, last_offset: int,
-                     now_ms: int) -> str | None:
+    def _roll_reason(self, seg: Segment, size: int, headers: list, log_append_time: bool,
+                     last_offset: int, now_ms: int) -> str | None:
         if seg.size == 0:
             return None
         if seg.size > self.config.segment_bytes - size:
             return "segment.bytes"
-        first_ts = getattr(seg, "first_batch_timestamp", -1)
-        if first_ts >= 0 and max_timestamp >= 0:
+        first_ts = seg.first_batch_timestamp
+        # Kafka's timeWaitedForRoll: by the batches' largest timestamp when the segment has
+        # one, else by the segment's age. The largest timestamp costs a pass over the
+        # headers, so it is taken only when it decides.
+        max_timestamp = -1
+        if first_ts >= 0:
+            max_timestamp = now_ms if log_append_time else max(map(_MAX_TIMESTAMP, headers))
+        if max_timestamp >= 0:
             waited = max_timestamp - first_ts
         else:
             waited = now_ms - self._created_ms.get(seg.base_offset, now_ms)
@@ -435,81 +503,101 @@ class Log:
         at or after the log end offset and increase. Raises pykfk._core errors for bad
         bytes (CorruptBatchError, InvalidRecordError, RecordTooLargeError) and KafkaError
         for producer-state violations and RECORD_LIST_TOO_LARGE.
+
+        Cost per batch: validation in C, plus one pass in C over the header objects to see
+        whether any batch carries a producer id (and one for the largest timestamp when a
+        time roll is possible); producer state costs a Python step per producer batch.
         """
         buf = records if isinstance(records, memoryview) else memoryview(records)
         if assign_offsets and len(buf) > 16 and core_records.is_legacy(buf):
             buf = memoryview(core_records.convert_legacy(buf))
+        config = self.config
         # A leader checks what producers send as Kafka's LogValidator does, compressed
         # record framing included; a follower copies batches its leader already checked.
         headers = core_records.validate_batches(
-            buf, self.config.max_message_bytes, from_client=assign_offsets,
+            buf, config.max_message_bytes, from_client=assign_offsets,
             decompress=assign_offsets and self.validate_compressed)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
-        if len(buf) > self.config.segment_bytes:
+        size = len(buf)
+        if size > config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{len(buf)} bytes do not fit in a segment of "
-                             f"{self.config.segment_bytes} bytes")
+                             f"{size} bytes do not fit in a segment of "
+                             f"{config.segment_bytes} bytes")
         now = time_ms() if now_ms is None else now_ms
-        log_append_time = assign_offsets and self.config.log_append_time
-        if buf.readonly and (assign_offsets or log_append_time):
+        log_append_time = assign_offsets and config.log_append_time
+        if assign_offsets and buf.readonly:
             buf = memoryview(bytearray(buf))  # offsets are written in place
+        # Kafka keeps producer state only for batches that carry a producer id.
+        has_producers = max(map(_PRODUCER_ID, headers)) >= 0
         flush_now = False
         with self._lock:
             self._check_open()
+            state = self.producer_state
+            producers = (state.prepare_append(headers, check=assign_offsets)
+                         if has_producers else None)
             if assign_offsets:
-                first_offset = self._log_end_offset
-                batches = self._producer_batches(headers, first_offset)
-                duplicate = self.producer_state.check(batches)
-                if duplicate is not None:
+                if producers is not None and producers.duplicate is not None:
+                    duplicate = producers.duplicate
                     logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
                                  self._prefix(), duplicate.first_offset, duplicate.last_offset)
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
                                       self._log_start_offset, 0, [], duplicate=True)
+                first_offset = self._log_end_offset
                 next_offset = core_records.assign_offsets(buf, first_offset, leader_epoch)
                 if log_append_time:
+                    # New max_timestamp and CRC in every batch: read the headers again.
                     core_records.set_log_append_time(buf, now)
-                headers = self._reparse_headers(buf, len(headers))
+                    headers = self._reparse_headers(buf, len(headers))
+                    if producers is not None:
+                        producers = state.prepare_append(headers, check=False)
             else:
-                self._check_follower_offsets(headers)
                 first_offset = headers[0].base_offset
-                next_offset = headers[-1].last_offset + 1
-                batches = self._producer_batches(headers, -1)
-            max_timestamp = now if log_append_time else max(h.max_timestamp for h in headers)
+                next_offset = headers[-1].next_offset
+                if first_offset < self._log_end_offset:
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                     f"batch at offset {first_offset} is below the next "
+                                     f"expected offset {self._log_end_offset}")
             segment = self._view.segments[-1]
-            reason = self._roll_reason(segment, len(buf), max_timestamp, next_offset - 1, now)
+            reason = self._roll_reason(segment, size, headers, log_append_time,
+                                       next_offset - 1, now)
             if reason is None and first_offset - segment.base_offset > INT32_MAX:
                 reason = "relative offset overflow"
             if reason is not None:
+                if not assign_offsets:
+                    # Segment.append checks the order inside the batches too, but only once
+                    # the roll is done: check first, so a bad append changes nothing.
+                    self._check_follower_offsets(headers)
                 segment = self.roll(first_offset, now_ms=now, reason=reason)
-            try:
-                segment.append(buf)  # leaves no partial batch behind when the write fails
-            except OSError as exc:
-                logger.error("%s Append to segment %d failed: %s", self._prefix(),
-                             segment.base_offset, exc)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            self._append_to_segment(segment, buf, assign_offsets)
             self._log_end_offset = next_offset
-            if assign_offsets:
-                batches = self._producer_batches(headers, -1)
-            self.producer_state.update(batches)
-            if self.unflushed_messages >= self.config.flush_interval_messages:
+            state.commit_append(producers, headers, next_offset,
+                                offsets_assigned=assign_offsets and not log_append_time)
+            if next_offset - self._recovery_point >= config.flush_interval_messages:
                 flush_now = self._request_flush()
-            info = AppendInfo(first_offset, next_offset - 1, now if log_append_time else -1,
-                              self._log_start_offset,
-                              sum(h.records_count for h in headers), headers)
+            if assign_offsets and not log_append_time:
+                info = AppendInfo(first_offset, next_offset - 1, -1, self._log_start_offset,
+                                  next_offset - first_offset, headers,
+                                  assigned_epoch=leader_epoch)
+            else:
+                info = AppendInfo(first_offset, next_offset - 1, now if log_append_time else -1,
+                                  self._log_start_offset, None, headers)
         if flush_now:
             self.flush()
         return info
 
-    @staticmethod
-    def _producer_batches(headers: list, first_offset: int) -> list[ProducerBatch]:
-        batches = []
-        offset = first_offset
-        for h in headers:
-            batches.append(ProducerBatch.from_header(h, offset))
-            if offset >= 0:
-                offset += h.last_offset_delta + 1
-        return batches
+    def _append_to_segment(self, segment: Segment, buf: memoryview, leader: bool) -> None:
+        try:
+            segment.append(buf)  # leaves no partial batch behind when the write fails
+        except OSError as exc:
+            logger.error("%s Append to segment %d failed: %s", self._prefix(),
+                         segment.base_offset, exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        except ValueError as exc:
+            if leader:
+                raise
+            # A follower's batches whose offsets do not increase (checked before any write).
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
 
     @staticmethod
     def _reparse_headers(buf: memoryview, count: int) -> list:
@@ -705,7 +793,9 @@ class Log:
                             self._prefix(), count, reason, self._log_start_offset)
         if count:
             self._schedule_delete(doomed)
-        self.sweep_deleted_segments(now)
+        # Delete deadlines are wall-clock times set just now, after ``now`` was read (and
+        # ``now_ms`` may be a caller's clock): sweep by the wall clock.
+        self.sweep_deleted_segments()
         return count
 
     def advance_log_start_offset(self, offset: int) -> None:
@@ -825,7 +915,8 @@ class Log:
                                    "byte %d: %s", self._prefix(), seg.base_offset, position, exc)
                     break
                 if header.last_offset >= start:
-                    state.update([ProducerBatch.from_header(header)])
+                    state.commit_append(state.prepare_append((header,), check=False),
+                                        (header,), header.next_offset, offsets_assigned=False)
                     count += 1
                 position += header.size
         state.map_end_offset = max(state.map_end_offset, self._log_end_offset)

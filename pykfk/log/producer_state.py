@@ -15,6 +15,10 @@ pre-KIP-360 answer for producers the log has never seen):
 - same epoch: the first sequence must follow the last one (wrapping after 2**31-1);
   otherwise OUT_OF_ORDER_SEQUENCE_NUMBER.
 
+Appends go through ``prepare_append`` (checks, straight from the batch headers) and
+``commit_append`` (once the offsets are known): one pass over the headers, and objects
+only for the last five batches of each producer, the ones the state keeps.
+
 Thread affinity: the owning Log calls it under its lock.
 """
 
@@ -24,8 +28,9 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pykfk.errors import ErrorCode, KafkaError
 
@@ -33,6 +38,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
+# Attributes bit 5 of a magic-2 batch: a control batch (transaction marker).
+CONTROL_FLAG = 0x20
 
 # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: the largest
 # max.in.flight.requests.per.connection an idempotent producer may use.
@@ -54,9 +61,9 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """Sequence and offset range of one batch a producer wrote."""
+class BatchMetadata(NamedTuple):
+    """Sequence and offset range of one batch a producer wrote. (A named tuple: one is
+    made per kept batch on every idempotent append, and it is the cheapest to make.)"""
 
     first_seq: int
     last_seq: int
@@ -141,6 +148,87 @@ class ProducerStateEntry:
                 f"producer_epoch={self.producer_epoch}, batches={list(self.batches)})")
 
 
+def _check_sequence(pid: int, epoch: int, first_seq: int, current_epoch: int,
+                    last_seq: int) -> None:
+    """One batch against the producer's epoch and last sequence (module docstring rules)."""
+    if epoch == current_epoch:
+        if first_seq == last_seq + 1 or (first_seq == 0 and last_seq == INT32_MAX):
+            return
+        raise KafkaError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer {pid} epoch {epoch}: sequence {first_seq} does not follow {last_seq}")
+    if epoch < current_epoch:
+        raise KafkaError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer {pid} epoch {epoch} is older than the current epoch {current_epoch}")
+    if first_seq != 0:
+        if current_epoch != NO_PRODUCER_EPOCH:
+            raise KafkaError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {pid} starts epoch {epoch} at sequence {first_seq}, expected 0")
+        raise KafkaError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer {pid} is unknown to this partition and its first sequence "
+            f"is {first_seq}, not 0")
+
+
+class _PendingProducer:
+    """One producer's batches in an append: its epoch and last sequence after each batch
+    (for the checks), its largest timestamp, and the header indexes of its batches since
+    its epoch last changed (the state keeps the last five)."""
+
+    __slots__ = ("epoch", "epoch_changed", "kept", "last_seq", "max_timestamp")
+
+    def __init__(self, epoch: int, last_seq: int):
+        self.epoch = epoch
+        self.last_seq = last_seq
+        self.max_timestamp = -1
+        self.epoch_changed = False
+        self.kept: list[int] = []
+
+    def add(self, index: int, header: Any) -> None:
+        if header.producer_epoch != self.epoch:
+            # A new epoch starts a new sequence: the old batches can no longer be retried.
+            self.epoch = header.producer_epoch
+            self.epoch_changed = True
+            self.kept.clear()
+        self.last_seq = _last_sequence(header)
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.kept.append(index)
+
+
+def _last_sequence(header: Any) -> int:
+    """Sequence of a batch's last record (wrapping after 2**31-1), -1 without sequences."""
+    if header.base_sequence < 0:
+        return NO_SEQUENCE
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
+
+
+class PendingAppend:
+    """What ``prepare_append`` found: the producers of an append (producer id ->
+    their batches) or the original of a duplicate batch."""
+
+    __slots__ = ("duplicate", "producers")
+
+    def __init__(self) -> None:
+        self.producers: dict[int, _PendingProducer] = {}
+        self.duplicate: BatchMetadata | None = None
+
+
+def _leader_base_offsets(kept: list[tuple[int, _PendingProducer, list[int]]],
+                         headers: Sequence[Any], next_offset: int) -> dict[int, int]:
+    """Base offsets of the batches from the first kept one (``kept``: producer id, pending
+    producer, kept header indexes) on, by header index, when the batches follow each other
+    without gaps up to ``next_offset`` (a leader's). Counting back from the end visits only
+    those batches: in the common case the last five."""
+    offset = next_offset
+    out = {}
+    for i in range(len(headers) - 1, min(k[2][0] for k in kept) - 1, -1):
+        offset -= headers[i].last_offset_delta + 1
+        out[i] = offset
+    return out
+
+
 class SnapshotError(ValueError):
     """A producer snapshot file that is truncated, corrupt or of an unknown version."""
 
@@ -183,28 +271,8 @@ class ProducerStateManager:
 
     @staticmethod
     def _check_one(batch: ProducerBatch, current_epoch: int, last_seq: int) -> None:
-        pid = batch.producer_id
-        if batch.producer_epoch < current_epoch:
-            raise KafkaError(
-                ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer {pid} epoch {batch.producer_epoch} is older than the current "
-                f"epoch {current_epoch}")
-        if batch.producer_epoch != current_epoch:
-            if batch.first_seq != 0:
-                if current_epoch != NO_PRODUCER_EPOCH:
-                    raise KafkaError(
-                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        f"producer {pid} starts epoch {batch.producer_epoch} at sequence "
-                        f"{batch.first_seq}, expected 0")
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_PRODUCER_ID,
-                    f"producer {pid} is unknown to this partition and its first sequence "
-                    f"is {batch.first_seq}, not 0")
-        elif not in_sequence(last_seq, batch.first_seq):
-            raise KafkaError(
-                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"producer {pid} epoch {batch.producer_epoch}: sequence {batch.first_seq} "
-                f"does not follow {last_seq}")
+        _check_sequence(batch.producer_id, batch.producer_epoch, batch.first_seq,
+                        current_epoch, last_seq)
 
     def update(self, batches: Iterable[ProducerBatch]) -> None:
         """Records batches that are now in the log (offsets assigned). No checks: also
@@ -218,6 +286,75 @@ class ProducerStateManager:
             if entry is None:
                 entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
             entry.add(batch)
+
+    def prepare_append(self, headers: Sequence[Any], *, check: bool) -> PendingAppend:
+        """Reads the producer batches among ``headers`` (pykfk._core.records.BatchHeader,
+        in log order) in one pass: the same rules as ``check`` when ``check`` is set
+        (raises KafkaError; a duplicate ends the pass and is returned in
+        ``PendingAppend.duplicate``), and what ``commit_append`` needs. Changes nothing."""
+        pending = PendingAppend()
+        producers = pending.producers
+        current_pid, current = None, None
+        for index, h in enumerate(headers):
+            pid = h.producer_id
+            if pid < 0 or h.attributes & CONTROL_FLAG:
+                continue
+            if pid != current_pid:
+                current_pid, current = pid, producers.get(pid)
+                if current is None:
+                    entry = self.producers.get(pid)
+                    if check and entry is not None:
+                        duplicate = entry.find_duplicate(
+                            h.producer_epoch, h.base_sequence, _last_sequence(h))
+                        if duplicate is not None:
+                            pending.duplicate = duplicate
+                            return pending
+                    current = producers[pid] = (
+                        _PendingProducer(NO_PRODUCER_EPOCH, NO_SEQUENCE) if entry is None
+                        else _PendingProducer(entry.producer_epoch, entry.last_seq))
+            first_seq = h.base_sequence
+            if h.producer_epoch == current.epoch and first_seq == current.last_seq + 1:
+                # The common case, inline: same epoch, next sequence (not wrapping to 0).
+                last_seq = first_seq + h.last_offset_delta
+                current.last_seq = last_seq if last_seq <= INT32_MAX else last_seq - INT32_MAX - 1
+                timestamp = h.max_timestamp
+                if timestamp > current.max_timestamp:  # noqa: PLR1730 (a max() call costs more)
+                    current.max_timestamp = timestamp
+                current.kept.append(index)
+                continue
+            if check:
+                _check_sequence(pid, h.producer_epoch, first_seq, current.epoch,
+                                current.last_seq)
+            current.add(index, h)
+        return pending
+
+    def commit_append(self, pending: PendingAppend | None, headers: Sequence[Any],
+                      next_offset: int, *, offsets_assigned: bool) -> None:
+        """Records a prepared append that is now in the log, ending at ``next_offset``
+        (``pending`` None: no batch of it carries a producer id).
+        ``offsets_assigned``: a leader gave the batches offsets running on without gaps up
+        to ``next_offset`` (their header objects still hold the producer's); otherwise the
+        headers hold the final offsets (a follower)."""
+        self.map_end_offset = max(self.map_end_offset, next_offset)
+        if pending is None or not pending.producers:
+            return
+        kept = [(pid, p, p.kept[-NUM_BATCHES_TO_RETAIN:])
+                for pid, p in pending.producers.items()]
+        base_offsets = (_leader_base_offsets(kept, headers, next_offset) if offsets_assigned
+                        else None)
+        for pid, p, indexes in kept:
+            entry = self.producers.get(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerStateEntry(pid)
+            if p.epoch_changed:
+                entry.producer_epoch = p.epoch
+                entry.batches.clear()
+            for index in indexes:
+                h = headers[index]
+                base = h.base_offset if base_offsets is None else base_offsets[index]
+                entry.batches.append(BatchMetadata(h.base_sequence, _last_sequence(h), base,
+                                                   base + h.last_offset_delta, h.max_timestamp))
+            entry.last_timestamp = max(entry.last_timestamp, p.max_timestamp)
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)

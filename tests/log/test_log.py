@@ -215,6 +215,42 @@ def test_follower_append_keeps_the_leaders_offsets(tmp_path):
     assert [o for o, _ in read_records(log, 10)] == [10, 11, 12]
 
 
+def test_append_info_headers_are_the_stored_headers(tmp_path):
+    # A leader's AppendInfo works its headers out from the received ones on demand: they
+    # must equal what is on disk, offsets and leader epoch included.
+    for config in ({}, {"message_timestamp_type": "LogAppendTime"}):
+        log = open_log(tmp_path, f"t{len(config)}-0", **config)
+        log.append(batch(2))
+        payload = batch(2) + batch(3, value=b"w") + batch(1)
+        info = log.append(payload, leader_epoch=9, now_ms=T0)
+        stored = records.validate_batches(region_bytes(log.read(2, 1 << 20)))
+        assert info.headers == stored
+        assert [h.base_offset for h in info.headers] == [2, 4, 7]
+        assert {h.partition_leader_epoch for h in info.headers} == {9}
+        assert info.record_count == 6 and (info.first_offset, info.last_offset) == (2, 7)
+
+
+def test_follower_batches_out_of_order_are_refused_and_change_nothing(tmp_path):
+    one, two = len(batch(1)), len(batch(2))
+    for segment_bytes in (1 << 20, 2 * one + two - 1):  # without and with a roll due
+        log = open_log(tmp_path, f"t{segment_bytes}-0", segment_bytes=segment_bytes)
+        first = batch(1)
+        records.assign_offsets(first, 0)
+        log.append(first, assign_offsets=False)
+        # 5, 6 then 6 again: the second batch overlaps the first one.
+        a, b = batch(2), batch(1)
+        records.assign_offsets(a, 5)
+        records.assign_offsets(b, 6)
+        before = (log.log_end_offset, log.size_bytes, len(log.segments))
+        with pytest.raises(KafkaError) as err:
+            log.append(a + b, assign_offsets=False)
+        assert err.value.code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert (log.log_end_offset, log.size_bytes, len(log.segments)) == before
+        records.assign_offsets(b, 7)
+        assert log.append(a + b, assign_offsets=False).last_offset == 7
+        assert [o for o, _ in read_records(log)] == [0, 5, 6, 7]
+
+
 def test_legacy_message_sets_are_converted(tmp_path):
     log = open_log(tmp_path)
     legacy = records.to_legacy(bytes(batch(2)), 1)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
+from pykfk._core import records
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import Log, LogConfig
 from pykfk.log.producer_state import (
@@ -113,6 +115,76 @@ def test_expired_producers_are_removed():
     state.update([ProducerBatch(1, 0, 0, 0, 1000, 0, 0), ProducerBatch(2, 0, 0, 0, 5000, 1, 1)])
     assert state.remove_expired(now_ms=7000, expiration_ms=3000) == 1
     assert list(state.producers) == [2]
+
+
+def header(rng, next_seq, *, offset=0):
+    """A random batch header: plain, control, or idempotent (two producers, two epochs;
+    mostly the sequence that follows ``next_seq[pid]``, else one near 0 or the wrap)."""
+    kind = rng.random()
+    count = rng.randint(1, 3)
+    recs = [(b"k", b"v", 1000 + rng.randint(0, 50), []) for _ in range(count)]
+    if kind < 0.2:
+        return records.parse_batch_header(records.build_batch(recs, base_offset=offset))
+    pid = rng.choice([7, 8])
+    seq = next_seq.get(pid, 0) if rng.random() < 0.6 else rng.choice(
+        [0, 1, 2, 3, 5, INT32_MAX - 1, INT32_MAX])
+    raw = records.build_batch(recs, base_offset=offset, producer_id=pid,
+                              producer_epoch=rng.choice([0, 0, 0, 0, 1]), base_sequence=seq,
+                              is_control=kind > 0.95)
+    next_seq[pid] = increment_sequence(seq, count)
+    return records.parse_batch_header(raw)
+
+
+def entries(state):
+    return ({pid: (e.producer_epoch, list(e.batches), e.last_timestamp)
+             for pid, e in state.producers.items()}, state.map_end_offset)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_prepare_and_commit_append_agree_with_check_and_update(seed):
+    # Appends as a leader sees them (offsets assigned by the log) and as a follower does
+    # (offsets in the headers): the header fast path must decide and record exactly what
+    # check/update do with ProducerBatch objects.
+    rng = random.Random(seed)
+    outcomes = set()
+    for leader in (True, False):
+        oracle, state = ProducerStateManager(), ProducerStateManager()
+        next_offset, sent = 0, []
+        for _ in range(60):
+            headers, offset = [], next_offset
+            next_seq = {pid: increment_sequence(e.last_seq, 1)
+                        for pid, e in oracle.producers.items()}
+            if leader and sent and rng.random() < 0.2:  # a producer's retry
+                headers = rng.choice(sent[-3:])
+                offset += sum(h.last_offset_delta + 1 for h in headers)
+            for _ in range(0 if headers else rng.randint(1, 4)):
+                h = header(rng, next_seq, offset=0 if leader else offset)
+                headers.append(h)
+                offset += h.last_offset_delta + 1
+            batches, o = [], next_offset
+            for h in headers:
+                batches.append(ProducerBatch.from_header(h, o))
+                o += h.last_offset_delta + 1
+            try:
+                expected = oracle.check(batches) if leader else None
+            except KafkaError as exc:
+                with pytest.raises(KafkaError) as err:
+                    state.prepare_append(headers, check=True)
+                assert err.value.code == exc.code
+                outcomes.add(exc.code)
+                continue
+            pending = state.prepare_append(headers, check=leader)
+            assert pending.duplicate == expected
+            if expected is not None:
+                outcomes.add("duplicate")
+                continue
+            oracle.update(batches)
+            state.commit_append(pending, headers, offset, offsets_assigned=leader)
+            assert entries(state) == entries(oracle)
+            outcomes.add("appended")
+            sent.append(headers)
+            next_offset = offset
+    assert {"appended", "duplicate"} <= outcomes and len(outcomes) >= 3
 
 
 # -- through the Log --------------------------------------------------------------------
