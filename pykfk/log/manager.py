@@ -206,7 +206,11 @@ class LogManager:
             except ValueError:
                 continue
             names.append((topic, partition, path))
-        if clean:
+        if not names:
+            # A new dir, or one whose logs were all deleted: nothing to load or recover,
+            # whether or not the clean-shutdown marker is there.
+            logger.info("No logs to load in %s", log_dir)
+        elif clean:
             logger.info("Loading %d logs in %s after a clean shutdown", len(names), log_dir)
         else:
             logger.warning("Loading %d logs in %s after an unclean shutdown: recovering "

@@ -29,6 +29,14 @@ def manager(dirs, config=None, **kw):
     return m
 
 
+async def eventually(condition, timeout_s=10.0, interval_s=0.02):
+    """Polls ``condition`` on the loop until it holds or ``timeout_s`` passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition() and loop.time() < deadline:
+        await asyncio.sleep(interval_s)
+
+
 def test_meta_properties_are_written_and_checked(tmp_path):
     m = manager([tmp_path / "a"])
     m.shutdown()
@@ -73,6 +81,14 @@ def test_illegal_topic_names_never_become_paths(tmp_path, topic):
     with pytest.raises(KafkaError) as err:
         m.create_log(topic, 0)
     assert err.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    m.shutdown()
+
+
+def test_a_new_log_dir_is_not_an_unclean_shutdown(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="pykfk.log"):
+        m = manager([tmp_path / "a"])
+    assert "unclean" not in caplog.text and "No logs to load" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     m.shutdown()
 
 
@@ -187,17 +203,20 @@ async def test_background_retention_and_flush_run_off_the_loop(tmp_path):
     for _ in range(10):
         log.append(batch(1))
     loop_thread = threading.current_thread().name
-    for _ in range(200):
-        await asyncio.sleep(0.02)
-        if log.log_start_offset == 6 and log.recovery_point == 10 and not log.pending_deletes:
-            break
-    assert [s.base_offset for s in log.segments] == [6, 8]
-    assert log.recovery_point == 10
+    checkpoint = str(tmp_path / "a" / "recovery-point-offset-checkpoint")
+
+    def state():
+        # Three independent background passes (retention, flush, checkpoint) each get
+        # there in their own time: wait for all of them, then check each.
+        return ([s.base_offset for s in log.segments], log.recovery_point,
+                sorted(p.name for p in (tmp_path / "a" / "t-0").glob("*.deleted")),
+                read_offset_checkpoint(checkpoint))
+
+    want = ([6, 8], 10, [], {("t", 0): 10})
+    await eventually(lambda: state() == want)
+    assert state() == want
     assert flush_threads and loop_thread not in flush_threads
     assert all(name.startswith("pykfk-log") for name in flush_threads)
-    assert not list((tmp_path / "a" / "t-0").glob("*.deleted"))
-    points = read_offset_checkpoint(str(tmp_path / "a" / "recovery-point-offset-checkpoint"))
-    assert points == {("t", 0): 10}
     await m.aclose()
     assert (tmp_path / "a" / ".kafka_cleanshutdown").exists()
 
