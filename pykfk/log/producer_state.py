@@ -15,9 +15,11 @@ pre-KIP-360 answer for producers the log has never seen):
 - same epoch: the first sequence must follow the last one (wrapping after 2**31-1);
   otherwise OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-Appends go through ``prepare_append`` (checks, straight from the batch headers) and
-``commit_append`` (once the offsets are known): one pass over the headers, and objects
-only for the last five batches of each producer, the ones the state keeps.
+The Log's appends go through ``prepare_append`` (checks, straight from the batch headers)
+and ``commit_append`` (once the offsets are known): one pass over the headers, and objects
+only for the last five batches of each producer, the ones the state keeps. ``check`` and
+``update`` apply the same rules to ProducerBatch objects (one object per batch: for
+callers holding a few batches, and as the reference the header path is tested against).
 
 Thread affinity: the owning Log calls it under its lock.
 """
