@@ -97,7 +97,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--workdir", default=None,
                    help="parent dir of the brokers' data dirs (default: a new temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the brokers' data dirs")
+    p.add_argument("--report-only", metavar="DIR", default=None,
+                   help="redraw results.md and the plots of DIR from its results.json")
     a = p.parse_args(argv)
+    if a.report_only:
+        runs, meta = report.load_runs(os.path.join(a.report_only, "results.json"))
+        print(report.write(a.report_only, runs, meta))
+        sys.exit(0)
     if a.quick:
         a.messages = min(a.messages, 2000)
         a.runs = 1
