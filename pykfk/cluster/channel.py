@@ -3,6 +3,10 @@ encoded with ``pykfk.protocol``'s codec, one at a time, every step bounded by a 
 
 Frames on the wire are an int32 size and the bytes (Kafka protocol guide, "Network");
 responses come back in request order and carry the request's correlation id.
+
+Receiving is an ``asyncio.BufferedProtocol``: the socket reads go straight into the
+response's own buffer, sized from its length prefix, so a Fetch response's record bytes
+are copied once (kernel to that buffer) and the decoded records are views into it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import socket
 import struct
 from typing import Any
 
@@ -24,6 +29,60 @@ class ChannelError(ConnectionError):
     """The connection failed, timed out or carried a malformed frame; it is closed."""
 
 
+class _ResponseReader(asyncio.BufferedProtocol):
+    """Cuts the byte stream into frames; hands each whole frame to ``on_frame``.
+
+    State: the 4-byte size prefix is gathered in ``_prefix``; then ``_frame`` (exactly the
+    announced size) is filled and delivered. A frame outside [4, MAX_RESPONSE_BYTES], or
+    bytes arriving when no response is awaited, closes the connection.
+    """
+
+    def __init__(self, channel: BrokerChannel):
+        self._channel = channel
+        self._prefix = bytearray(4)
+        self._prefix_got = 0
+        self._frame: bytearray | None = None
+        self._frame_got = 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is None:
+            return memoryview(self._prefix)[self._prefix_got :]
+        return memoryview(self._frame)[self._frame_got :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is None:
+            self._prefix_got += nbytes
+            if self._prefix_got < 4:
+                return
+            (size,) = _SIZE.unpack(self._prefix)
+            self._prefix_got = 0
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                self._channel._failed(self, ProtocolError(f"response frame size {size}"))
+                return
+            self._frame = bytearray(size)
+            self._frame_got = 0
+            return
+        self._frame_got += nbytes
+        if self._frame_got == len(self._frame):
+            frame, self._frame = self._frame, None
+            self._channel._frame_received(self, frame)
+
+    def eof_received(self) -> bool | None:
+        self._channel._failed(self, ConnectionResetError("connection closed by the peer"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._channel._failed(self, exc or ConnectionResetError("connection closed"))
+
+
 class BrokerChannel:
     """One TCP connection to ``host:port``. Loop-affine; not shared between tasks."""
 
@@ -32,55 +91,76 @@ class BrokerChannel:
         self.port = port
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._reader: _ResponseReader | None = None  # callbacks from older connections are ignored
+        self._waiter: asyncio.Future[bytearray] | None = None
         self._correlation = itertools.count(1)
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return self._transport is not None and not self._transport.is_closing()
 
     async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20), self.timeout_s
+            transport, reader = await asyncio.wait_for(
+                loop.create_connection(lambda: _ResponseReader(self), self.host, self.port), self.timeout_s
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ChannelError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        self._transport, self._reader = transport, reader  # type: ignore[assignment]
 
     async def request(self, api_key: int, api_version: int, body: dict, *, timeout_s: float | None = None) -> Any:
         """Send one request and return the decoded response body."""
         if not self.connected:
             await self.connect()
-        assert self._reader is not None and self._writer is not None
+        assert self._transport is not None
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(api_key, api_version, correlation_id, self.client_id, body)
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout_s or self.timeout_s, _time_out, waiter)
         try:
-            self._writer.write(frame)
-            await asyncio.wait_for(self._read_response(api_key, api_version, correlation_id),
-                                   timeout_s or self.timeout_s)
-            return self._response
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
+            self._transport.write(frame)
+            response = await waiter
+            (got,) = _SIZE.unpack_from(response, 0)  # the header starts with the correlation id
+            if got != correlation_id:
+                raise ProtocolError(f"correlation id {got}, expected {correlation_id}")
+            return decode_response(api_key, api_version, memoryview(response))[1]
+        except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
             self.close()
             raise ChannelError(f"request {api_key} v{api_version} to {self.host}:{self.port} failed: {exc!r}") from exc
         except BaseException:
             self.close()  # cancelled mid-request: the stream position is unknown
             raise
+        finally:
+            timer.cancel()
+            self._waiter = None
 
-    async def _read_response(self, api_key: int, api_version: int, correlation_id: int) -> None:
-        assert self._reader is not None and self._writer is not None
-        await self._writer.drain()
-        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-        if not 4 <= size <= MAX_RESPONSE_BYTES:
-            raise ProtocolError(f"response frame size {size}")
-        frame = bytearray(await self._reader.readexactly(size))
-        got, body = decode_response(api_key, api_version, memoryview(frame))
-        if got != correlation_id:
-            raise ProtocolError(f"correlation id {got}, expected {correlation_id}")
-        self._response = body
+    def _frame_received(self, reader: _ResponseReader, frame: bytearray) -> None:
+        if reader is not self._reader:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self._failed(reader, ProtocolError("a response nobody asked for"))
+            return
+        waiter.set_result(frame)
+
+    def _failed(self, reader: _ResponseReader, exc: BaseException) -> None:
+        if reader is not self._reader:
+            return
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()
 
     def close(self) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None:
+        transport, self._transport, self._reader = self._transport, None, None
+        if transport is not None:
             with contextlib.suppress(Exception):
-                writer.close()
+                transport.abort()
+
+
+def _time_out(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError())

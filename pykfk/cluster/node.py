@@ -145,6 +145,7 @@ class ClusterNode:
                 log.info("controlled shutdown attempt %d of %d incomplete", attempt, retries)
                 await asyncio.sleep(backoff)
         await manager.stop_fetchers()
+        manager.log_end_waiters.wake_all()  # parked follower fetches answer now, as consumers' do
 
     def _movable_leaderships(self) -> Iterator[Any]:
         """Partitions this broker leads although another live ISR member could."""

@@ -42,6 +42,7 @@ from pykfk.cluster.channel import BrokerChannel, ChannelError
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, PartitionState
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.server.waiters import AppendWaiters
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -54,6 +55,11 @@ LEADER, FOLLOWER, NONE = "leader", "follower", "none"
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _fail(future: asyncio.Future[None], code: ErrorCode) -> None:
+    if not future.done():
+        future.set_exception(KafkaError(code))
 
 
 class ReplicaSettings:
@@ -146,6 +152,8 @@ class Partition:
         self.state = state
         self.remote = {}
         self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if was_leader:
+            self.manager.log_end_waiters.notify(self.topic, self.partition)  # answer NOT_LEADER now
         self.needs_truncation = True
         self.fetch_paused_until = 0
         log.info("%s-%d: follower of %d at epoch %d, log end offset %d, high watermark %d",
@@ -159,6 +167,7 @@ class Partition:
         self.role = NONE
         self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if was_leader:
+            self.manager.log_end_waiters.notify(self.topic, self.partition)
             self.manager.leadership_changed(self, False)
 
     # -- leader: appends and the purgatory ---------------------------------------------
@@ -183,18 +192,19 @@ class Partition:
         if self.role != LEADER:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark < required_offset:
-            future = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
             entry = (required_offset, future)
             self.waiters.append(entry)
+            timer = loop.call_later(timeout_s, _fail, future, ErrorCode.REQUEST_TIMED_OUT)
             try:
-                await asyncio.wait_for(future, timeout_s)
-            except asyncio.TimeoutError:
-                return ErrorCode.REQUEST_TIMED_OUT
+                await future
             except KafkaError as exc:
                 return exc.code
             finally:
+                timer.cancel()
                 with contextlib.suppress(ValueError):
-                    self.waiters.remove(entry)
+                    self.waiters.remove(entry)  # still there after a timeout or a cancel
         if len(self.isr) < self.min_insync_replicas():
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return ErrorCode.NONE
@@ -202,8 +212,7 @@ class Partition:
     def fail_waiters(self, code: ErrorCode) -> None:
         waiters, self.waiters = self.waiters, []
         for _offset, future in waiters:
-            if not future.done():
-                future.set_exception(KafkaError(code))
+            _fail(future, code)
 
     def maybe_advance_high_watermark(self) -> None:
         if self.role != LEADER:
@@ -383,6 +392,9 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
+        # Follower fetches park here, woken by leader appends only; consumer fetches
+        # park with the broker's waiters (``notify``), woken when the high watermark moves.
+        self.log_end_waiters = AppendWaiters()
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._isr_task: asyncio.Task[None] | None = None
@@ -546,13 +558,15 @@ class ReplicaManager:
         return self.leader_partition(topic, partition).log
 
     def log_for_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
-                      current_leader_epoch: int) -> tuple[Any, int]:
+                      current_leader_epoch: int, *, report_position: bool = True) -> tuple[Any, int]:
         """(log, read limit) for a Fetch: consumers read up to the high watermark,
-        followers up to the log end offset and report their position."""
+        followers up to the log end offset; a follower's ``fetch_offset`` is its position
+        (once per request: ``report_position`` is False when a parked fetch reads again)."""
         found = self.leader_partition(topic, partition)
         found.check_leader_epoch(current_leader_epoch)
         if replica_id >= 0:
-            found.follower_fetched(replica_id, fetch_offset)
+            if report_position:
+                found.follower_fetched(replica_id, fetch_offset)
             return found.log, found.log.log_end_offset
         return found.log, found.high_watermark
 
@@ -567,7 +581,8 @@ class ReplicaManager:
         raises KafkaError with the produce error code."""
         found = self.leader_partition(topic, partition)
         info = found.append_as_leader(records, acks)
-        self.notify(topic, partition)
+        # Consumers were woken if the high watermark moved (replication factor 1).
+        self.log_end_waiters.notify(topic, partition)
         if acks == -1 and info.last_offset >= 0:
             code = await found.wait_for_replication(info.last_offset + 1, max(timeout_ms, 0) / 1000)
             if code != ErrorCode.NONE:
@@ -744,7 +759,6 @@ class ReplicaFetcher:
             records = result.records
             if records is not None and len(records):
                 p.append_as_follower(memoryview(records), result.high_watermark)
-                self.manager.notify(p.topic, p.partition)
             else:
                 p._take_high_watermark(result.high_watermark)
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:

@@ -195,3 +195,57 @@ def test_acks_all_needs_min_insync_replicas(cluster_factory):
     ends = high_watermarks(cluster.bootstrap, topic, 1)
     values = [v for _o, v in read_all(cluster.bootstrap, topic, ends)[0]]
     assert values == [b"before-%d" % i for i in range(100)] + [b"acks-1", b"after"]
+
+
+@pytest.mark.timeout(180)
+def test_appends_wake_follower_fetches_and_the_high_watermark_wakes_consumers(cluster_factory):
+    """With every long poll set to 20 s, an acks=all produce and a consumer fetch parked
+    on the leader both finish long before that: followers are woken by the append (and
+    report their position as they ask for more), the consumer by the high watermark."""
+    import asyncio
+
+    from confluent_kafka import Producer
+
+    from pykfk.cluster.channel import BrokerChannel
+
+    long_poll_ms = 20_000
+    cluster = cluster_factory(3, replica_fetch_wait_max_ms=long_poll_ms)
+    topic = "wake"
+    cluster.create_topic(topic, 1, 3, **{"min.insync.replicas": 3})
+    cluster.wait_for_full_isr(topic, 1)
+    leader = cluster.brokers[cluster.leader(topic, 0)]
+
+    def produce_one() -> tuple[Any, float]:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 60_000})
+        producer.list_topics(topic, timeout=10)  # metadata first: time only the produce
+        results: list[Any] = []
+        started = time.monotonic()
+        producer.produce(topic, value=b"wake up", on_delivery=lambda err, msg: results.append(err or msg.offset()))
+        assert producer.flush(60) == 0
+        return results[0], time.monotonic() - started
+
+    async def scenario() -> tuple[Any, float, Any, float]:
+        channel = BrokerChannel(leader.host, leader.port, client_id="wake-test", timeout_s=60)
+        fetch = {"replica_id": -1, "max_wait_ms": long_poll_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+                 "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                 "rack_id": "", "topics": [{"topic": topic, "partitions": [
+                     {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
+                      "partition_max_bytes": 1 << 20}]}]}
+        try:
+            started = time.monotonic()
+            parked = asyncio.ensure_future(channel.request(1, 11, fetch, timeout_s=60))
+            await asyncio.sleep(0.5)
+            assert not parked.done(), "the consumer fetch should wait for data"
+            delivered, produce_s = await asyncio.get_running_loop().run_in_executor(None, produce_one)
+            response = await parked
+            return delivered, produce_s, response, time.monotonic() - started
+        finally:
+            channel.close()
+
+    delivered, produce_s, response, fetch_s = asyncio.run(scenario())
+    assert delivered == 0, delivered
+    assert produce_s < long_poll_ms / 2000, f"acks=all took {produce_s:.1f} s: followers were not woken"
+    result = response.responses[0].partitions[0]
+    assert result.error_code == 0 and result.high_watermark == 1
+    assert b"wake up" in bytes(result.records)
+    assert fetch_s < long_poll_ms / 2000, f"consumer fetch took {fetch_s:.1f} s: not woken by the high watermark"

@@ -13,7 +13,10 @@ Versions below 4 expect magic 0/1 message sets: those batches are down-converted
 
 In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads
 up to the high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and
-its ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``).
+its ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``), before
+the fetch parks, so acks=all requests complete as soon as the follower asks for more. A
+parked follower fetch wakes on leader appends only, a parked consumer fetch when the high
+watermark moves.
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ def _partition_error(partition: int, code: int) -> dict:
     }
 
 
-def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
+def _read_all(ctx: Any, request: Any, first_pass: bool) -> tuple[list, int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
-    response stays valid if retention deletes a segment before it is sent.
+    response stays valid if retention deletes a segment before it is sent. A follower's
+    position is taken on the first pass only (later passes follow a wake-up).
     """
     broker = ctx.broker
     replicas = getattr(broker, "replica_manager", None)
@@ -73,7 +77,8 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
             else:
                 try:
                     plog, max_offset = replicas.log_for_fetch(
-                        topic.topic, part.partition, request.replica_id, part.fetch_offset, part.current_leader_epoch
+                        topic.topic, part.partition, request.replica_id, part.fetch_offset,
+                        part.current_leader_epoch, report_position=first_pass,
                     )
                 except KafkaError as exc:
                     partitions.append(_partition_error(part.partition, exc.code))
@@ -83,7 +88,10 @@ def _read_all(ctx: Any, request: Any) -> tuple[list, int, bool]:
             limit = min(part.partition_max_bytes, remaining)
             records: Any = b""
             try:
-                if limit > 0 or total == 0:
+                if part.fetch_offset == max_offset and plog.log_start_offset <= max_offset:
+                    # Nothing new (a caught-up follower or consumer): no segment lookup.
+                    region, log_start = None, plog.log_start_offset
+                elif limit > 0 or total == 0:
                     # Only the first partition with data may exceed the limits (one whole
                     # batch); later ones are cut, and clients drop a partial last batch.
                     data = plog.read(
@@ -137,13 +145,18 @@ async def handle(ctx: Any, request: Any) -> dict:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    replicas = getattr(broker, "replica_manager", None)
+    # A follower waits for the leader's log to grow; a consumer for the high watermark.
+    waiters = replicas.log_end_waiters if replicas is not None and request.replica_id >= 0 else broker.waiters
+    first_pass = True
     while True:
-        responses, available, error = _read_all(ctx, request)
+        responses, available, error = _read_all(ctx, request, first_pass)
+        first_pass = False
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
         _release_fds(ctx)
-        await broker.waiters.wait(keys, remaining)
+        await waiters.wait(keys, remaining)
 
 
 def _release_fds(ctx: Any) -> None:

@@ -119,8 +119,8 @@ async def handle(ctx: Any, request: Any) -> dict | None:
         for topic in request.topic_data
         for pdata in topic.partition_data
     ]
-    if replicas is None:
-        results = [await coro for _name, coro in work]  # no waiting: no tasks needed
+    if replicas is None or len(work) == 1:
+        results = [await coro for _name, coro in work]  # no waiting, or one wait: no tasks needed
     else:
         results = await asyncio.gather(*(coro for _name, coro in work))  # acks=all waits overlap
     responses: list[dict] = []
