@@ -25,6 +25,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# The broker cannot run without the compiled core: importing it here makes a build
+# without the extensions fail at once, with pykfk._core's message saying how to build.
+import pykfk._core  # noqa: F401
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.metadata import BrokerInfo, MetadataStore, TopicInfo
 from pykfk.config import (
