@@ -425,15 +425,30 @@ def build_batch(records: Sequence[tuple[Any, Any, int | None, Sequence[tuple[Any
                 base_offset: int = 0, compression: int = 0, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1,
                 partition_leader_epoch: int = -1, timestamp_type: int = 0,
-                is_transactional: bool = False, is_control: bool = False) -> bytes:
+                is_transactional: bool = False, is_control: bool = False,
+                offset_deltas: Sequence[int] | None = None, last_offset_delta: int = -1) -> bytes:
     records = list(records)
     if not records:
         raise ValueError("a batch needs at least one record")
+    deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
+    if len(deltas) != len(records):
+        raise ValueError(f"{len(deltas)} offset deltas for {len(records)} records")
+    previous = -1
+    for i, delta in enumerate(deltas):
+        if delta <= previous or delta > 0x7FFFFFFF:
+            raise ValueError(f"offset delta {delta} of record {i} is not above {previous} "
+                             f"and within int32")
+        previous = delta
+    if last_offset_delta == -1:
+        last_offset_delta = deltas[-1]
+    elif last_offset_delta < deltas[-1] or last_offset_delta > 0x7FFFFFFF:
+        raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's "
+                         f"offset delta {deltas[-1]} or beyond int32")
     stamps = [time.time_ns() // 1_000_000 if r[2] is None else r[2] for r in records]
     base_ts = stamps[0]
     area = bytearray()
-    for i, ((key, value, _, headers), ts) in enumerate(zip(records, stamps)):
-        body = bytes([0]) + write_varint(ts - base_ts) + write_varint(i) + _field(key) + _field(value)
+    for (key, value, _, headers), ts, delta in zip(records, stamps, deltas):
+        body = bytes([0]) + write_varint(ts - base_ts) + write_varint(delta) + _field(key) + _field(value)
         headers = headers or ()
         body += write_varint(len(headers))
         for hkey, hvalue in headers:
@@ -442,7 +457,7 @@ def build_batch(records: Sequence[tuple[Any, Any, int | None, Sequence[tuple[Any
     payload = _compress(compression, bytes(area)) if compression else bytes(area)
     attributes = (compression | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
                   | (ATTR_TRANSACTIONAL if is_transactional else 0) | (ATTR_CONTROL if is_control else 0))
-    tail = struct.pack(">hiqqqhii", attributes, len(records) - 1, base_ts, max(stamps), producer_id,
+    tail = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_ts, max(stamps), producer_id,
                        producer_epoch, base_sequence, len(records)) + payload
     head = struct.pack(">qiib", base_offset, len(tail) + 9, partition_leader_epoch, 2)
     return head + struct.pack(">I", crc32c(tail)) + tail

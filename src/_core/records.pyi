@@ -250,11 +250,18 @@ def build_batch(
     timestamp_type: int = 0,
     is_transactional: bool = False,
     is_control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int = -1,
 ) -> bytes:
     """One magic 2 batch of (key, value, timestamp_ms, headers) records (timestamp None =
     now), offset deltas 0..n-1, base_timestamp = the first record's timestamp. Compression:
     gzip; snappy in the xerial framing the Java client writes; LZ4 frame with independent
-    blocks (KIP-57); zstd."""
+    blocks (KIP-57); zstd.
+
+    ``offset_deltas`` (one per record, strictly increasing, 0 .. 2^31-1) gives records
+    explicit offsets base_offset + delta, as log compaction leaves them;
+    ``last_offset_delta`` (-1 = the last record's delta) may be larger, so a rewritten batch
+    keeps its original offset range (Kafka's ``overrideLastOffset``). ValueError otherwise."""
 
 def iter_records(buf: Buffer, start: int = 0, *, max_decompressed_size: int = ...) -> Iterator[Record]:
     """Every record of the whole batches in buf[start:], control records included,

@@ -707,14 +707,19 @@ cdef object _finish_batch(_Buf *area, int32_t count, int compression, int64_t ba
 
 def build_batch(records, *, int64_t base_offset=0, int compression=0, int64_t producer_id=-1,
                 int producer_epoch=-1, int32_t base_sequence=-1, int32_t partition_leader_epoch=-1,
-                int timestamp_type=0, bint is_transactional=False, bint is_control=False):
+                int timestamp_type=0, bint is_transactional=False, bint is_control=False,
+                offset_deltas=None, int64_t last_offset_delta=-1):
     """One magic 2 batch holding `records`: a sequence of (key, value, timestamp_ms, headers)
     with key/value bytes-like or None, timestamp_ms an int (None = now) and headers a
-    sequence of (str|bytes key, bytes-like|None value). Offset deltas are 0..n-1."""
+    sequence of (str|bytes key, bytes-like|None value). Offset deltas are 0..n-1, or
+    `offset_deltas` (one per record, strictly increasing, >= 0: a batch rewritten by log
+    compaction keeps its records' offsets); last_offset_delta -1 = the last record's delta,
+    else at least that (a compacted batch keeps its original offset range)."""
     cdef _Buf area
     cdef Py_ssize_t start
     cdef int32_t count = 0
     cdef int64_t ts, base_timestamp = 0, max_timestamp = -1
+    cdef int64_t delta, previous_delta = -1
     if compression < 0 or compression > PK_CODEC_MAX:
         raise ValueError(f"unknown compression codec {compression} (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
     if timestamp_type not in (0, 1):
@@ -724,10 +729,22 @@ def build_batch(records, *, int64_t base_offset=0, int compression=0, int64_t pr
         raise ValueError("a batch needs at least one record")
     if len(records) > 0x7FFFFFFF:
         raise ValueError("more than 2^31-1 records")
+    if offset_deltas is not None:
+        offset_deltas = list(offset_deltas)
+        if len(offset_deltas) != len(records):
+            raise ValueError(f"{len(offset_deltas)} offset deltas for {len(records)} records")
     area.data = NULL
     area.length = area.capacity = 0
     try:
         for record in records:
+            if offset_deltas is None:
+                delta = count
+            else:
+                delta = offset_deltas[count]
+                if delta <= previous_delta or delta > 0x7FFFFFFF:
+                    raise ValueError(f"offset delta {delta} of record {count} is not above "
+                                     f"{previous_delta} and within int32")
+            previous_delta = delta
             key, value, timestamp, headers = record
             ts = _time.time_ns() // 1000000 if timestamp is None else timestamp
             if count == 0:
@@ -737,7 +754,7 @@ def build_batch(records, *, int64_t base_offset=0, int compression=0, int64_t pr
             start = _record_begin(&area)
             _put_u8(&area, 0)                       # record attributes (unused by Kafka)
             _put_varint(&area, ts - base_timestamp)
-            _put_varint(&area, count)
+            _put_varint(&area, delta)
             _put_object(&area, key, True, "key")
             _put_object(&area, value, True, "value")
             headers = () if headers is None else headers
@@ -747,12 +764,17 @@ def build_batch(records, *, int64_t base_offset=0, int compression=0, int64_t pr
                 _put_object(&area, hvalue, True, "header value")
             _record_end(&area, start)
             count += 1
+        if last_offset_delta == -1:
+            last_offset_delta = previous_delta
+        elif last_offset_delta < previous_delta or last_offset_delta > 0x7FFFFFFF:
+            raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's "
+                             f"offset delta {previous_delta} or beyond int32")
         attributes = ((PK_ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
                       | (PK_ATTR_TRANSACTIONAL if is_transactional else 0)
                       | (PK_ATTR_CONTROL if is_control else 0))
         return _finish_batch(&area, count, compression, base_offset, partition_leader_epoch,
                              attributes, base_timestamp, max_timestamp, producer_id,
-                             producer_epoch, base_sequence, count - 1, False)
+                             producer_epoch, base_sequence, <int32_t>last_offset_delta, False)
     finally:
         PyMem_Free(area.data)
 
