@@ -39,6 +39,10 @@ class LogConfig:
     cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact" or both)
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms
     preallocate: bool = False  # preallocate
+    # Log compaction (cleanup.policy=compact; pykfk.log.cleaner).
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms (tombstones, 1 day)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
 
     def __post_init__(self) -> None:
         # Lower bounds are Kafka's (TopicConfig validators): segment.bytes >= 14 (one legacy
@@ -52,9 +56,13 @@ class LogConfig:
         if self.segment_bytes > 2**31 - 1:
             raise ValueError(f"segment_bytes must be at most 2147483647, got {self.segment_bytes}")
         for name in ("segment_ms", "flush_interval_messages", "flush_interval_ms",
-                     "max_message_bytes", "file_delete_delay_ms"):
+                     "max_message_bytes", "file_delete_delay_ms", "delete_retention_ms",
+                     "min_compaction_lag_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError(f"min_cleanable_dirty_ratio must be within [0, 1], "
+                             f"got {self.min_cleanable_dirty_ratio}")
         if self.flush_interval_messages == 0:
             raise ValueError("flush_interval_messages must be at least 1")
         for name in ("retention_ms", "retention_bytes"):
@@ -77,6 +85,11 @@ class LogConfig:
     def deletes_segments(self) -> bool:
         """True when retention may delete old segments (cleanup.policy contains delete)."""
         return "delete" in self.cleanup_policies
+
+    @property
+    def compacts(self) -> bool:
+        """True when the log cleaner compacts this log (cleanup.policy contains compact)."""
+        return "compact" in self.cleanup_policies
 
     @property
     def log_append_time(self) -> bool:
@@ -122,6 +135,9 @@ _TOPIC_KEYS = {
     "cleanup.policy": "cleanup_policy",
     "file.delete.delay.ms": "file_delete_delay_ms",
     "preallocate": "preallocate",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
 }
 
 _STRING_ATTRS = {"message_timestamp_type", "cleanup_policy"}
@@ -139,7 +155,18 @@ def _parse(key: str, attr: str, value: Any) -> Any:
         if text not in ("true", "false"):
             raise ValueError(f"{key} must be true or false, got {value!r}")
         return text == "true"
+    if attr == "min_cleanable_dirty_ratio":
+        return _parse_float(key, value)
     return _parse_int(key, value)
+
+
+def _parse_float(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    try:
+        return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {value!r}") from None
 
 
 def _parse_int(key: str, value: Any) -> int:
