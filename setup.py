@@ -37,6 +37,7 @@ extensions = [
     core_extension("records", "crc32.c", "batch.c"),
     core_extension("segment", "crc32.c", "batch.c"),
     core_extension("sendfile"),
+    core_extension("wire"),
 ]
 
 # PYKFK_EXTENSIONS=segment,sendfile builds only those (handy while working on one module).

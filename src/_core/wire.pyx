@@ -1,0 +1,415 @@
+# cython: language_level=3
+"""Produce fast path (apache/kafka ProduceRequest.json / ProduceResponse.json, v0-v9):
+a compiled walk of Produce request bodies and a compiled Produce response encoder.
+
+Both give exactly what the generic table-driven codec (pykfk.protocol.codec) gives for the
+same bytes or the same response body; tests/protocol/test_fast_path_wire.py checks this on
+every version, hostile and truncated input included (ProtocolError in the same cases).
+"""
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from pykfk.protocol.types import ProtocolError
+
+# Versions this module walks (ProduceRequest.json "validVersions" as declared in
+# pykfk.protocol.messages.produce) and the first flexible one (KIP-482).
+PRODUCE_MIN_VERSION = 0
+PRODUCE_MAX_VERSION = 9
+PRODUCE_FLEXIBLE_FROM = 9
+
+
+# ---------------------------------------------------------------------------------------
+# Request walk
+#
+#   ProduceRequest body (after the request header)
+#     transactional_id   nullable string           v3+
+#     acks               int16
+#     timeout_ms         int32
+#     topic_data         array of
+#       name             string
+#       partition_data   array of
+#         index          int32
+#         records        nullable records           (a view of the frame, never copied)
+#         [tagged fields]                            v9+
+#       [tagged fields]                              v9+
+#     [tagged fields]                                v9+
+#
+#   classic (v0-v8): string int16 length (-1 null), records int32 length (-1 null),
+#                    array int32 count
+#   compact (v9):    string/records uvarint length+1 (0 null), array uvarint count+1
+#   tagged fields:   uvarint count, then (uvarint tag, uvarint size, size bytes) each;
+#                    Produce declares no tags, so every one is skipped (as Kafka does)
+
+cdef struct _Cursor:
+    const uint8_t* data
+    Py_ssize_t pos
+    Py_ssize_t end
+
+
+cdef int _truncated(_Cursor* c, Py_ssize_t need) except -1:
+    raise ProtocolError(
+        f"truncated: {need} bytes needed at byte {c.pos}, {c.end - c.pos} left")
+
+
+cdef inline int _need(_Cursor* c, Py_ssize_t n) except -1:
+    if c.end - c.pos < n:
+        _truncated(c, n)
+    return 0
+
+
+cdef inline int16_t _int16(_Cursor* c) except? -1:
+    _need(c, 2)
+    cdef const uint8_t* p = c.data + c.pos
+    c.pos += 2
+    return <int16_t>((<uint32_t>p[0] << 8) | p[1])
+
+
+cdef inline int32_t _int32(_Cursor* c) except? -1:
+    _need(c, 4)
+    cdef const uint8_t* p = c.data + c.pos
+    c.pos += 4
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef int64_t _uvarint(_Cursor* c) except -1:
+    """Unsigned varint of at most 5 bytes holding a 32-bit value (ByteUtils.readUnsignedVarint)."""
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while True:
+        _need(c, 1)
+        b = c.data[c.pos]
+        c.pos += 1
+        value |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            if value > 0xFFFFFFFF:
+                raise ProtocolError("unsigned varint does not fit in 32 bits")
+            return <int64_t>value
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("unsigned varint longer than 5 bytes")
+
+
+cdef inline int64_t _length(_Cursor* c, bint compact, bint is_string) except? -2:
+    """A length or count prefix; -1 means null."""
+    if compact:
+        return _uvarint(c) - 1
+    if is_string:
+        return _int16(c)
+    return _int32(c)
+
+
+cdef object _string(_Cursor* c, bint compact, bint nullable):
+    cdef Py_ssize_t start = c.pos
+    cdef int64_t n = _length(c, compact, True)
+    if n < 0:
+        if n == -1 and nullable:
+            return None
+        if n == -1:
+            raise ProtocolError(f"null string at byte {c.pos} in a non-nullable field")
+        raise ProtocolError(f"negative string length {n} at byte {start}")
+    if n > c.end - c.pos:
+        raise ProtocolError(f"length {n} at byte {c.pos} runs past the end of the frame")
+    try:
+        text = PyUnicode_DecodeUTF8(<const char*>(c.data + c.pos), <Py_ssize_t>n, "strict")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"string at byte {c.pos} is not valid UTF-8") from exc
+    c.pos += <Py_ssize_t>n
+    return text
+
+
+cdef Py_ssize_t _count(_Cursor* c, bint compact, Py_ssize_t min_size) except -1:
+    """A non-nullable array count, bounded by the bytes left at min_size bytes an element."""
+    cdef int64_t n = _length(c, compact, False)
+    if n < 0:
+        if n == -1:
+            raise ProtocolError(f"null array at byte {c.pos} in a non-nullable field")
+        raise ProtocolError(f"negative array count {n} at byte {c.pos}")
+    if n * min_size > c.end - c.pos:
+        raise ProtocolError(f"array count {n} at byte {c.pos} exceeds the bytes left")
+    return <Py_ssize_t>n
+
+
+cdef int _skip_tagged(_Cursor* c) except -1:
+    cdef int64_t count = _uvarint(c)
+    cdef int64_t size
+    cdef int64_t i
+    if count * 2 > c.end - c.pos:
+        raise ProtocolError(f"tagged field count {count} at byte {c.pos} exceeds the bytes left")
+    for i in range(count):
+        _uvarint(c)  # tag
+        size = _uvarint(c)
+        if size > c.end - c.pos:
+            raise ProtocolError(f"tagged field of {size} bytes runs past the frame")
+        c.pos += <Py_ssize_t>size
+    return 0
+
+
+def decode_produce(frame, Py_ssize_t offset, int version):
+    """Decode the ProduceRequest body of ``frame`` (a request without its size prefix;
+    the body runs from ``offset`` to the end) at ``version`` (0-9).
+
+    Returns ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``
+    where ``records`` is a memoryview slice of ``frame`` (None for null records) and
+    ``transactional_id`` is None before v3. Raises ProtocolError for bytes that do not
+    decode (truncated, bad lengths or counts, invalid UTF-8, trailing bytes) and
+    UnsupportedVersionError-free ValueError for a version outside 0-9. The frame's
+    buffer export is released before returning; the returned views keep it alive.
+    """
+    if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
+        raise ValueError(f"Produce v{version} is outside {PRODUCE_MIN_VERSION}-{PRODUCE_MAX_VERSION}")
+    cdef object view = frame if type(frame) is memoryview else memoryview(frame)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    cdef Py_buffer pybuf
+    PyObject_GetBuffer(view, &pybuf, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset > pybuf.len:
+            raise ValueError(f"body offset {offset} outside a frame of {pybuf.len} bytes")
+        try:
+            return _walk_produce(view, <const uint8_t*>pybuf.buf, offset, pybuf.len, version)
+        except ProtocolError as exc:
+            raise ProtocolError(f"Produce v{version} request: {exc}") from None
+    finally:
+        PyBuffer_Release(&pybuf)
+
+
+cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, Py_ssize_t size,
+                          int version):
+    cdef _Cursor c
+    c.data = data
+    c.pos = offset
+    c.end = size
+    cdef bint compact = version >= PRODUCE_FLEXIBLE_FROM
+    # Least bytes of one topic / one partition entry (bounds counts before any loop):
+    # classic name 2 + count 4 / index 4 + length 4; compact name 1 + count 1 + tags 1 /
+    # index 4 + length 1 + tags 1.
+    cdef Py_ssize_t topic_min = 3 if compact else 6
+    cdef Py_ssize_t partition_min = 6 if compact else 8
+    cdef Py_ssize_t n_topics, n_partitions, t, p
+    cdef int32_t index
+    cdef int64_t n
+    cdef Py_ssize_t start
+
+    transactional_id = _string(&c, compact, True) if version >= 3 else None
+    cdef int16_t acks = _int16(&c)
+    cdef int32_t timeout_ms = _int32(&c)
+    n_topics = _count(&c, compact, topic_min)
+    topics = []
+    for t in range(n_topics):
+        name = _string(&c, compact, False)
+        n_partitions = _count(&c, compact, partition_min)
+        partitions = []
+        for p in range(n_partitions):
+            index = _int32(&c)
+            start = c.pos
+            n = _length(&c, compact, False)
+            if n < 0:
+                if n != -1:
+                    raise ProtocolError(f"negative bytes length {n} at byte {start}")
+                records = None
+            else:
+                if n > c.end - c.pos:
+                    raise ProtocolError(f"length {n} at byte {c.pos} runs past the end of the frame")
+                records = view[c.pos:c.pos + <Py_ssize_t>n]
+                c.pos += <Py_ssize_t>n
+            if compact:
+                _skip_tagged(&c)
+            partitions.append((index, records))
+        if compact:
+            _skip_tagged(&c)
+        topics.append((name, partitions))
+    if compact:
+        _skip_tagged(&c)
+    if c.pos != c.end:
+        raise ProtocolError(f"{c.end - c.pos} trailing bytes")
+    return (transactional_id, acks, timeout_ms, topics)
+
+
+# ---------------------------------------------------------------------------------------
+# Response encoder
+#
+#   frame: int32 size, int32 correlation_id, [tagged fields: one 0 byte]  v9+ (header v1)
+#   ProduceResponse body
+#     responses                 array of
+#       name                    string
+#       partition_responses     array of
+#         index                 int32
+#         error_code            int16
+#         base_offset           int64
+#         log_append_time_ms    int64                 v2+ (default -1)
+#         log_start_offset      int64                 v5+ (default -1)
+#         record_errors         array of              v8+
+#           batch_index         int32
+#           batch_index_error_message  nullable string
+#           [tagged fields]                            v9+
+#         error_message         nullable string       v8+
+#         [tagged fields]                              v9+
+#       [tagged fields]                                v9+
+#     throttle_time_ms          int32                 v1+ (default 0)
+#     [tagged fields]                                  v9+
+# No tagged field is declared for v0-v9, so every tagged section is the single byte 0.
+
+cdef struct _Out:
+    char* data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef int _reserve(_Out* o, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef char* grown
+    if o.len + n <= o.cap:
+        return 0
+    cap = o.cap * 2
+    while cap < o.len + n:
+        cap *= 2
+    grown = <char*>PyMem_Realloc(o.data, <size_t>cap)
+    if grown == NULL:
+        raise MemoryError()
+    o.data = grown
+    o.cap = cap
+    return 0
+
+
+cdef inline int _put_be(_Out* o, uint64_t value, int width) except -1:
+    _reserve(o, width)
+    cdef int i
+    for i in range(width):
+        o.data[o.len + i] = <char>((value >> (8 * (width - 1 - i))) & 0xFF)
+    o.len += width
+    return 0
+
+
+cdef int _put_uvarint(_Out* o, uint64_t value) except -1:
+    if value > 0xFFFFFFFF:
+        raise ValueError(f"unsigned varint out of range: {value}")
+    _reserve(o, 5)
+    while value >= 0x80:
+        o.data[o.len] = <char>((value & 0x7F) | 0x80)
+        o.len += 1
+        value >>= 7
+    o.data[o.len] = <char>value
+    o.len += 1
+    return 0
+
+
+cdef int _put_count(_Out* o, Py_ssize_t n, bint compact) except -1:
+    if compact:
+        return _put_uvarint(o, <uint64_t>(n + 1))
+    if n > 0x7FFFFFFF:
+        raise ValueError("array longer than 2**31-1 elements")
+    return _put_be(o, <uint64_t><uint32_t>n, 4)
+
+
+cdef int _put_string(_Out* o, object value, bint compact, bint nullable) except -1:
+    cdef bytes raw
+    cdef Py_ssize_t n
+    if value is None:
+        if not nullable:
+            raise ValueError("None for a non-nullable string")
+        if compact:
+            return _put_be(o, 0, 1)
+        return _put_be(o, 0xFFFF, 2)
+    raw = value.encode("utf-8")
+    n = len(raw)
+    if compact:
+        _put_uvarint(o, <uint64_t>(n + 1))
+    else:
+        if n > 0x7FFF:
+            raise ValueError("string longer than 32767 bytes")
+        _put_be(o, <uint64_t>n, 2)
+    _reserve(o, n)
+    memcpy(o.data + o.len, <const char*>raw, <size_t>n)
+    o.len += n
+    return 0
+
+
+cdef inline int _put_int(_Out* o, object value, int width) except -1:
+    # Range as struct.pack's signed formats (h, i, q) would enforce.
+    cdef int64_t v
+    if width == 8:
+        v = value
+    else:
+        v = value
+        if width == 2 and not (-0x8000 <= v <= 0x7FFF):
+            raise OverflowError(f"{value} does not fit in int16")
+        if width == 4 and not (-0x80000000 <= v <= 0x7FFFFFFF):
+            raise OverflowError(f"{value} does not fit in int32")
+    return _put_be(o, <uint64_t>v, width)
+
+
+cdef int _encode_partition(_Out* o, object part, int version, bint compact) except -1:
+    _put_int(o, part.get("index", 0), 4)
+    _put_int(o, part.get("error_code", 0), 2)
+    _put_int(o, part.get("base_offset", 0), 8)
+    if version >= 2:
+        _put_int(o, part.get("log_append_time_ms", -1), 8)
+    if version >= 5:
+        _put_int(o, part.get("log_start_offset", -1), 8)
+    if version >= 8:
+        record_errors = part.get("record_errors", ())
+        if record_errors is None:
+            raise ValueError("None for a non-nullable array")
+        _put_count(o, len(record_errors), compact)
+        for entry in record_errors:
+            _put_int(o, entry.get("batch_index", 0), 4)
+            _put_string(o, entry.get("batch_index_error_message", None), compact, True)
+            if compact:
+                _put_be(o, 0, 1)
+        _put_string(o, part.get("error_message", None), compact, True)
+    if compact:
+        _put_be(o, 0, 1)
+    return 0
+
+
+def encode_produce_response(int version, int32_t correlation_id, body):
+    """The whole ProduceResponse frame (int32 size prefix, response header, body) as one
+    ``bytes``, byte for byte what ``pykfk.protocol.framing.encode_response`` gives joined.
+
+    ``body`` is a mapping like the generic encoder's (``responses``, ``throttle_time_ms``;
+    missing keys take the declared defaults). Raises ValueError for a version outside
+    0-9 or a value that does not fit its field (OverflowError for out-of-range ints)."""
+    if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
+        raise ValueError(f"Produce v{version} is outside {PRODUCE_MIN_VERSION}-{PRODUCE_MAX_VERSION}")
+    cdef bint compact = version >= PRODUCE_FLEXIBLE_FROM
+    cdef _Out o
+    o.cap = 256  # one topic with one partition (the common answer) fits with room to spare
+    o.len = 0
+    o.data = <char*>PyMem_Malloc(<size_t>o.cap)
+    if o.data == NULL:
+        raise MemoryError()
+    try:
+        _put_be(&o, 0, 4)  # size, patched below
+        _put_be(&o, <uint64_t><uint32_t>correlation_id, 4)
+        if compact:
+            _put_be(&o, 0, 1)  # response header v1 tagged fields
+        responses = body.get("responses", ())
+        if responses is None:
+            raise ValueError("None for a non-nullable array")
+        _put_count(&o, len(responses), compact)
+        for topic in responses:
+            _put_string(&o, topic.get("name", ""), compact, False)
+            parts = topic.get("partition_responses", ())
+            if parts is None:
+                raise ValueError("None for a non-nullable array")
+            _put_count(&o, len(parts), compact)
+            for part in parts:
+                _encode_partition(&o, part, version, compact)
+            if compact:
+                _put_be(&o, 0, 1)
+        if version >= 1:
+            _put_int(&o, body.get("throttle_time_ms", 0), 4)
+        if compact:
+            _put_be(&o, 0, 1)
+        size = o.len - 4
+        o.len = 0
+        _put_be(&o, <uint64_t><uint32_t>size, 4)
+        return PyBytes_FromStringAndSize(o.data, size + 4)
+    finally:
+        PyMem_Free(o.data)
