@@ -8,6 +8,8 @@ Directory ``<topic>-<partition>``::
     00000000000000000000.timeindex    sparse time index, derived (rebuilt if missing)
     00000000000000001234.snapshot     producer state as of offset 1234
     *.deleted                         segment files waiting out file.delete.delay.ms
+    00000000000000000000.log.cleaned  a segment group being rewritten by the log cleaner
+    00000000000000000000.log.swap     a cleaned segment being swapped in (finished on open)
 
 Threads: ``append``, ``read`` and ``roll`` run on the event loop thread; ``flush``,
 ``delete_retained_segments`` and ``sweep_deleted_segments`` do disk work and belong on a
@@ -34,9 +36,10 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from pykfk._core import records as core_records
+from pykfk._core.errors import InvalidRecordError
 from pykfk._core.segment import Segment
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.log.checkpoints import write_atomic
+from pykfk.log.checkpoints import fsync_dir, write_atomic
 from pykfk.log.config import LogConfig
 from pykfk.log.producer_state import (
     ProducerStateManager,
@@ -54,6 +57,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 DELETE_DIR_SUFFIX = "-delete"
+SWAP_SUFFIX = ".swap"
 SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 # ListOffsets special timestamps (Kafka ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST).
@@ -351,12 +355,13 @@ class Log:
                     self._prefix(), len(segments), self._log_start_offset, self._log_end_offset)
 
     def _clean_directory(self) -> list[int]:
-        """Removes leftovers of interrupted deletes and writes; returns the base offsets
-        of the segments present, ascending."""
+        """Removes leftovers of interrupted deletes and writes, finishes interrupted
+        segment swaps; returns the base offsets of the segments present, ascending."""
+        self._finish_swaps()
         logs, indexes = set(), []
         for name in os.listdir(self.dir):
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(".swap") \
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(SWAP_SUFFIX) \
                     or name.endswith(".cleaned"):
                 logger.info("%s Removing leftover file %s", self._prefix(), name)
                 os.unlink(path)
@@ -374,6 +379,32 @@ class Log:
                             os.path.basename(path))
                 os.unlink(path)
         return sorted(logs)
+
+    def _finish_swaps(self) -> None:
+        """A ``<base>.log.swap`` is a whole cleaned segment (fsynced before the rename) that
+        replaces the segments of its offset range (Kafka's LogLoader): it becomes
+        ``<base>.log``, and the old segments it covers that were not yet renamed to
+        ``.deleted`` go. A ``.cleaned`` file is an unfinished cleaning: removed by the
+        caller, the old segments are intact."""
+        swaps = sorted(int(name[:20]) for name in os.listdir(self.dir)
+                       if name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and _SEGMENT_FILE.match(name[:-5]))
+        for base in swaps:
+            log_path = self._file(base, LOG_SUFFIX)
+            os.replace(log_path + SWAP_SUFFIX, log_path)
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):  # derived from the old data
+                try:
+                    os.unlink(self._file(base, suffix))
+                except FileNotFoundError:
+                    pass
+            with Segment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                         max_index_bytes=self.config.max_index_bytes) as swapped:
+                end = swapped.next_offset
+            for name in os.listdir(self.dir):
+                match = _SEGMENT_FILE.match(name)
+                if match and base < int(match.group(1)) < end:
+                    os.unlink(os.path.join(self.dir, name))
+            logger.info("%s Finished an interrupted swap of cleaned segment %d (offsets %d-%d)",
+                        self._prefix(), base, base, end - 1)
 
     def _recover(self, segments: list[Segment]) -> tuple[list[Segment], set[int]]:
         """Checks every segment holding offsets at or past the recovery point; truncates
@@ -519,6 +550,8 @@ class Log:
             decompress=assign_offsets and self.validate_compressed)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+        if assign_offsets and config.compacts:
+            _check_keys(buf, headers)
         size = len(buf)
         if size > config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -768,6 +801,38 @@ class Log:
                 os.unlink(snapshot_path(self.dir, base))
         self._load_producer_state()
 
+    # -- compaction ---------------------------------------------------------------------------
+
+    def replace_segments(self, old: list[Segment], cleaned_path: str) -> Segment:
+        """Swaps in a cleaned copy of the consecutive segments ``old`` (the log cleaner's
+        ``<base>.log.cleaned``, fsynced, base = ``old[0].base_offset``), as Kafka's
+        replaceSegments: rename to ``.swap``, old files to ``.deleted`` (closed after
+        file.delete.delay.ms, so readers' regions stay valid), ``.swap`` to ``.log``. A
+        crash at any step leaves files that loading finishes or discards. Raises
+        RuntimeError when ``old`` are no longer live consecutive segments of this log
+        (truncated or deleted meanwhile); the cleaned file is then left to the caller."""
+        base = old[0].base_offset
+        log_path = self._file(base, LOG_SUFFIX)
+        with self._flush_lock, self._lock:
+            self._check_open()
+            segments = self._view.segments
+            try:
+                i = next(k for k, s in enumerate(segments) if s is old[0])
+            except StopIteration:
+                raise RuntimeError(f"segment {base} is no longer in the log") from None
+            if segments[i:i + len(old)] != old or i + len(old) >= len(segments):
+                raise RuntimeError(f"segments {[s.base_offset for s in old]} are no longer "
+                                   f"consecutive inactive segments of the log")
+            os.rename(cleaned_path, log_path + SWAP_SUFFIX)
+            self._rename_for_delete(old)
+            os.rename(log_path + SWAP_SUFFIX, log_path)
+            new = self._open_segment(base)
+            self._view = _View(segments[:i] + [new] + segments[i + len(old):])
+        fsync_dir(self.dir)
+        if self.scheduler is not None:
+            self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
+        return new
+
     # -- retention and deletion -----------------------------------------------------------
 
     def delete_retained_segments(self, now_ms: int | None = None) -> int:
@@ -815,6 +880,11 @@ class Log:
         to readers stay valid meanwhile."""
         if not segments:
             return
+        self._rename_for_delete(segments)
+        if self.scheduler is not None:
+            self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
+
+    def _rename_for_delete(self, segments: list[Segment]) -> None:
         deadline = time_ms() + self.config.file_delete_delay_ms
         for seg in segments:
             paths = []
@@ -828,8 +898,6 @@ class Log:
             self._created_ms.pop(seg.base_offset, None)
             with self._lock:
                 self._pending_deletes.append(_PendingDelete(deadline, seg, paths))
-        if self.scheduler is not None:
-            self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
 
     def sweep_deleted_segments(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Closes and unlinks removed segments whose delay is over (all with ``force``).
@@ -973,6 +1041,29 @@ class Log:
             os.rename(self.dir, target)
             self.dir = target
             return target
+
+
+def _check_keys(buf: memoryview, headers: list) -> None:
+    """Kafka's LogValidator rule for compacted topics: every record needs a key (the
+    cleaner keeps records by key); a keyless one fails the batch with INVALID_RECORD.
+    Costs a decode of the records (compressed ones decompressed), on compacted topics only."""
+    decoded = core_records.decode_records(buf)
+    key_lengths = decoded.key_lengths
+    if -1 not in key_lengths:
+        return
+    i = key_lengths.index(-1)
+    bad = decoded.batches[decoded.batch_index[i]]
+    # decode_records numbers records from the batches' base offsets (not yet assigned):
+    # find the batch's position by walking the headers.
+    position = 0
+    for h in headers:
+        if h is bad or (h.base_offset == bad.base_offset and h.crc == bad.crc):
+            break
+        position += h.size
+    raise InvalidRecordError(
+        f"compacted topic cannot accept a record without a key (record {i} of the request, "
+        f"offset delta {decoded.offsets[i] - bad.base_offset} in its batch)",
+        "record.key", position, position + BATCH_HEADER_SIZE)
 
 
 def _mtime_ms(segment: Segment) -> int:
