@@ -528,11 +528,12 @@ class ReplicaManager:
 
     def min_insync_replicas_for(self, topic: str) -> int:
         info = self.store.get_topic(topic)
-        if info is not None:
-            value = info.configs.get("min.insync.replicas")
-            if value is not None:
-                with contextlib.suppress(ValueError):
-                    return int(value)
+        value = info.configs.get("min.insync.replicas") if info is not None else None
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                pass
         return self.settings.min_insync_replicas
 
     # -- services for request handlers -------------------------------------------------
