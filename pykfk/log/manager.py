@@ -6,6 +6,7 @@ Per log dir::
     .lock                             held (flock) while a broker uses the dir
     .kafka_cleanshutdown              present only between a clean shutdown and the next start
     recovery-point-offset-checkpoint  per partition: offsets below are flushed
+    cleaner-offset-checkpoint         per compacted partition: offsets below are clean
     log-start-offset-checkpoint       per partition: first readable offset
     replication-offset-checkpoint     per partition: high watermark
     <topic>-<partition>/              one Log
@@ -13,8 +14,8 @@ Per log dir::
 
 Threads: ``open`` and ``shutdown`` block (call them before the loop serves requests, or
 through ``aclose``); ``get_log`` / ``create_log`` / ``delete_log`` run on the loop thread.
-``start`` runs retention, time-based flushes and checkpoints as asyncio tasks whose disk
-work goes to a worker thread, never the loop.
+``start`` runs retention, time-based flushes, checkpoints and the log cleaner (compaction)
+as asyncio tasks whose disk work goes to a worker thread, never the loop.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from pykfk.log.checkpoints import (
     write_meta_properties,
     write_offset_checkpoint,
 )
+from pykfk.log.cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, CleanStats, LogCleaner
 from pykfk.log.config import LogConfig
 from pykfk.log.log import DELETE_DIR_SUFFIX, Log, parse_partition_dir, time_ms
 
@@ -138,6 +140,9 @@ class LogManager:
         flush_check_interval_ms: int = 1000,  # log.flush.scheduler.interval.ms
         checkpoint_interval_ms: int = 60_000,  # log.flush.offset.checkpoint.interval.ms
         producer_id_expiration_ms: int = 86_400_000,  # producer.id.expiration.ms
+        cleaner_enable: bool = True,  # log.cleaner.enable
+        cleaner_backoff_ms: int = 15_000,  # log.cleaner.backoff.ms
+        cleaner_dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,  # log.cleaner.dedupe.buffer.size
     ):
         if not log_dirs:
             raise ValueError("at least one log dir is required")
@@ -152,6 +157,9 @@ class LogManager:
         self.flush_check_interval_ms = flush_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size)
+                        if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.RLock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -290,6 +298,7 @@ class LogManager:
             ("retention", self.retention_check_interval_ms, self.run_retention),
             ("flush", self.flush_check_interval_ms, self.flush_dirty),
             ("checkpoint", self.checkpoint_interval_ms, self.write_checkpoints),
+            ("cleaner", self.cleaner_backoff_ms if self.cleaner else 0, self.run_cleaner),
         )
         for name, interval_ms, fn in jobs:
             if 0 < interval_ms < _NEVER_MS:
@@ -400,6 +409,12 @@ class LogManager:
         if starts_moved:
             self.write_log_start_offset_checkpoints()
         return deleted
+
+    def run_cleaner(self, now_ms: int | None = None) -> list[CleanStats]:
+        """One pass of the log cleaner over the compacted logs (see pykfk.log.cleaner)."""
+        if self.cleaner is None or self._shut_down:
+            return []
+        return self.cleaner.clean_logs(list(self._logs.values()), now_ms)
 
     def flush_dirty(self, now_ms: int | None = None) -> int:
         """Flushes every log whose flush.ms has passed; returns how many were flushed."""
