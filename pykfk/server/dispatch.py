@@ -1,10 +1,17 @@
 """The handler registry: which APIs and versions this broker serves, and request dispatch.
 
 Each module in ``pykfk.server.handlers`` declares ``API_KEY``, ``VERSIONS = (min, max)``
-and ``async def handle(ctx, request) -> dict | None``. The registry collects them and is
-the only source of the ranges advertised in ApiVersions (redpanda's handler table idea).
-A declared range is clamped to what the protocol tables can decode, so the broker never
-advertises a version it cannot read.
+and ``handle(ctx, request)``, which returns the response body (``dict``), None, or an
+awaitable giving one of those (``async def handle`` is the common case; a handler that
+can answer at once returns the body itself, so the request costs no task and no event
+loop turn). The registry collects them and is the only source of the ranges advertised in
+ApiVersions (redpanda's handler table idea). A declared range is clamped to what the
+protocol tables can decode, so the broker never advertises a version it cannot read.
+
+A module may also declare fast-path hooks (Produce does, ``pykfk._core.wire``):
+``decode_request(view, body_offset, version)`` replaces the generic table decoder (and
+must raise ProtocolError where it does), ``encode_response(version, correlation_id,
+body) -> list`` the generic encoder (same bytes).
 
 Dispatch rules (Kafka's ``SocketServer``/``KafkaApis``):
 - unknown api key, or a version outside the range: close the connection, except for
@@ -69,10 +76,11 @@ class ApiHandler:
     name: str
     min_version: int
     max_version: int
-    handle: Callable[[RequestContext, Any], Awaitable[dict | None]]
+    handle: Callable[[RequestContext, Any], Awaitable[dict | None] | dict | None]
+    decode: Callable[[memoryview, int, int], Any] | None = None
+    encode: Callable[[int, int, Any], list] | None = None
 
 
-@dataclasses.dataclass
 class RequestContext:
     """What a handler knows about the request besides its body.
 
@@ -81,13 +89,41 @@ class RequestContext:
     or dropped, so a segment deleted meanwhile can never be replaced under a send.
     """
 
-    broker: Broker
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    client_host: str
-    owned_fds: list[int] = dataclasses.field(default_factory=list)
+    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "owned_fds")
+
+    def __init__(
+        self,
+        broker: Broker,
+        api_key: int,
+        api_version: int,
+        correlation_id: int,
+        client_id: str | None,
+        client_host: str,
+        owned_fds: list[int] | None = None,
+    ):
+        self.broker = broker
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.owned_fds: list[int] = [] if owned_fds is None else owned_fds
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestContext(api_key={self.api_key}, api_version={self.api_version}, "
+            f"correlation_id={self.correlation_id}, client_id={self.client_id!r})"
+        )
+
+
+class Failed:
+    """A request whose handler failed at once: the connection raises ``error`` when this
+    request's turn to be answered comes, so earlier responses still go out first."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
 
 
 class Registry:
@@ -112,7 +148,15 @@ class Registry:
                 continue
             if (lo, hi) != tuple(module.VERSIONS):
                 log.debug("api key %d served as %d-%d (declared %s)", api_key, lo, hi, module.VERSIONS)
-            self._handlers[api_key] = ApiHandler(api_key, spec.name, lo, hi, module.handle)
+            self._handlers[api_key] = ApiHandler(
+                api_key,
+                spec.name,
+                lo,
+                hi,
+                module.handle,
+                getattr(module, "decode_request", None),
+                getattr(module, "encode_response", None),
+            )
 
     @classmethod
     def default(cls) -> Registry:
@@ -130,7 +174,7 @@ class Registry:
 
 
 class Dispatcher:
-    """Turns a request frame into a coroutine that produces the response chunks."""
+    """Turns a request frame into its response chunks, or an awaitable giving them."""
 
     def __init__(self, broker: Broker, registry: Registry):
         self.broker = broker
@@ -143,12 +187,14 @@ class Dispatcher:
 
     def prepare(
         self, frame: bytearray, client_host: str
-    ) -> tuple[Awaitable[list | None] | list, list[int]]:
-        """Decode ``frame`` (a request without its size prefix).
+    ) -> tuple[Awaitable[list | None] | list | Failed | None, list[int]]:
+        """Decode ``frame`` (a request without its size prefix) and start its handler.
 
-        Returns ``(work, owned_fds)``: work is either the encoded response chunks (answered
-        without a handler) or an awaitable giving them (None: no response); owned_fds is
-        the context's list of fds to close after sending. Raises CloseConnection.
+        Returns ``(work, owned_fds)``. Work is the response already: the encoded chunks
+        (a list), None (no response: Produce with acks=0) or ``Failed`` (the handler
+        raised at once); or an awaitable giving the chunks or None. owned_fds is the
+        context's list of fds to close after sending. Raises CloseConnection when the
+        request cannot be decoded.
         """
         if len(frame) < _FIXED_HEADER.size:
             raise CloseConnection(f"request of {len(frame)} bytes is shorter than a header")
@@ -163,18 +209,31 @@ class Dispatcher:
         view = memoryview(frame)
         try:
             header, body_offset = self._framing.decode_request_header(view)
-            request = self._specs[api_key].decode_request(view, body_offset, api_version)
+            if handler.decode is not None:
+                request = handler.decode(view, body_offset, api_version)
+            else:
+                request = self._specs[api_key].decode_request(view, body_offset, api_version)
         except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
         ctx = RequestContext(
             self.broker, api_key, api_version, correlation_id, header.client_id, client_host
         )
-        return self._run(handler, ctx, request), ctx.owned_fds
+        try:
+            body = handler.handle(ctx, request)
+            if body is not None and not isinstance(body, dict):
+                return self._run(handler, ctx, body), ctx.owned_fds  # awaitable: answered later
+            return self._encode(handler, ctx, body), ctx.owned_fds
+        except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
+            return Failed(exc), ctx.owned_fds
 
-    async def _run(self, handler: ApiHandler, ctx: RequestContext, request: Any) -> list | None:
-        body = await handler.handle(ctx, request)
+    async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable) -> list | None:
+        return self._encode(handler, ctx, await pending)
+
+    def _encode(self, handler: ApiHandler, ctx: RequestContext, body: Any) -> list | None:
         if body is None:
             return None
+        if handler.encode is not None:
+            return handler.encode(ctx.api_version, ctx.correlation_id, body)
         return self._framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
 
     def unsupported_api_versions(self, correlation_id: int) -> list:

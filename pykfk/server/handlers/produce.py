@@ -13,6 +13,12 @@ In a cluster (``broker.replica_manager`` set) only the partition's leader append
 (NOT_LEADER_OR_FOLLOWER elsewhere), acks=all waits until the in-sync replicas have the
 batch, all partitions of the request at once, and ``min.insync.replicas`` gives
 NOT_ENOUGH_REPLICAS / NOT_ENOUGH_REPLICAS_AFTER_APPEND (``pykfk.cluster.replica``).
+
+Requests are decoded by the compiled walk ``pykfk._core.wire.decode_produce`` (the
+generic codec when the core is not built) into ``(transactional_id, acks, timeout_ms,
+[(topic, [(partition, records)])])`` and answered by ``encode_produce_response``. Without
+a cluster nothing waits, so ``handle`` answers at once (no task, no event loop turn); in a
+cluster it returns a coroutine.
 """
 
 from __future__ import annotations
@@ -24,12 +30,61 @@ from typing import Any
 from pykfk._core import records as core_records
 from pykfk._core.errors import CoreError
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.protocol.messages import API_SPECS
+from pykfk.protocol.types import Struct
 from pykfk.server.dispatch import CloseConnection
+
+try:
+    from pykfk._core.wire import decode_produce as _decode_compiled
+    from pykfk._core.wire import encode_produce_response as _encode_compiled
+except ImportError:  # core not built: the generic codec gives the same values
+    _decode_compiled = None
+    _encode_compiled = None
 
 API_KEY = 0
 VERSIONS = (0, 7)
 
 log = logging.getLogger("pykfk.server")
+
+_SPEC = API_SPECS[API_KEY]
+_VALID_ACKS = (-1, 0, 1)
+
+
+def decode_request(view: memoryview, offset: int, version: int) -> tuple:
+    """The request body as ``(transactional_id, acks, timeout_ms, [(topic, [(partition,
+    records)])])``, records as views of the frame. ProtocolError for bad bytes."""
+    if _decode_compiled is not None:
+        return _decode_compiled(view, offset, version)
+    req = _SPEC.decode_request(view, offset, version)
+    return (
+        req.transactional_id,
+        req.acks,
+        req.timeout_ms,
+        [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in req.topic_data],
+    )
+
+
+def encode_response(version: int, correlation_id: int, body: dict) -> list:
+    """The response frame as chunks (the same bytes as the generic encoder)."""
+    if _encode_compiled is not None:
+        return [_encode_compiled(version, correlation_id, body)]
+    from pykfk.protocol.framing import encode_response as encode_generic
+
+    return encode_generic(API_KEY, version, correlation_id, body)
+
+
+def _request_struct(request: tuple) -> Struct:
+    """The decoded tuple as the generic codec's Struct (the cluster path reads fields)."""
+    transactional_id, acks, timeout_ms, topics = request
+    return Struct(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            Struct(name=name, partition_data=[Struct(index=i, records=r) for i, r in partitions])
+            for name, partitions in topics
+        ],
+    )
 
 
 def _check_v3_records(buf: Any) -> None:
@@ -111,7 +166,53 @@ async def _produce_partition(ctx: Any, request: Any, replicas: Any, topic: str, 
     return result
 
 
-async def handle(ctx: Any, request: Any) -> dict | None:
+def handle(ctx: Any, request: tuple) -> Any:
+    """The response body now (standalone), or a coroutine giving it (cluster)."""
+    if getattr(ctx.broker, "replica_manager", None) is not None:
+        return _handle_replicated(ctx, _request_struct(request))
+    return _handle_local(ctx, request)
+
+
+def _handle_local(ctx: Any, request: tuple) -> dict | None:
+    """Standalone: every partition is appended here and now; nothing waits."""
+    _transactional_id, acks, _timeout_ms, topics = request
+    broker = ctx.broker
+    version = ctx.api_version
+    responses: list[dict] = []
+    by_topic: dict[str, list] = {}
+    failed = False
+    for name, partitions in topics:
+        results = by_topic.get(name)
+        if results is None:
+            results = by_topic[name] = []
+            responses.append({"name": name, "partition_responses": results})
+        for index, records in partitions:
+            if acks not in _VALID_ACKS:
+                result = _error(ErrorCode.INVALID_REQUIRED_ACKS)
+            else:
+                try:
+                    result = _append(broker, name, index, records, version)
+                except KafkaError as exc:
+                    result = _error(exc.code)
+                    log.debug("produce to %s-%d failed: %s", name, index, exc)
+                except CoreError as exc:
+                    result = _error(error_for_core_exception(exc))
+                    log.debug("produce to %s-%d rejected: %s", name, index, exc)
+                except Exception:
+                    log.exception("produce to %s-%d failed", name, index)
+                    result = _error(ErrorCode.UNKNOWN_SERVER_ERROR)
+            failed = failed or result["error_code"] != ErrorCode.NONE
+            result["index"] = index
+            results.append(result)
+    if acks == 0:
+        # No response to carry an error: Kafka closes the connection so the client notices.
+        if failed:
+            raise CloseConnection("a produce request with acks=0 failed")
+        return None
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+async def _handle_replicated(ctx: Any, request: Any) -> dict | None:
     acks = request.acks
     replicas = getattr(ctx.broker, "replica_manager", None)
     work = [
