@@ -361,8 +361,7 @@ class Log:
         logs, indexes = set(), []
         for name in os.listdir(self.dir):
             path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(SWAP_SUFFIX) \
-                    or name.endswith(".cleaned"):
+            if name.endswith((DELETED_SUFFIX, ".tmp", SWAP_SUFFIX, ".cleaned")):
                 logger.info("%s Removing leftover file %s", self._prefix(), name)
                 os.unlink(path)
                 continue
