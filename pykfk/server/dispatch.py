@@ -32,6 +32,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pykfk.broker import Broker
 
+try:
+    from pykfk._core.wire import decode_request_header as _decode_header_compiled
+except ImportError:  # core not built: framing.decode_request_header reads the same values
+    _decode_header_compiled = None
+
+NEVER_FLEXIBLE = 1 << 15  # flexible_from of an api without flexible versions (int16 versions)
+
 log = logging.getLogger("pykfk.server")
 
 API_VERSIONS_KEY = 18
@@ -79,6 +86,7 @@ class ApiHandler:
     handle: Callable[[RequestContext, Any], Awaitable[dict | None] | dict | None]
     decode: Callable[[memoryview, int, int], Any] | None = None
     encode: Callable[[int, int, Any], list] | None = None
+    flexible_from: int = NEVER_FLEXIBLE  # first version with request header v2
 
 
 class RequestContext:
@@ -156,6 +164,7 @@ class Registry:
                 module.handle,
                 getattr(module, "decode_request", None),
                 getattr(module, "encode_response", None),
+                NEVER_FLEXIBLE if spec.flexible_from is None else spec.flexible_from,
             )
 
     @classmethod
@@ -208,16 +217,18 @@ class Dispatcher:
             raise CloseConnection(f"unsupported version {api_version} of {handler.name}")
         view = memoryview(frame)
         try:
-            header, body_offset = self._framing.decode_request_header(view)
+            if _decode_header_compiled is not None:
+                client_id, body_offset = _decode_header_compiled(view, api_version >= handler.flexible_from)
+            else:
+                header, body_offset = self._framing.decode_request_header(view)
+                client_id = header.client_id
             if handler.decode is not None:
                 request = handler.decode(view, body_offset, api_version)
             else:
                 request = self._specs[api_key].decode_request(view, body_offset, api_version)
         except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
-        ctx = RequestContext(
-            self.broker, api_key, api_version, correlation_id, header.client_id, client_host
-        )
+        ctx = RequestContext(self.broker, api_key, api_version, correlation_id, client_id, client_host)
         try:
             body = handler.handle(ctx, request)
             if body is not None and not isinstance(body, dict):

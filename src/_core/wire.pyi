@@ -12,6 +12,11 @@ PRODUCE_MIN_VERSION: int
 PRODUCE_MAX_VERSION: int
 PRODUCE_FLEXIBLE_FROM: int
 
+def decode_request_header(frame: Buffer, flexible: bool) -> tuple[str | None, int]:
+    """``(client_id, body_offset)`` of the request header at the start of ``frame`` (no
+    size prefix), header v2 when ``flexible``; the values and failures (ProtocolError) of
+    ``pykfk.protocol.framing.decode_request_header``."""
+
 def decode_produce(
     frame: Buffer, offset: int, version: int
 ) -> tuple[str | None, int, int, list[tuple[str, list[tuple[int, memoryview | None]]]]]:

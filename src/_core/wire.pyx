@@ -150,6 +150,40 @@ cdef int _skip_tagged(_Cursor* c) except -1:
     return 0
 
 
+# ---------------------------------------------------------------------------------------
+# Request header (apache/kafka RequestHeader.json), after the size prefix
+#
+#   api_key          int16     offset 0
+#   api_version      int16     offset 2
+#   correlation_id   int32     offset 4
+#   client_id        int16 length + UTF-8, -1 = null (classic even in flexible versions)
+#   [tagged fields]  header v2 only (flexible request versions)
+
+def decode_request_header(frame, bint flexible):
+    """``(client_id, body_offset)`` of the request header at the start of ``frame`` (no
+    size prefix); ``flexible`` says whether the request version uses header v2. The same
+    values and failures (ProtocolError) as ``pykfk.protocol.framing.decode_request_header``.
+    """
+    cdef Py_buffer pybuf
+    cdef _Cursor c
+    PyObject_GetBuffer(frame, &pybuf, PyBUF_SIMPLE)
+    try:
+        if pybuf.len < 10:
+            raise ProtocolError(f"request header truncated: {pybuf.len} bytes")
+        c.data = <const uint8_t*>pybuf.buf
+        c.pos = 8
+        c.end = pybuf.len
+        try:
+            client_id = _string(&c, False, True)
+            if flexible:
+                _skip_tagged(&c)
+        except ProtocolError as exc:
+            raise ProtocolError(f"request header: {exc}") from None
+        return client_id, c.pos
+    finally:
+        PyBuffer_Release(&pybuf)
+
+
 def decode_produce(frame, Py_ssize_t offset, int version):
     """Decode the ProduceRequest body of ``frame`` (a request without its size prefix;
     the body runs from ``offset`` to the end) at ``version`` (0-9).

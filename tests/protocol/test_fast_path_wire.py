@@ -270,3 +270,51 @@ def test_response_values_out_of_range_are_refused() -> None:
         wire.encode_produce_response(7, 1, bad)
     with pytest.raises(ValueError):
         wire.encode_produce_response(10, 1, RESPONSES[0])
+
+
+# ---------------------------------------------------------------- request header
+
+from pykfk.protocol.framing import decode_request_header  # noqa: E402
+
+HEADERS = [
+    struct.pack(">hhih", 0, 7, 1, 3) + b"abc",
+    struct.pack(">hhih", 0, 9, 1, 3) + b"abc" + b"\x00",
+    struct.pack(">hhih", 0, 9, 1, -1) + b"\x01\x05\x02zz",  # one unknown tagged field
+    struct.pack(">hhih", 0, 3, -4, -1),
+    struct.pack(">hhih", 0, 3, 4, -2),  # negative length
+    struct.pack(">hhih", 0, 3, 4, 9) + b"short",  # past the frame
+    struct.pack(">hhih", 0, 3, 4, 2) + b"\xc3\x28",  # invalid UTF-8
+    struct.pack(">hhih", 0, 9, 1, 0) + b"\x02\x00\x01",  # tagged field past the frame
+    struct.pack(">hhih", 0, 9, 1, 0) + b"\x80\x80\x80\x80\x80",  # over-long varint
+    struct.pack(">hhih", 0, 9, 1, 0),  # tagged section missing
+    b"\x00\x00\x00",
+]
+
+
+def _header_outcome(frame: bytes, flexible: bool):
+    try:
+        header, offset = decode_request_header(bytearray(frame))
+        return "ok", (header.client_id, offset)
+    except ProtocolError:
+        return "error", None
+
+
+def _fast_header_outcome(frame: bytes, flexible: bool):
+    try:
+        return "ok", wire.decode_request_header(bytearray(frame), flexible)
+    except ProtocolError:
+        return "error", None
+
+
+@pytest.mark.parametrize("frame", HEADERS)
+def test_request_header_as_framing(frame: bytes) -> None:
+    flexible = len(frame) >= 4 and struct.unpack(">h", frame[2:4])[0] >= 9
+    assert _fast_header_outcome(frame, flexible) == _header_outcome(frame, flexible)
+    rng = random.Random(len(frame))
+    for cut in range(len(frame) + 1):
+        assert _fast_header_outcome(frame[:cut], flexible) == _header_outcome(frame[:cut], flexible)
+    for _ in range(200 if len(frame) >= 10 else 0):
+        mutated = bytearray(frame + b"body")
+        pos = rng.randrange(8, len(mutated))
+        mutated[pos] = rng.randrange(256)
+        assert _fast_header_outcome(bytes(mutated), flexible) == _header_outcome(bytes(mutated), flexible)
