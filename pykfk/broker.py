@@ -123,6 +123,9 @@ class Broker:
             config_for=self._log_config_for_name,
             retention_check_interval_ms=cfg.log_retention_check_interval_ms,
             flush_check_interval_ms=flush_check_ms,
+            cleaner_enable=cfg["log.cleaner.enable"],
+            cleaner_backoff_ms=cfg["log.cleaner.backoff.ms"],
+            cleaner_dedupe_buffer_size=cfg["log.cleaner.dedupe.buffer.size"],
             # Followers and new leaders start from the checkpointed high watermark.
             **({"checkpoint_interval_ms": cfg["replica.high.watermark.checkpoint.interval.ms"]} if self.cluster else {}),
         )

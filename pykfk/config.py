@@ -92,6 +92,16 @@ def _cleanup_policy(raw: Any) -> list[str]:
     return items
 
 
+def _ratio(raw: Any) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"expected a number between 0 and 1, got {raw!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a number between 0 and 1, got {raw!r}")
+    return value
+
+
 INT = _int_parser(-(2**31), INT32_MAX)
 LONG = _int_parser(-(2**63), INT64_MAX)
 
@@ -101,7 +111,7 @@ def _at_least(minimum: int, big: bool = False) -> Callable[[Any], int]:
 
 
 # Kafka's DescribeConfigs ConfigType codes (KIP-569), reported from DescribeConfigs v3.
-CONFIG_TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "list": 7}
+CONFIG_TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +162,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.retention.check.interval.ms", _at_least(1, big=True), 300000, "retention check period", "long"),
         _key("log.segment.delete.delay.ms", _at_least(0, big=True), 60000, "delay before deleting a segment file", "long"),
         _key("log.cleanup.policy", _cleanup_policy, ["delete"], "default cleanup policy", "list"),
+        # Log compaction (pykfk.log.cleaner) for topics with cleanup.policy=compact.
+        _key("log.cleaner.enable", _parse_bool, True, "run the log cleaner", "bool"),
+        _key("log.cleaner.backoff.ms", _at_least(0, big=True), 15000, "pause between cleaner passes", "long"),
+        _key("log.cleaner.dedupe.buffer.size", _at_least(1, big=True), 134217728, "cleaner offset map memory", "long"),
+        _key("log.cleaner.min.cleanable.ratio", _ratio, 0.5, "dirty share that makes a log cleanable", "double"),
+        _key("log.cleaner.delete.retention.ms", _at_least(0, big=True), 86400000, "how long tombstones stay", "long"),
+        _key("log.cleaner.min.compaction.lag.ms", _at_least(0, big=True), 0, "records younger stay uncompacted", "long"),
+        _key("log.cleaner.threads", _at_least(0), 1, "cleaner threads (one worker here)", "int", ignored=True),
+        _key("log.cleaner.io.buffer.size", _at_least(0), 524288, "cleaner I/O buffer", "int", ignored=True),
+        _key("log.cleaner.io.max.bytes.per.second", _parse_string, "1.7976931348623157E308", "cleaner I/O cap", "double", ignored=True),
         _key("log.preallocate", _parse_bool, False, "preallocate segment files", "bool"),
         _key(
             "log.message.timestamp.type",
@@ -262,6 +282,13 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         ),
         TopicKey("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long", "delete delay"),
         TopicKey("preallocate", _parse_bool, "log.preallocate", "bool", "preallocate segment files"),
+        TopicKey(
+            "min.cleanable.dirty.ratio", _ratio, "log.cleaner.min.cleanable.ratio", "double", "dirty share to clean"
+        ),
+        TopicKey("delete.retention.ms", _at_least(0, big=True), "log.cleaner.delete.retention.ms", "long", "tombstone life"),
+        TopicKey(
+            "min.compaction.lag.ms", _at_least(0, big=True), "log.cleaner.min.compaction.lag.ms", "long", "compaction lag"
+        ),
         TopicKey("min.insync.replicas", _at_least(1), "min.insync.replicas", "int", "ISR size acks=all needs"),
         TopicKey(
             "unclean.leader.election.enable",
@@ -460,6 +487,9 @@ class BrokerConfig:
             "message.timestamp.type": self.log_message_timestamp_type,
             "file.delete.delay.ms": self.log_segment_delete_delay_ms,
             "preallocate": self.log_preallocate,
+            "min.cleanable.dirty.ratio": self._values["log.cleaner.min.cleanable.ratio"],
+            "delete.retention.ms": self._values["log.cleaner.delete.retention.ms"],
+            "min.compaction.lag.ms": self._values["log.cleaner.min.compaction.lag.ms"],
             "min.insync.replicas": self._values["min.insync.replicas"],
             "unclean.leader.election.enable": self._values["unclean.leader.election.enable"],
         }
