@@ -17,8 +17,8 @@ import struct
 import time
 from collections.abc import Callable
 
-import pykfk._core.wire as wire
 import pytest
+from pykfk._core import wire
 from pykfk._core.records import build_batch
 
 from pykfk.protocol import API_SPECS, framing

@@ -274,7 +274,7 @@ def test_response_values_out_of_range_are_refused() -> None:
 
 # ---------------------------------------------------------------- request header
 
-from pykfk.protocol.framing import decode_request_header  # noqa: E402
+from pykfk.protocol.framing import decode_request_header
 
 HEADERS = [
     struct.pack(">hhih", 0, 7, 1, 3) + b"abc",
