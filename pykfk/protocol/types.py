@@ -248,6 +248,28 @@ def _null_error(what: str, pos: int) -> ProtocolError:
     return ProtocolError(f"null {what} at byte {pos} in a non-nullable field")
 
 
+def _read_size(
+    buf: memoryview, pos: int, compact: bool, nullable: bool, what: str
+) -> tuple[int | None, int]:
+    """The length or count in front of bytes and arrays: an int32, or in flexible versions
+    an unsigned varint holding length + 1. -1 is null (None), allowed only if nullable."""
+    start = pos
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        (n,) = _unpack_int32(buf, pos)
+        pos += 4
+    if n >= 0:
+        return n, pos
+    if n == -1 and nullable:
+        return None, pos
+    noun = what.split()[0]
+    raise (
+        _null_error(noun, pos) if n == -1 else ProtocolError(f"negative {what} {n} at byte {start}")
+    )
+
+
 def string_reader(compact: bool, nullable: bool) -> Reader:
     if compact:
 
@@ -306,20 +328,9 @@ def bytes_reader(compact: bool, nullable: bool, view: bool) -> Reader:
     ``view``, for ``records`` (a memoryview slice of the frame, no copy)."""
 
     def read(buf: memoryview, pos: int) -> tuple[Any, int]:
-        if compact:
-            n, pos = read_uvarint(buf, pos)
-            n -= 1
-        else:
-            (n,) = _unpack_int32(buf, pos)
-            pos += 4
-        if n < 0:
-            if n == -1 and nullable:
-                return None, pos
-            raise (
-                _null_error("bytes", pos)
-                if n == -1
-                else ProtocolError(f"negative bytes length {n} at byte {pos - 4}")
-            )
+        n, pos = _read_size(buf, pos, compact, nullable, "bytes length")
+        if n is None:
+            return None, pos
         end = _check_length(buf, pos, n)
         return (buf[pos:end] if view else bytes(buf[pos:end])), end
 
@@ -413,20 +424,9 @@ def array_reader(
     min_size = max(elem_min_size, 1)
 
     def read(buf: memoryview, pos: int) -> tuple[Any, int]:
-        if compact:
-            n, pos = read_uvarint(buf, pos)
-            n -= 1
-        else:
-            (n,) = _unpack_int32(buf, pos)
-            pos += 4
-        if n < 0:
-            if n == -1 and nullable:
-                return None, pos
-            raise (
-                _null_error("array", pos)
-                if n == -1
-                else ProtocolError(f"negative array count {n} at byte {pos}")
-            )
+        n, pos = _read_size(buf, pos, compact, nullable, "array count")
+        if n is None:
+            return None, pos
         if n * min_size > len(buf) - pos:
             raise ProtocolError(f"array count {n} at byte {pos} exceeds the bytes left")
         if scalar_fmt is not None:
