@@ -8,6 +8,7 @@ broker_config.topic_config(overrides))``. Defaults here are Kafka's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,8 +78,9 @@ class LogConfig:
             raise ValueError(f"cleanup_policy must be delete and/or compact, "
                              f"got {self.cleanup_policy!r}")
 
-    @property
+    @functools.cached_property
     def cleanup_policies(self) -> tuple[str, ...]:
+        # Cached: asked on every append; the dataclass is frozen, so it never changes.
         return tuple(p.strip() for p in self.cleanup_policy.split(",") if p.strip())
 
     @property

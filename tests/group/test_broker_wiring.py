@@ -9,13 +9,14 @@ import struct
 
 import pytest
 
+from pykfk._core.records import build_batch
 from pykfk.config import BrokerConfig, ConfigError
 from pykfk.errors import ErrorCode
 from pykfk.protocol import framing
 from pykfk.testing import InProcessBroker
 
 E = ErrorCode
-METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 3, 8, 9, 10
+PRODUCE, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 3, 8, 9, 10
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 OFFSETS = "__consumer_offsets"
 
@@ -106,6 +107,12 @@ def test_offsets_topic_appears_on_first_find_coordinator_as_an_internal_topic(br
         created = raw.call(CREATE_TOPICS, 4, {"topics": [{"name": OFFSETS, "num_partitions": 1, "replication_factor": 1,
                                                           "assignments": [], "configs": []}], "timeout_ms": 5000})
         assert created.topics[0].error_code == E.TOPIC_ALREADY_EXISTS
+        # Nor write into it: only the coordinator appends committed offsets.
+        batch = build_batch([(b"forged-key", b"forged-value", 0, [])])
+        produced = raw.call(PRODUCE, 7, {"transactional_id": None, "acks": 1, "timeout_ms": 5000,
+                                         "topic_data": [{"name": OFFSETS, "partition_data": [
+                                             {"index": 0, "records": batch}]}]})
+        assert produced.responses[0].partition_responses[0].error_code == E.INVALID_TOPIC_EXCEPTION
         assert _topics(raw)[OFFSETS] == (3, True)
         assert _fetch(raw, "g") == {("plain", 1): 42}
 

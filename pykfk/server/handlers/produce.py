@@ -110,7 +110,15 @@ def _checked_records(records: Any, version: int) -> Any:
     return records
 
 
+def _refuse_internal(broker: Any, topic: str) -> None:
+    # Committed offsets are written by the group coordinator only; Kafka refuses client
+    # writes to its internal topics the same way.
+    if broker.is_internal_topic(topic):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{topic} is an internal topic")
+
+
 def _append(broker: Any, topic: str, partition: int, records: Any, version: int) -> dict:
+    _refuse_internal(broker, topic)
     plog = broker.get_log(topic, partition)
     if plog is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not on this broker")
@@ -150,6 +158,7 @@ async def _produce_partition(ctx: Any, request: Any, replicas: Any, topic: str, 
             if replicas is None:
                 result = _append(ctx.broker, topic, pdata.index, pdata.records, ctx.api_version)
             else:
+                _refuse_internal(ctx.broker, topic)
                 result = await _append_replicated(
                     replicas, topic, pdata.index, pdata.records, ctx.api_version, acks, request.timeout_ms
                 )
