@@ -22,7 +22,7 @@ testinstalled:      ## build a wheel, install it in a fresh venv, import from ou
 	$(PYTHON) -m venv build/testinstalled/venv
 	build/testinstalled/venv/bin/pip install -q build/testinstalled/wheel/*.whl
 	cd /tmp && $(CURDIR)/build/testinstalled/venv/bin/python -c \
-	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile; \
+	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile, pykfk._core.wire; \
 	   assert c.crc32c(b'123456789') == 0xE3069283; print('installed wheel OK:', c.__file__)"
 
 bench: compile      ## pytest-benchmark suites (figures printed against their baselines)
