@@ -46,7 +46,7 @@ def test_wheel_works_from_outside_the_checkout(tmp_path: Path) -> None:
     subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=900)
     code = (
         "import pykfk, pykfk._core as core, pykfk.broker, pykfk_spark\n"
-        "from pykfk._core import records, segment, sendfile\n"
+        "from pykfk._core import records, segment, sendfile, wire\n"
         "assert core.crc32c(b'123456789') == 0xE3069283\n"
         "assert pykfk.__file__.startswith(sys.prefix), pykfk.__file__\n"
         "batch = records.build_batch([(b'k', b'v', 1, [])])\n"
