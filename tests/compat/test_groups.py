@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -29,8 +27,7 @@ kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol import framing
-from pykfk.testing import BrokerProcess
+from pykfk.testing import BrokerProcess, RawClient
 
 pytestmark = pytest.mark.slow
 
@@ -398,37 +395,13 @@ def group_broker(tmp_path_factory):
     assert "Traceback" not in broker.log_text(), broker.log_tail()
 
 
-class RawClient:
-    """Requests encoded by pykfk.protocol over a plain socket: exactly the bytes we mean."""
-
-    def __init__(self, bootstrap: str):
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=15)
-        self.correlation_id = 0
-
-    def call(self, api_key: int, version: int, body: dict):
-        self.correlation_id += 1
-        self.sock.sendall(framing.encode_request(api_key, version, self.correlation_id, "raw", body))
-        size = struct.unpack(">i", self._read(4))[0]
-        got, response = framing.decode_response(api_key, version, self._read(size))
-        assert got == self.correlation_id
-        return response
-
-    def _read(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return buf
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, DELETE_GROUPS = 13, 14, 15, 42
+
+
+def _host_port(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.rsplit(":", 1)
+    return host, int(port)
 
 
 class GroupReader(threading.Thread):
@@ -490,7 +463,7 @@ def test_bad_group_requests_get_kafka_errors_and_the_group_keeps_working(group_b
     _produce(group_broker.bootstrap, topic, 10, "before", partitions=3)
     reader = GroupReader(group_broker.bootstrap, group, topic)
     reader.start()
-    raw = RawClient(group_broker.bootstrap)
+    raw = RawClient(*_host_port(group_broker.bootstrap))
     try:
         _wait_for(lambda: reader.assigned == {0, 1, 2} and len(reader.records) == 30,
                   "the real consumer to read everything")

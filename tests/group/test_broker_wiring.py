@@ -4,16 +4,12 @@ partition count it was created with; group settings from the broker config."""
 
 from __future__ import annotations
 
-import socket
-import struct
-
 import pytest
-
 from pykfk._core.records import build_batch
+
 from pykfk.config import BrokerConfig, ConfigError
 from pykfk.errors import ErrorCode
-from pykfk.protocol import framing
-from pykfk.testing import InProcessBroker
+from pykfk.testing import InProcessBroker, RawClient
 
 E = ErrorCode
 PRODUCE, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 3, 8, 9, 10
@@ -21,51 +17,27 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 OFFSETS = "__consumer_offsets"
 
 
-class Raw:
-    def __init__(self, broker: InProcessBroker):
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=10)
-        self.correlation_id = 0
-
-    def call(self, api_key: int, version: int, body: dict):
-        self.correlation_id += 1
-        self.sock.sendall(framing.encode_request(api_key, version, self.correlation_id, "t", body))
-        size = struct.unpack(">i", self._read(4))[0]
-        return framing.decode_response(api_key, version, self._read(size))[1]
-
-    def _read(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return buf
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def _start(path, **overrides) -> InProcessBroker:
     return InProcessBroker(str(path), {"offsets.topic.num.partitions": 3, **overrides}).start()
 
 
-def _topics(raw: Raw) -> dict[str, tuple[int, bool]]:
+def _topics(raw: RawClient) -> dict[str, tuple[int, bool]]:
     response = raw.call(METADATA, 5, {"topics": None, "allow_auto_topic_creation": False})
     return {t.name: (len(t.partitions), t.is_internal) for t in response.topics}
 
 
-def _find(raw: Raw, group: str):
+def _find(raw: RawClient, group: str):
     return raw.call(FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
 
 
-def _commit(raw: Raw, group: str, topic: str, partition: int, offset: int):
+def _commit(raw: RawClient, group: str, topic: str, partition: int, offset: int):
     body = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
             "retention_time_ms": -1, "topics": [{"name": topic, "partitions": [
                 {"partition_index": partition, "committed_offset": offset, "committed_metadata": "m"}]}]}
     return raw.call(OFFSET_COMMIT, 3, body).topics[0].partitions[0].error_code
 
 
-def _fetch(raw: Raw, group: str) -> dict:
+def _fetch(raw: RawClient, group: str) -> dict:
     response = raw.call(OFFSET_FETCH, 3, {"group_id": group, "topics": None})
     assert response.error_code == E.NONE
     return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
@@ -80,7 +52,7 @@ def broker(tmp_path):
 
 
 def test_offsets_topic_appears_on_first_find_coordinator_as_an_internal_topic(broker):
-    raw = Raw(broker)
+    raw = RawClient(broker.host, broker.port)
     try:
         raw.call(CREATE_TOPICS, 4, {"topics": [{"name": "plain", "num_partitions": 2, "replication_factor": 1,
                                                 "assignments": [], "configs": []}], "timeout_ms": 5000})
@@ -124,7 +96,7 @@ def test_offsets_topic_appears_on_first_find_coordinator_as_an_internal_topic(br
 
 def test_restart_loads_offsets_with_the_partition_count_the_topic_was_created_with(tmp_path):
     first = _start(tmp_path / "data")
-    raw = Raw(first)
+    raw = RawClient(first.host, first.port)
     try:
         raw.call(CREATE_TOPICS, 4, {"topics": [{"name": "plain", "num_partitions": 1, "replication_factor": 1,
                                                 "assignments": [], "configs": []}], "timeout_ms": 5000})
@@ -138,7 +110,7 @@ def test_restart_loads_offsets_with_the_partition_count_the_topic_was_created_wi
 
     # A different setting now: the existing topic's 3 partitions still decide where groups live.
     second = _start(tmp_path / "data", **{"offsets.topic.num.partitions": 7})
-    raw = Raw(second)
+    raw = RawClient(second.host, second.port)
     try:
         assert second.broker.group_coordinator.config.offsets_topic_num_partitions == 3
         assert _topics(raw)[OFFSETS] == (3, True)
@@ -178,7 +150,7 @@ def test_bad_group_settings_are_refused(key, value):
 
 
 def test_naming_the_offsets_topic_in_metadata_creates_it_with_its_own_settings(broker):
-    raw = Raw(broker)
+    raw = RawClient(broker.host, broker.port)
     try:
         response = raw.call(METADATA, 5, {"topics": [{"name": OFFSETS}], "allow_auto_topic_creation": True})
         topic = response.topics[0]
