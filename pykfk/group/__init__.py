@@ -6,6 +6,12 @@ from pykfk.group.offsets import OFFSETS_TOPIC, partition_for
 from pykfk.group.storage import OFFSETS_TOPIC_CONFIG, LogOffsetsLog, MemoryOffsetsLog, OffsetsLog
 
 __all__ = [
-    "GroupConfig", "GroupCoordinator", "LogOffsetsLog", "MemoryOffsetsLog", "OFFSETS_TOPIC",
-    "OFFSETS_TOPIC_CONFIG", "OffsetsLog", "partition_for",
+    "OFFSETS_TOPIC",
+    "OFFSETS_TOPIC_CONFIG",
+    "GroupConfig",
+    "GroupCoordinator",
+    "LogOffsetsLog",
+    "MemoryOffsetsLog",
+    "OffsetsLog",
+    "partition_for",
 ]

@@ -1273,7 +1273,7 @@ class GroupCoordinator:
             await asyncio.sleep(interval)
             try:
                 await self.expire_offsets()
-            except Exception:  # noqa: BLE001 - keep the task alive; the next run retries
+            except Exception:
                 log.exception("offset expiry failed")
 
     # == helpers ================================================================================

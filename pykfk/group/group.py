@@ -54,10 +54,21 @@ class Member:
     JoinGroup/SyncGroup parked at the coordinator."""
 
     __slots__ = (
-        "member_id", "group_instance_id", "client_id", "client_host",
-        "rebalance_timeout_ms", "session_timeout_ms", "protocol_type", "protocols",
-        "assignment", "join_future", "sync_future", "is_new", "is_leaving",
-        "last_heartbeat", "heartbeat_timer",
+        "assignment",
+        "client_host",
+        "client_id",
+        "group_instance_id",
+        "heartbeat_timer",
+        "is_leaving",
+        "is_new",
+        "join_future",
+        "last_heartbeat",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
+        "sync_future",
     )
 
     def __init__(

@@ -228,7 +228,7 @@ class _Reader:
     """Bounds-checked cursor over one key or value; ``flexible`` selects the compact
     encodings of version 4."""
 
-    __slots__ = ("buf", "pos", "flexible")
+    __slots__ = ("buf", "flexible", "pos")
 
     def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
         self.buf = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf

@@ -4,8 +4,13 @@ and the LogManager over ``log.dirs``. See ``README.md`` in this directory."""
 from pykfk.log.config import CREATE_TIME, LOG_APPEND_TIME, LogConfig
 
 __all__ = [
-    "CREATE_TIME", "LOG_APPEND_TIME", "LogConfig",
-    "AppendInfo", "FetchData", "Log", "LogManager",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "AppendInfo",
+    "FetchData",
+    "Log",
+    "LogConfig",
+    "LogManager",
 ]
 
 

@@ -198,7 +198,7 @@ class _PendingDelete:
 class _View:
     """Immutable snapshot of the segment list, swapped whole so readers never lock."""
 
-    __slots__ = ("segments", "base_offsets")
+    __slots__ = ("base_offsets", "segments")
 
     def __init__(self, segments: list[Segment]):
         self.segments = segments

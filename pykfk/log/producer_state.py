@@ -110,7 +110,7 @@ class ProducerBatch:
 class ProducerStateEntry:
     """What the log knows about one producer id."""
 
-    __slots__ = ("producer_id", "producer_epoch", "batches", "last_timestamp")
+    __slots__ = ("batches", "last_timestamp", "producer_epoch", "producer_id")
 
     def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH,
                  batches: Iterable[BatchMetadata] = (), last_timestamp: int = -1):

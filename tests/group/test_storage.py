@@ -14,7 +14,7 @@ from pykfk.group.storage import LogOffsetsLog, MemoryOffsetsLog
 
 log_module = pytest.importorskip("pykfk.log.log", reason="pykfk.log needs the compiled core")
 records_module = pytest.importorskip("pykfk._core.records")
-from pykfk.log import Log, LogConfig  # noqa: E402
+from pykfk.log import Log, LogConfig
 
 PARTITIONS = 3
 
