@@ -46,6 +46,7 @@ MOCK_FILL_BATCH = 1000
 # What the mock cluster keeps of a partition: it drops the oldest messages past ~5 MB.
 MOCK_STORED = 20_000
 FETCH_WAIT_MS = 5
+FETCH_QUEUE_BACKOFF_MS = 10
 BACKLOG = 100_000
 BACKLOG_BATCH_1 = 10_000
 
@@ -169,6 +170,11 @@ def confluent_consume(spec: dict[str, Any]) -> None:
         # A fetch at the end of the data waits this long for more (default 500 ms). It
         # never matters while data is waiting, but the mock pass restarts at its end.
         "fetch.wait.max.ms": FETCH_WAIT_MS,
+        # When the broker delivers faster than this loop drains, the local queue passes
+        # queued.min.messages (100000) and librdkafka stops fetching for this long
+        # (default 1000 ms) without waking when the queue empties: whole-second stalls
+        # that measured the race, not the broker or the client.
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     })
     consumer.list_topics(spec["topic"], timeout=30)
     start = TopicPartition(spec["topic"], 0, 0)
