@@ -208,16 +208,19 @@ def confluent_consume(spec: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- kafka-python
 
-def kafka_python_produce(spec: dict[str, Any]) -> None:
-    from kafka import KafkaProducer
 
-    conf: dict[str, Any] = {"bootstrap_servers": spec["bootstrap"], "acks": int(spec["acks"])}
+def _python_batching(spec: dict[str, Any]) -> dict[str, int]:
+    """batch_size/linger_ms for the Python producers (kafka-python's names, which
+    pykfk's Producer shares): none for b1, 50 records for b50, the default otherwise."""
     if spec["batch"] == "1":
-        conf.update({"batch_size": 0, "linger_ms": 0})
-    elif spec["batch"] == "50":
-        conf.update({"batch_size": _batch_bytes(spec["size"], 50), "linger_ms": 100})
-    producer = KafkaProducer(**conf)
-    producer.partitions_for(spec["topic"])
+        return {"batch_size": 0, "linger_ms": 0}
+    if spec["batch"] == "50":
+        return {"batch_size": _batch_bytes(spec["size"], 50), "linger_ms": 100}
+    return {}
+
+
+def _timed_sends(producer: Any, spec: dict[str, Any]) -> None:
+    """The timed section of a Python producer run: send, flush, report."""
     payload = _payload(spec["size"])
     reporter = Reporter()
     t0 = reporter.start()
@@ -226,6 +229,15 @@ def kafka_python_produce(spec: dict[str, Any]) -> None:
     seconds = time.perf_counter() - t0
     producer.close(10)
     reporter.result(spec["_sent"], seconds)
+
+def kafka_python_produce(spec: dict[str, Any]) -> None:
+    from kafka import KafkaProducer
+
+    conf: dict[str, Any] = {"bootstrap_servers": spec["bootstrap"], "acks": int(spec["acks"])}
+    conf.update(_python_batching(spec))
+    producer = KafkaProducer(**conf)
+    producer.partitions_for(spec["topic"])
+    _timed_sends(producer, spec)
 
 
 def kafka_python_consume(spec: dict[str, Any]) -> None:
@@ -259,20 +271,10 @@ def pykfk_produce(spec: dict[str, Any]) -> None:
     from pykfk.producer import Producer
 
     conf: dict[str, Any] = {"acks": int(spec["acks"]), "enable_idempotence": False}
-    if spec["batch"] == "1":
-        conf.update({"batch_size": 0, "linger_ms": 0})
-    elif spec["batch"] == "50":
-        conf.update({"batch_size": _batch_bytes(spec["size"], 50), "linger_ms": 100})
+    conf.update(_python_batching(spec))
     producer = Producer(spec["bootstrap"], **conf)
     producer.partitions_for(spec["topic"])
-    payload = _payload(spec["size"])
-    reporter = Reporter()
-    t0 = reporter.start()
-    _drive_sends(lambda: producer.send(spec["topic"], payload, partition=0), spec, t0, reporter)
-    producer.flush(300)
-    seconds = time.perf_counter() - t0
-    producer.close(10)
-    reporter.result(spec["_sent"], seconds)
+    _timed_sends(producer, spec)
 
 
 def pykfk_consume(spec: dict[str, Any]) -> None:
