@@ -1,0 +1,227 @@
+"""The broker's CPU per small Produce request: one record per request, acks=1 (the paper's
+"producer batch 1" run), frame bytes in, response bytes out.
+
+    python -m pytest bench/bench_produce_request.py                       # figures + table
+    python -m pytest bench/bench_produce_request.py --benchmark-disable   # one quick pass (CI)
+
+The request is what confluent-kafka sends at batch.num.messages=1, linger.ms=0: Produce
+v7, one topic, one partition, one batch of one 200-byte record. It goes through the real
+path of a standalone broker started in this process (Broker on uvloop, a topic on a
+temporary log dir): ``Connection.get_buffer``/``buffer_updated`` as the event loop calls
+them after a read, frame cutting, ``Dispatcher.prepare``, the Produce handler, Log.append
+to the segment file, the response encoder and ``send`` on the connection's socket. The
+socket is one end of a socketpair (no TCP, no event loop read turn); the bench reads the
+responses from the other end between requests.
+
+Candidates: a plain producer (producer id -1) and an idempotent one (sequences running on,
+so every append passes the sequence checks and updates the producer state). Figures are
+microseconds per request, best-of-N rounds with the median beside it (the machine is
+shared), each round `calls` requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import struct
+import time
+from typing import Any
+
+import pytest
+
+from pykfk.protocol import framing
+
+try:
+    from pykfk._core.records import build_batch
+except ImportError:  # pragma: no cover - core not built
+    build_batch = None
+
+PRODUCE = 0
+VERSION = 7
+TOPIC = "bench"
+RECORD_VALUE = b"v" * 200
+PRODUCER_ID = 4242
+_SIZE = struct.Struct(">i")
+
+
+def _frame(correlation_id: int, batch: bytes) -> bytes:
+    """A whole Produce v7 request frame (size prefix included) carrying ``batch``."""
+    body = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 30000,
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    return framing.encode_request(PRODUCE, VERSION, correlation_id, "rdkafka", body)
+
+
+def _frames(count: int, idempotent: bool) -> list[bytes]:
+    """``count`` requests as a producer sends them; an idempotent producer's sequences
+    run on from 0 (the list is sent once, in order)."""
+    out = []
+    for i in range(count):
+        record = [(None, RECORD_VALUE, 1_700_000_000_000 + i, [])]
+        if idempotent:
+            batch = build_batch(record, producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=i)
+        else:
+            batch = build_batch(record)
+        out.append(_frame(i, batch))
+    return out
+
+
+class _Transport:
+    """What Connection asks of its transport: the socket (it writes on a duplicate of its
+    fd) and reading flow control, which this bench never needs."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1), "socket": self._sock}.get(name, default)
+
+    def pause_reading(self) -> None:
+        raise AssertionError("reading paused during the bench")
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        raise AssertionError("the connection was aborted")
+
+
+class _Harness:
+    """A started broker with a topic, one Connection fed by hand, and the peer socket."""
+
+    def __init__(self, log_dir: str):
+        import uvloop
+
+        from pykfk.broker import Broker
+        from pykfk.config import BrokerConfig
+
+        self.loop = uvloop.new_event_loop()
+        self.broker = Broker(BrokerConfig({"log.dirs": log_dir, "listeners": "PLAINTEXT://127.0.0.1:0"}))
+        self.run(self.broker.start())
+        self.broker.create_topic_now(TOPIC, 1, 1, {})
+        self.ours, self.peer = socket.socketpair()
+        self.peer.setblocking(False)
+        self.conn: Any = None
+
+        async def connect() -> None:
+            from pykfk.server.connection import Connection
+
+            self.conn = Connection(self.broker.server)
+            self.conn.connection_made(_Transport(self.ours))
+            await asyncio.sleep(0)  # the writer task starts and waits, idle
+
+        self.run(connect())
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def send_all(self, frames: list[bytes]) -> None:
+        """Each frame as one socket read, as the event loop would deliver it; the
+        responses are read from the peer socket (and dropped) every 64 requests, well
+        before they could fill the socket buffer."""
+        conn = self.conn
+        recv_into = self.peer.recv_into
+        sink = bytearray(1 << 20)
+        for i, frame in enumerate(frames):
+            n = len(frame)
+            conn.get_buffer(n)[:n] = frame
+            conn.buffer_updated(n)
+            if i & 63 == 63:
+                try:
+                    recv_into(sink)
+                except BlockingIOError:
+                    pass
+
+    def send_kept(self, frames: list[bytes]) -> bytes:
+        """``send_all`` keeping the response bytes (for checks, not timed)."""
+        out = bytearray()
+        for frame in frames:
+            n = len(frame)
+            self.conn.get_buffer(n)[:n] = frame
+            self.conn.buffer_updated(n)
+            out += self.drain()
+        return bytes(out)
+
+    def drain(self) -> bytes:
+        out = bytearray()
+        while True:
+            try:
+                chunk = self.peer.recv(1 << 20)
+            except BlockingIOError:
+                return bytes(out)
+            out += chunk
+
+    def close(self) -> None:
+        self.conn.connection_lost(None)
+        self.run(self.broker.stop())
+        self.ours.close()
+        self.peer.close()
+        self.loop.close()
+
+
+def _check_responses(data: bytes, first_offset: int, count: int) -> None:
+    """The responses as a client reads them: every partition answered without an error,
+    offsets running on from ``first_offset``."""
+    pos, expected = 0, first_offset
+    while pos < len(data):
+        (size,) = _SIZE.unpack_from(data, pos)
+        _cid, body = framing.decode_response(PRODUCE, VERSION, data[pos + 4 : pos + 4 + size])
+        part = body.responses[0].partition_responses[0]
+        assert part.error_code == 0, part
+        assert part.base_offset == expected, (part.base_offset, expected)
+        expected += 1
+        pos += 4 + size
+    assert expected == first_offset + count
+
+
+@pytest.mark.skipif(build_batch is None, reason="pykfk._core is not built")
+@pytest.mark.benchmark(group="produce-request")
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_produce_request(benchmark, report, tmp_path, idempotent) -> None:  # type: ignore[no-untyped-def]
+    disabled = getattr(benchmark, "disabled", False)
+    calls, rounds = (200, 2) if disabled else (5000, 15)
+    frames = _frames(calls * (rounds + 2) + 1000, idempotent)
+    harness = _Harness(str(tmp_path / "data"))
+    try:
+        # Warm-up, and a check that the responses are what a client expects.
+        _check_responses(harness.send_kept(frames[:1000]), 0, 1000)
+        times = []
+        next_frame = 1000
+        for _ in range(rounds):
+            batch = frames[next_frame : next_frame + calls]
+            next_frame += calls
+            start = time.perf_counter()
+            harness.send_all(batch)
+            times.append((time.perf_counter() - start) / calls)
+            harness.drain()
+        plog = harness.broker.get_log(TOPIC, 0)
+        assert plog.log_end_offset == next_frame
+        if idempotent:
+            assert plog.producer_state.producers[PRODUCER_ID].last_seq == next_frame - 1
+        best, median = min(times) * 1e6, statistics.median(times) * 1e6
+        benchmark.extra_info["us_per_request"] = round(best, 3)
+        benchmark.extra_info["us_per_request_median"] = round(median, 3)
+        report(f"Produce v7, 1 record of {len(RECORD_VALUE)} B, acks=1, "
+               f"{'idempotent' if idempotent else 'plain'}: {best:.2f} us/request best-of-{rounds}, "
+               f"{median:.2f} us median")
+
+        # pytest-benchmark's own table: a round of `calls` requests.
+        remaining = iter(range(next_frame, len(frames) - calls + 1, calls))
+
+        def one_round() -> None:
+            k = next(remaining, None)
+            if k is None:
+                return
+            harness.send_all(frames[k : k + calls])
+            harness.drain()
+
+        benchmark.pedantic(one_round, rounds=1, iterations=1)
+    finally:
+        harness.close()
