@@ -46,6 +46,8 @@ class Row:
         per_batch = [r.stored_records / r.stored_batches for r in self.ok
                      if r.stored_records and r.stored_batches and r.system == "pykfk"]
         self.records_per_batch = statistics.median(per_batch) if per_batch else None
+        busy = [r.broker_cpu / r.seconds for r in self.ok if r.broker_cpu is not None]
+        self.broker_busy = statistics.median(busy) if busy else None
         self.load = statistics.median([r.load1 for r in runs])
         self.notes = sorted({r.note for r in runs if r.note})
         self.errors = sorted({r.error for r in runs if r.error})
@@ -61,6 +63,15 @@ class Row:
     @property
     def overhead(self) -> float | None:
         return None if self.disk_per_msg is None else self.disk_per_msg - self.size
+
+    @property
+    def client_busiest(self) -> tuple[str, float] | None:
+        """The median run's busiest client thread and its share of one core."""
+        run = self.median_run()
+        if run is None or not run.client_threads:
+            return None
+        name, share = run.client_threads[0]
+        return name, share
 
     def median_run(self) -> Run | None:
         if not self.ok:
@@ -85,8 +96,8 @@ def _fmt(value: float | None, spec: str = ",.0f") -> str:
 def table(rows: list[Row]) -> str:
     head = ("| test | system | client | msgs | msg/s (median) | spread (min–max) | MB/s | runs ok "
             "| broker CPU s / 1M msg | broker peak RSS MB | disk B/msg | overhead B/msg "
-            "| records/batch on disk | load1 | notes |")
-    lines = [head, "|" + "---|" * 15]
+            "| records/batch on disk | busy: broker · client's busiest thread | load1 | notes |")
+    lines = [head, "|" + "---|" * 16]
     for row in rows:
         spread = f"{row.low:,.0f}–{row.high:,.0f}" if row.ok else "–"
         notes = "; ".join(row.notes + [f"**{e}**" for e in row.errors])
@@ -95,9 +106,17 @@ def table(rows: list[Row]) -> str:
             f"| {row.mb_per_s:.1f} | {len(row.ok)}/{len(row.runs)} | {_fmt(row.cpu_per_m, '.2f')} "
             f"| {_fmt(row.peak_rss_mb, '.0f')} | {_fmt(row.disk_per_msg, '.1f')} "
             f"| {_fmt(row.overhead, '.1f')} | {_fmt(row.records_per_batch, '.1f')} "
-            f"| {row.load:.2f} | {notes} |"
+            f"| {_busy(row)} | {row.load:.2f} | {notes} |"
         )
     return "\n".join(lines)
+
+
+def _busy(row: Row) -> str:
+    """Shares of one core: the broker process and the client's busiest thread. A share
+    near 100% names what bounds the run."""
+    broker = "–" if row.broker_busy is None else f"{row.broker_busy:.0%}"
+    client = row.client_busiest
+    return f"{broker} · " + ("–" if client is None else f"{client[0]} {client[1]:.0%}")
 
 
 def _find(rows: list[Row], system: str, client: str, test: str) -> Row | None:
@@ -284,6 +303,11 @@ def write(out_dir: str, runs: list[Run], meta: dict[str, Any]) -> str:
         "The mock keeps only ~5 MB a partition and answers a Fetch with one stored batch: its",
         "consumer figure re-reads 20,000 messages in 1000-record batches, seeking back after",
         "each pass, so it is a lower bound of the client's consume ceiling.",
+        "Busy: CPU seconds per second of the timed section, as a share of one core, of the",
+        "broker process and of the client process's busiest thread (librdkafka's own threads",
+        "are rdk:*; \"(main)\" is the thread calling the client's API). A thread near 100%,",
+        "or the sum of both sides near the machine's cores, is what bounds the run;",
+        "`python -m bench.paper.profile` shows where that thread's time goes.",
         "",
     ]
     for png in (producer_png, consumer_png):

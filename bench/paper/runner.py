@@ -39,6 +39,8 @@ class Run:
     seconds: float = 0.0
     broker_cpu: float | None = None
     client_cpu: float | None = None
+    # The client process's busiest threads in the timed section: [name, share of a core].
+    client_threads: list[list[Any]] = field(default_factory=list)
     broker_peak_rss_kb: int | None = None
     disk_bytes: int | None = None
     stored_records: int | None = None
@@ -170,6 +172,7 @@ def run_child(cmd: list[str], run: Run, broker_pid: int | None, log: IO[str],
     run.count = int(result["count"])
     run.seconds = float(result["seconds"])
     run.note = result.get("note", "") or ""
+    run.client_threads = result.get("threads") or []
     errors = result.get("errors") or []
     if errors:
         run.error = "; ".join(errors)[:300]

@@ -51,18 +51,59 @@ BACKLOG = 100_000
 BACKLOG_BATCH_1 = 10_000
 
 
+def thread_cpu_seconds() -> dict[int, tuple[str, float]]:
+    """tid -> (thread name, user + system CPU seconds) for every thread of this process,
+    from /proc (librdkafka's own threads included: they are named rdk:main,
+    rdk:broker0, ...)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:  # the thread ended in between
+            continue
+        # "tid (comm) state ..." where comm may hold spaces or parentheses
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        if int(tid) == os.getpid():
+            name += " (main)"  # the thread calling the client's API
+        fields = stat[stat.rindex(")") + 2:].split()
+        threads[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
+def busiest_threads(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                    seconds: float, top: int = 3) -> list[list[Any]]:
+    """[name, share of one core] of the threads that used the most CPU between two
+    snapshots: a thread near 1.0 is what bounds the run."""
+    used = [(name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()]
+    used.sort(key=lambda item: -item[1])
+    return [[name, round(cpu / seconds, 3)] for name, cpu in used[:top] if seconds > 0]
+
+
 class Reporter:
     """Writes the progress protocol to stdout."""
 
     def __init__(self) -> None:
         self.next_at = 0.0
         self.started = 0.0
+        self.seconds: float | None = None
+        self.threads_start: dict[int, tuple[str, float]] = {}
+        self.threads_end: dict[int, tuple[str, float]] = {}
 
     def start(self) -> float:
+        self.threads_start = thread_cpu_seconds()
         self.started = time.perf_counter()
         self.next_at = self.started + PROGRESS_INTERVAL
         print("start", flush=True)
         return self.started
+
+    def stop(self) -> float:
+        """Ends the timed section (before the client is closed, which ends its threads):
+        its seconds, also kept for ``result``."""
+        self.seconds = time.perf_counter() - self.started
+        self.threads_end = thread_cpu_seconds()
+        return self.seconds
 
     def maybe(self, count: int, now: float) -> None:
         if now >= self.next_at:
@@ -70,8 +111,12 @@ class Reporter:
             self.next_at = now + PROGRESS_INTERVAL
 
     def result(self, count: int, seconds: float, **extra: Any) -> None:
+        if self.seconds is None:
+            self.stop()
+        threads = busiest_threads(self.threads_start, self.threads_end, seconds)
         print(f"progress {count}", flush=True)
-        print("result " + json.dumps({"count": count, "seconds": seconds, **extra}), flush=True)
+        print("result " + json.dumps({"count": count, "seconds": seconds, "threads": threads,
+                                      **extra}), flush=True)
 
 
 def _payload(size: int) -> bytes:
@@ -135,7 +180,7 @@ def confluent_produce(spec: dict[str, Any]) -> None:
     t0 = reporter.start()
     sent = _confluent_produce(producer, spec["topic"], spec["n"], _payload(spec["size"]),
                               t0 + spec["max_seconds"], reporter)
-    reporter.result(sent, time.perf_counter() - t0, errors=errors[:5])
+    reporter.result(sent, reporter.stop(), errors=errors[:5])
 
 
 def confluent_consume(spec: dict[str, Any]) -> None:
@@ -199,7 +244,7 @@ def confluent_consume(spec: dict[str, Any]) -> None:
         reporter.maybe(got, now)
         if now > deadline or len(errors) > 100:
             break
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     consumer.close()
     note = f"mock: {MOCK_STORED} messages read repeatedly" if pass_end is not None else ""
     reporter.result(min(got, n), seconds, errors=errors[:5], note=note)
@@ -226,7 +271,7 @@ def _timed_sends(producer: Any, spec: dict[str, Any]) -> None:
     t0 = reporter.start()
     _drive_sends(lambda: producer.send(spec["topic"], payload, partition=0), spec, t0, reporter)
     producer.flush(300)
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     producer.close(10)
     reporter.result(spec["_sent"], seconds)
 
@@ -260,7 +305,7 @@ def kafka_python_consume(spec: dict[str, Any]) -> None:
         reporter.maybe(got, now)
         if now > deadline:
             break
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     consumer.close()
     reporter.result(got, seconds)
 
@@ -292,7 +337,7 @@ def pykfk_consume(spec: dict[str, Any]) -> None:
         reporter.maybe(got, now)
         if now > deadline:
             break
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     consumer.close()
     reporter.result(got, seconds)
 
@@ -366,7 +411,7 @@ def pika_produce(spec: dict[str, Any]) -> None:
         if time.monotonic() > until:
             break
         time.sleep(0.005)
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     conn.close()
     reporter.result(sent, seconds, note="no confirms")
 
@@ -394,7 +439,7 @@ def pika_consume(spec: dict[str, Any]) -> None:
                 break
         if got >= n:
             break
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     channel.cancel()
     conn.close()
     reporter.result(got, seconds, note="prefetch 1000, ack every 500")
@@ -425,7 +470,7 @@ def stomp_produce(spec: dict[str, Any]) -> None:
     # A receipt for one last (not counted) message: the broker answers it after the rest.
     conn.send(destination, payload, headers={**headers, "receipt": "last"})
     receipt.wait(300)
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     conn.disconnect()
     reporter.result(spec["_sent"] + 1, seconds, note="receipt on last message only")
 
@@ -461,7 +506,7 @@ def stomp_consume(spec: dict[str, Any]) -> None:
         reporter.maybe(state["got"], time.perf_counter())
         if time.perf_counter() > deadline:
             break
-    seconds = time.perf_counter() - t0
+    seconds = reporter.stop()
     conn.disconnect()
     reporter.result(state["got"], seconds, note=f"prefetch 1000, cumulative ack every {STOMP_ACK_EVERY}")
 

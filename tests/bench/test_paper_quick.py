@@ -82,10 +82,15 @@ def test_quick_mode_runs_every_system_and_client(tmp_path: Path) -> None:
         assert b50["stored_records"] == b50["count"]
         assert 25 <= b50["stored_records"] / b50["stored_batches"] <= 50
     assert runs[("rabbitmq", "java", "produce b1")]["disk_bytes"] > 0
+    # Python clients report their busiest threads (librdkafka's own are rdk:*)
+    threads = runs[("pykfk", "confluent", "produce b1")]["client_threads"]
+    assert any(name.startswith("rdk:") for name, _ in threads), threads
+    assert all(0 <= share <= 1.5 for _, share in threads), threads
 
     markdown = (out / "results.md").read_text()
     assert "## Targets (issue 8)" in markdown
     assert "| produce b50 | pykfk | confluent |" in markdown
+    assert "busy: broker · client's busiest thread" in markdown
     for png in ("producer.png", "consumer.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
