@@ -92,7 +92,7 @@ def perf_usable() -> str | None:
     if shutil.which("perf") is None:
         return "perf is not installed (Debian: linux-perf)"
     probe = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", "/dev/null", "true"],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=30, check=False)
     if probe.returncode != 0:
         return "perf record failed: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
     return None
@@ -109,7 +109,7 @@ def _spec(opts: Options, bootstrap: str, topic: str, test: str, n: int) -> dict[
 def _run_to_end(spec: dict[str, Any], log: IO[str]) -> dict[str, Any]:
     """Runs a workload child untimed (filling a topic for the consume test)."""
     done = subprocess.run(python_command(spec), cwd=REPO, stdout=subprocess.PIPE, stderr=log,
-                          text=True, timeout=600)
+                          text=True, timeout=600, check=False)
     return _result(done.stdout.splitlines())
 
 
@@ -228,7 +228,7 @@ def perf_tables(path: str) -> str:
     for sort in ("comm,dso", "comm,sym"):
         report = subprocess.run(["perf", "report", "-i", path, "--stdio", "-q", "-g", "none",
                                  "--no-children", "--sort", sort], capture_output=True, text=True,
-                                timeout=300)
+                                timeout=300, check=False)
         lines = [line.rstrip() for line in report.stdout.splitlines() if line.strip()]
         parts.append("\n".join(lines[:TOP_FRAMES]))
     return "\n\n".join(parts)
@@ -246,16 +246,16 @@ def write_summary(opts: Options, outcome: dict[str, Any], perf_problem: str | No
     target = "librdkafka's mock cluster (no broker process)" if opts.mock else "pykfk"
     busy = outcome["broker_busy"]
     lines = [
-        f"# Profile: {'consume' if opts.test == 'consume' else 'produce ' + opts.test}, "
-        f"{target} driven by {opts.client}",
+        (f"# Profile: {'consume' if opts.test == 'consume' else 'produce ' + opts.test}, "
+        f"{target} driven by {opts.client}"),
         "",
-        f"- {dt.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} cores, "
-        f"{opts.size}-byte messages, {opts.seconds:g} s sampled",
-        f"- the profiled run moved {result['count']:,} messages at {rate:,.0f} msg/s "
-        "(sampling slows it: see python -m bench.paper for figures)",
+        (f"- {dt.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} cores, "
+        f"{opts.size}-byte messages, {opts.seconds:g} s sampled"),
+        (f"- the profiled run moved {result['count']:,} messages at {rate:,.0f} msg/s "
+         "(sampling slows it: see python -m bench.paper for figures)"),
         "- broker process: " + ("none" if busy is None else f"{busy:.0%} of a core while sampled"),
-        "- client process, busiest threads (share of a core over the timed section): "
-        + ", ".join(f"{name} {share:.0%}" for name, share in result.get("threads", [])),
+        ("- client process, busiest threads (share of a core over the timed section): "
+         + ", ".join(f"{name} {share:.0%}" for name, share in result.get("threads", []))),
         "",
     ]
     lines += [f"- **sampler problem**: {p}" for p in outcome["problems"]]

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(180)
 
 def _profile(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bench.paper.profile", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=170)
+                          capture_output=True, text=True, timeout=170, check=False)
 
 
 def _commands_naming(fragment: str) -> list[str]:
