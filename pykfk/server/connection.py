@@ -289,16 +289,16 @@ class Connection(asyncio.BufferedProtocol):
         slots = self._slots
         data: list = []
         while slots:
-            slot = slots[0]
-            work = slot.work
+            work = slots[0].work
             if type(work) is list:
-                if any(_is_file_region(c) for c in work):
+                if FileRegion in map(type, work):
                     break
-                data.extend(work)
+                data += work
             elif work is not None:
                 break  # in progress, or Failed: the writer reports it in turn
-            slots.popleft()
-            slot.release()
+            slot = slots.popleft()
+            if slot.owned_fds:
+                slot.release()
         if not data:
             return
         payload = data[0] if len(data) == 1 else b"".join(data)
@@ -310,7 +310,7 @@ class Connection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
             return
-        self.last_active = self.loop.time()
+        # No last_active update: buffer_updated, the only caller's caller, just set it.
         if sent < len(payload):
             slots.appendleft(_Slot([memoryview(payload)[sent:]], [], 0))
 

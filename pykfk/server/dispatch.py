@@ -71,6 +71,8 @@ HANDLER_MODULES = (
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.
 _FIXED_HEADER = struct.Struct(">hhi")
+_FIXED_HEADER_SIZE = _FIXED_HEADER.size
+_unpack_fixed_header = _FIXED_HEADER.unpack_from
 
 
 class CloseConnection(Exception):
@@ -188,6 +190,8 @@ class Dispatcher:
     def __init__(self, broker: Broker, registry: Registry):
         self.broker = broker
         self.registry = registry
+        # The registry's own table (read once per request; a Registry never swaps it).
+        self._handlers = registry._handlers
         from pykfk.protocol import framing
         from pykfk.protocol.messages import API_SPECS
 
@@ -205,10 +209,10 @@ class Dispatcher:
         context's list of fds to close after sending. Raises CloseConnection when the
         request cannot be decoded.
         """
-        if len(frame) < _FIXED_HEADER.size:
+        if len(frame) < _FIXED_HEADER_SIZE:
             raise CloseConnection(f"request of {len(frame)} bytes is shorter than a header")
-        api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
-        handler = self.registry.get(api_key)
+        api_key, api_version, correlation_id = _unpack_fixed_header(frame, 0)
+        handler = self._handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown api key {api_key}")
         if not handler.min_version <= api_version <= handler.max_version:
@@ -231,6 +235,11 @@ class Dispatcher:
         ctx = RequestContext(self.broker, api_key, api_version, correlation_id, client_id, client_host)
         try:
             body = handler.handle(ctx, request)
+            if type(body) is dict:
+                # Answered at once (the common case, _encode inline).
+                if handler.encode is not None:
+                    return handler.encode(api_version, correlation_id, body), ctx.owned_fds
+                return self._encode(handler, ctx, body), ctx.owned_fds
             if body is not None and not isinstance(body, dict):
                 return self._run(handler, ctx, body), ctx.owned_fds  # awaitable: answered later
             return self._encode(handler, ctx, body), ctx.owned_fds
