@@ -128,7 +128,7 @@ class AppendInfo:
 
     def __init__(self, first_offset: int, last_offset: int, log_append_time_ms: int,
                  log_start_offset: int, record_count: int | None, headers: list,
-                 duplicate: bool = False, *, assigned_epoch: int | None = None):
+                 duplicate: bool = False, assigned_epoch: int | None = None):
         """``record_count`` None: the sum over ``headers``. ``assigned_epoch`` not None:
         ``headers`` are the batches as received, and the log gave them offsets from
         ``first_offset`` on and this partition leader epoch."""
@@ -311,6 +311,17 @@ class Log:
         now = time_ms() if now_ms is None else now_ms
         return (self.unflushed_messages > 0
                 and now - self._last_flush_ms >= self.config.flush_interval_ms)
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        # LogConfig is frozen: the flags every append asks for are read once here.
+        self._config = config
+        self._compacts = config.compacts
+        self._log_append_time = config.log_append_time
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from the next append (index sizes from the next segment)."""
@@ -496,10 +507,14 @@ class Log:
         return seg
 
     def _roll_reason(self, seg: Segment, size: int, headers: list, log_append_time: bool,
-                     last_offset: int, now_ms: int) -> str | None:
-        if seg.size == 0:
+                     last_offset: int, now_ms: int | None) -> str | None:
+        """Why the append must roll first, or None. ``now_ms`` None: the clock is read
+        only if the decision needs it (a producer's timestamps usually decide)."""
+        seg_size = seg.size
+        if seg_size == 0:
             return None
-        if seg.size > self.config.segment_bytes - size:
+        config = self._config
+        if seg_size > config.segment_bytes - size:
             return "segment.bytes"
         first_ts = seg.first_batch_timestamp
         # Kafka's timeWaitedForRoll: by the batches' largest timestamp when the segment has
@@ -507,12 +522,19 @@ class Log:
         # headers, so it is taken only when it decides.
         max_timestamp = -1
         if first_ts >= 0:
-            max_timestamp = now_ms if log_append_time else max(map(_MAX_TIMESTAMP, headers))
+            if log_append_time:
+                max_timestamp = time_ms() if now_ms is None else now_ms
+            elif len(headers) == 1:
+                max_timestamp = headers[0].max_timestamp
+            else:
+                max_timestamp = max(map(_MAX_TIMESTAMP, headers))
         if max_timestamp >= 0:
             waited = max_timestamp - first_ts
         else:
+            if now_ms is None:
+                now_ms = time_ms()
             waited = now_ms - self._created_ms.get(seg.base_offset, now_ms)
-        if waited > self.config.segment_ms:
+        if waited > config.segment_ms:
             return "segment.ms"
         if seg.is_index_full():
             return "index full"
@@ -538,10 +560,10 @@ class Log:
         whether any batch carries a producer id (and one for the largest timestamp when a
         time roll is possible); producer state costs a Python step per producer batch.
         """
-        buf = records if isinstance(records, memoryview) else memoryview(records)
+        buf = records if type(records) is memoryview else memoryview(records)
         if assign_offsets and len(buf) > 16 and core_records.is_legacy(buf):
             buf = memoryview(core_records.convert_legacy(buf))
-        config = self.config
+        config = self._config
         # A leader checks what producers send as Kafka's LogValidator does, compressed
         # record framing included; a follower copies batches its leader already checked.
         headers = core_records.validate_batches(
@@ -549,30 +571,37 @@ class Log:
             decompress=assign_offsets and self.validate_compressed)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
-        if assign_offsets and config.compacts:
+        if assign_offsets and self._compacts:
             _check_keys(buf, headers)
         size = len(buf)
         if size > config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
                              f"{size} bytes do not fit in a segment of "
                              f"{config.segment_bytes} bytes")
-        now = time_ms() if now_ms is None else now_ms
-        log_append_time = assign_offsets and config.log_append_time
+        log_append_time = assign_offsets and self._log_append_time
+        # The clock only when the batches get it; a roll decision reads it if it needs it.
+        now = time_ms() if now_ms is None and log_append_time else now_ms
         if assign_offsets and buf.readonly:
             buf = memoryview(bytearray(buf))  # offsets are written in place
         # Kafka keeps producer state only for batches that carry a producer id.
-        has_producers = max(map(_PRODUCER_ID, headers)) >= 0
+        if len(headers) == 1:
+            has_producers = headers[0].producer_id >= 0
+        else:
+            has_producers = max(map(_PRODUCER_ID, headers)) >= 0
         flush_now = False
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             state = self.producer_state
             producers = (state.prepare_append(headers, check=assign_offsets)
                          if has_producers else None)
             if assign_offsets:
                 if producers is not None and producers.duplicate is not None:
                     duplicate = producers.duplicate
-                    logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
-                                 self._prefix(), duplicate.first_offset, duplicate.last_offset)
+                    if logger.isEnabledFor(logging.DEBUG):
+                        logger.debug("%s Duplicate batch of an idempotent producer, offsets "
+                                     "%d-%d", self._prefix(), duplicate.first_offset,
+                                     duplicate.last_offset)
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
                                       self._log_start_offset, 0, [], duplicate=True)
                 first_offset = self._log_end_offset
@@ -601,16 +630,23 @@ class Log:
                     # the roll is done: check first, so a bad append changes nothing.
                     self._check_follower_offsets(headers)
                 segment = self.roll(first_offset, now_ms=now, reason=reason)
-            self._append_to_segment(segment, buf, assign_offsets)
+            try:
+                segment.append(buf)  # leaves no partial batch behind when the write fails
+            except (OSError, ValueError) as exc:
+                self._append_failed(segment, exc, assign_offsets)
             self._log_end_offset = next_offset
-            state.commit_append(producers, headers, next_offset,
-                                offsets_assigned=assign_offsets and not log_append_time)
+            if producers is None:
+                # commit_append's whole work for an append without producer batches.
+                if next_offset > state.map_end_offset:
+                    state.map_end_offset = next_offset
+            else:
+                state.commit_append(producers, headers, next_offset,
+                                    offsets_assigned=assign_offsets and not log_append_time)
             if next_offset - self._recovery_point >= config.flush_interval_messages:
                 flush_now = self._request_flush()
             if assign_offsets and not log_append_time:
                 info = AppendInfo(first_offset, next_offset - 1, -1, self._log_start_offset,
-                                  next_offset - first_offset, headers,
-                                  assigned_epoch=leader_epoch)
+                                  next_offset - first_offset, headers, False, leader_epoch)
             else:
                 info = AppendInfo(first_offset, next_offset - 1, now if log_append_time else -1,
                                   self._log_start_offset, None, headers)
@@ -618,18 +654,16 @@ class Log:
             self.flush()
         return info
 
-    def _append_to_segment(self, segment: Segment, buf: memoryview, leader: bool) -> None:
-        try:
-            segment.append(buf)  # leaves no partial batch behind when the write fails
-        except OSError as exc:
+    def _append_failed(self, segment: Segment, exc: OSError | ValueError, leader: bool) -> None:
+        """Raises what a failed Segment.append means to the caller."""
+        if isinstance(exc, OSError):
             logger.error("%s Append to segment %d failed: %s", self._prefix(),
                          segment.base_offset, exc)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-        except ValueError as exc:
-            if leader:
-                raise
-            # A follower's batches whose offsets do not increase (checked before any write).
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+        if leader:
+            raise exc
+        # A follower's batches whose offsets do not increase (checked before any write).
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
 
     @staticmethod
     def _reparse_headers(buf: memoryview, count: int) -> list:
