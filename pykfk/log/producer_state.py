@@ -119,9 +119,12 @@ class ProducerStateEntry:
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
         self.last_timestamp = last_timestamp
 
+    # BatchMetadata fields by position below: an index is cheaper than a named field, and
+    # these run on every idempotent append.
+
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+        return self.batches[-1][1] if self.batches else NO_SEQUENCE  # last_seq
 
     @property
     def last_offset(self) -> int:
@@ -132,7 +135,7 @@ class ProducerStateEntry:
         if producer_epoch != self.producer_epoch:
             return None
         for batch in self.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+            if batch[1] == last_seq and batch[0] == first_seq:  # last_seq, first_seq
                 return batch
         return None
 
@@ -294,6 +297,8 @@ class ProducerStateManager:
         in log order) in one pass: the same rules as ``check`` when ``check`` is set
         (raises KafkaError; a duplicate ends the pass and is returned in
         ``PendingAppend.duplicate``), and what ``commit_append`` needs. Changes nothing."""
+        if len(headers) == 1:
+            return self._prepare_one(headers[0], check)
         pending = PendingAppend()
         producers = pending.producers
         current_pid, current = None, None
@@ -330,6 +335,37 @@ class ProducerStateManager:
             current.add(index, h)
         return pending
 
+    def _prepare_one(self, h: Any, check: bool) -> PendingAppend:
+        """``prepare_append`` of one batch (a producer that sends one batch per request):
+        the same steps without the loop."""
+        pending = PendingAppend()
+        pid = h.producer_id
+        if pid < 0 or h.attributes & CONTROL_FLAG:
+            return pending
+        entry = self.producers.get(pid)
+        epoch = h.producer_epoch
+        first_seq = h.base_sequence
+        if entry is None:
+            current = _PendingProducer(NO_PRODUCER_EPOCH, NO_SEQUENCE)
+        else:
+            if check:
+                duplicate = entry.find_duplicate(epoch, first_seq, _last_sequence(h))
+                if duplicate is not None:
+                    pending.duplicate = duplicate
+                    return pending
+            current = _PendingProducer(entry.producer_epoch, entry.last_seq)
+        pending.producers[pid] = current
+        if epoch == current.epoch and first_seq == current.last_seq + 1:
+            last_seq = first_seq + h.last_offset_delta
+            current.last_seq = last_seq if last_seq <= INT32_MAX else last_seq - INT32_MAX - 1
+            current.max_timestamp = max(current.max_timestamp, h.max_timestamp)
+            current.kept.append(0)
+            return pending
+        if check:
+            _check_sequence(pid, epoch, first_seq, current.epoch, current.last_seq)
+        current.add(0, h)
+        return pending
+
     def commit_append(self, pending: PendingAppend | None, headers: Sequence[Any],
                       next_offset: int, *, offsets_assigned: bool) -> None:
         """Records a prepared append that is now in the log, ending at ``next_offset``
@@ -339,6 +375,9 @@ class ProducerStateManager:
         headers hold the final offsets (a follower)."""
         self.map_end_offset = max(self.map_end_offset, next_offset)
         if pending is None or not pending.producers:
+            return
+        if len(headers) == 1:
+            self._commit_one(pending, headers[0], next_offset, offsets_assigned)
             return
         kept = [(pid, p, p.kept[-NUM_BATCHES_TO_RETAIN:])
                 for pid, p in pending.producers.items()]
@@ -357,6 +396,22 @@ class ProducerStateManager:
                 entry.batches.append(BatchMetadata(h.base_sequence, _last_sequence(h), base,
                                                    base + h.last_offset_delta, h.max_timestamp))
             entry.last_timestamp = max(entry.last_timestamp, p.max_timestamp)
+
+    def _commit_one(self, pending: PendingAppend, h: Any, next_offset: int,
+                    offsets_assigned: bool) -> None:
+        """``commit_append`` of one producer batch: the same steps without the loops."""
+        ((pid, p),) = pending.producers.items()
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid)
+        if p.epoch_changed:
+            entry.producer_epoch = p.epoch
+            entry.batches.clear()
+        delta = h.last_offset_delta
+        base = next_offset - delta - 1 if offsets_assigned else h.base_offset
+        entry.batches.append(BatchMetadata(h.base_sequence, _last_sequence(h), base,
+                                           base + delta, h.max_timestamp))
+        entry.last_timestamp = max(entry.last_timestamp, p.max_timestamp)
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
