@@ -90,6 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buf = bytearray(READ_BUFFER_SIZE)
+        self._buf_view = memoryview(self._buf)  # one export for every get_buffer call
         self._start = 0  # first unparsed byte in _buf
         self._end = 0  # end of received bytes in _buf
         # Large-frame mode: chunks of the frame body received so far.
@@ -165,7 +166,7 @@ class Connection(asyncio.BufferedProtocol):
             return memoryview(chunk)[filled:]
         if self._end == len(self._buf):
             self._compact()
-        return memoryview(self._buf)[self._end :]
+        return self._buf_view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = self.loop.time()
@@ -262,7 +263,7 @@ class Connection(asyncio.BufferedProtocol):
             log.exception("closing connection from %s: unexpected error decoding a request", self.peer)
             self.abort()
             return
-        if work is None or type(work) is list or type(work) is Failed:
+        if type(work) is list or work is None or type(work) is Failed:
             self._slots.append(_Slot(work, owned_fds, 0))  # answered already
             return
         task = asyncio.ensure_future(work)
@@ -277,7 +278,10 @@ class Connection(asyncio.BufferedProtocol):
             self._send_ready_now()
             if self._slots and self._slot_added is not None and not self._slot_added.done():
                 self._slot_added.set_result(None)
-        self._update_reading()
+        # _update_reading has nothing to do unless reading is paused or should be.
+        if (self._reading_paused or self._draining or self._held_bytes > HELD_BYTES_LIMIT
+                or len(self._slots) >= self.server.max_in_flight):
+            self._update_reading()
 
     def _send_ready_now(self) -> None:
         """Send the ready responses at the head of the queue with one send() (the writer

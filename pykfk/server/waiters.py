@@ -44,6 +44,8 @@ class AppendWaiters:
 
     def notify(self, topic: str, partition: int) -> None:
         """Called after an append to (topic, partition)."""
+        if not self._waiting:
+            return  # nobody long-polls (every produce-only run): no key to build
         futures = self._waiting.get((topic, partition))
         if futures:
             for waiter in futures:
