@@ -637,7 +637,7 @@ class Log:
             self._log_end_offset = next_offset
             if producers is None:
                 # commit_append's whole work for an append without producer batches.
-                if next_offset > state.map_end_offset:
+                if next_offset > state.map_end_offset:  # noqa: PLR1730 (a max() call costs more)
                     state.map_end_offset = next_offset
             else:
                 state.commit_append(producers, headers, next_offset,
