@@ -263,7 +263,10 @@ def write_summary(opts: Options, outcome: dict[str, Any], perf_problem: str | No
     if os.path.exists(broker):
         samples, own, inclusive = collapsed_top(broker)
         lines += ["## Broker (py-spy, Python stacks, idle time left out)", "",
-                  f"{samples:,} samples at {SPY_RATE_HZ} Hz.", ""]
+                  f"{samples:,} samples at {SPY_RATE_HZ} Hz. A sample taken while the broker "
+                  "is inside a system call counts for the Python line that made it, so lines "
+                  "that end in one (the segment write, the socket send) weigh more here than "
+                  "their Python cost.", ""]
         lines += _frames_table("self", own) + [""] + _frames_table("inclusive", inclusive) + [""]
     client_perf = os.path.join(opts.out, "client.perf")
     client_spy = os.path.join(opts.out, "client.collapsed")
