@@ -87,6 +87,13 @@ def parse_args(argv: list[str] | None) -> Options:
     return Options(a.test, a.client, a.messages, a.size, a.seconds, out, a.mock)
 
 
+def py_spy() -> str | None:
+    """The py-spy executable: on PATH, or beside this Python (where pip puts it when
+    that folder is not on PATH)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+
+
 def perf_usable() -> str | None:
     """None when ``perf record`` can sample a process here, else why not."""
     if shutil.which("perf") is None:
@@ -123,7 +130,7 @@ def _result(lines: Iterable[str]) -> dict[str, Any]:
 def _samplers(opts: Options, broker_pid: int | None, client_pid: int,
               perf_problem: str | None) -> list[subprocess.Popen[bytes]]:
     seconds = str(max(1, round(opts.seconds)))
-    spy = ["py-spy", "record", "--nonblocking", "-r", str(SPY_RATE_HZ), "-d", seconds, "-f", "raw"]
+    spy = [py_spy() or "py-spy", "record", "--nonblocking", "-r", str(SPY_RATE_HZ), "-d", seconds, "-f", "raw"]
     procs = []
     if broker_pid is not None:
         procs.append(subprocess.Popen(
@@ -140,7 +147,7 @@ def _samplers(opts: Options, broker_pid: int | None, client_pid: int,
 
 def profile(opts: Options) -> str:
     """Runs the profiled workload; returns the path of summary.md."""
-    if shutil.which("py-spy") is None:
+    if py_spy() is None:
         raise SystemExit("py-spy is not installed: pip install py-spy (or the [bench] extra)")
     os.makedirs(opts.out, exist_ok=True)
     perf_problem = perf_usable()
@@ -263,10 +270,10 @@ def write_summary(opts: Options, outcome: dict[str, Any], perf_problem: str | No
     if os.path.exists(broker):
         samples, own, inclusive = collapsed_top(broker)
         lines += ["## Broker (py-spy, Python stacks, idle time left out)", "",
-                  f"{samples:,} samples at {SPY_RATE_HZ} Hz. A sample taken while the broker "
+                  (f"{samples:,} samples at {SPY_RATE_HZ} Hz. A sample taken while the broker "
                   "is inside a system call counts for the Python line that made it, so lines "
                   "that end in one (the segment write, the socket send) weigh more here than "
-                  "their Python cost.", ""]
+                  "their Python cost."), ""]
         lines += _frames_table("self", own) + [""] + _frames_table("inclusive", inclusive) + [""]
     client_perf = os.path.join(opts.out, "client.perf")
     client_spy = os.path.join(opts.out, "client.collapsed")
