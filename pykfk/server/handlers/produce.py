@@ -131,13 +131,7 @@ def _append(broker: Any, topic: str, partition: int, records: Any, version: int)
         records = _checked_records(records, version)
     info = plog.append(records)
     broker.appended(topic, partition)
-    return {
-        "index": partition,
-        "error_code": _NONE,
-        "base_offset": info.first_offset,
-        "log_append_time_ms": info.log_append_time_ms,
-        "log_start_offset": info.log_start_offset,
-    }
+    return _success(info, partition)
 
 
 async def _append_replicated(
