@@ -85,7 +85,8 @@ def test_quick_mode_runs_every_system_and_client(tmp_path: Path) -> None:
     # Python clients report their busiest threads (librdkafka's own are rdk:*)
     threads = runs[("pykfk", "confluent", "produce b1")]["client_threads"]
     assert any(name.startswith("rdk:") for name, _ in threads), threads
-    assert all(0 <= share <= 1.5 for _, share in threads), threads
+    # (no upper bound: CPU time comes in 10 ms clock ticks, longer than a --quick run)
+    assert all(share >= 0 for _, share in threads), threads
 
     markdown = (out / "results.md").read_text()
     assert "## Targets (issue 8)" in markdown
