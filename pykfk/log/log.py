@@ -755,6 +755,30 @@ class Log:
                     return max(offset, self._log_start_offset)
         return None
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (the seeds' getOffsetsBefore): up to ``max_num_offsets`` offsets,
+        largest first, from the segments' base offsets and the log end offset. Each
+        segment counts as of its file's last modification time and the log end as of
+        now; ``timestamp`` -1 starts at the log end, -2 at the first segment, another
+        value at the last point modified at or before it. At most one offset a segment,
+        plus one."""
+        with self._lock:
+            segments = list(self._view.segments)
+            log_start, log_end = self._log_start_offset, self._log_end_offset
+        points = [(max(seg.base_offset, log_start), _mtime_ms(seg)) for seg in segments]
+        if segments and segments[-1].size > 0:
+            points.append((log_end, time_ms()))
+        if timestamp == LATEST_TIMESTAMP:
+            start = len(points) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            start = 0 if points else -1
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        count = max(0, min(max_num_offsets, start + 1))
+        return sorted((points[start - j][0] for j in range(count)), reverse=True)
+
     # -- flush --------------------------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:

@@ -333,6 +333,30 @@ def test_list_offsets_earliest_latest_and_by_time(raw):
     assert list(raw.call(LIST_OFFSETS, 0, body).topics[0].partitions[0].old_style_offsets) == [3]
 
 
+def _old_style_offsets(raw, topic, partition, timestamp, max_num_offsets):
+    body = {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+        {"partition_index": partition, "timestamp": timestamp, "max_num_offsets": max_num_offsets}]}]}
+    answer = raw.call(LIST_OFFSETS, 0, body).topics[0].partitions[0]
+    return answer.error_code, list(answer.old_style_offsets)
+
+
+def test_list_offsets_v0_lists_segment_base_offsets_largest_first(raw):
+    # one 1-record batch a segment: the base offsets are 0, 1, 2 and the log end 3
+    create_topic(raw, "legacy", 1, configs={"segment.bytes": "100"})
+    for i in range(3):
+        assert produce(raw, "legacy", 0, build_batch([(b"k", b"%d" % i, 1000 + i, [])])).error_code == 0
+    assert _old_style_offsets(raw, "legacy", 0, -1, 10) == (0, [3, 2, 1, 0])
+    assert _old_style_offsets(raw, "legacy", 0, -1, 2) == (0, [3, 2])
+    assert _old_style_offsets(raw, "legacy", 0, -2, 10) == (0, [0])
+    # by the segments' modification times, not the records' timestamps
+    future_ms = int(time.time() * 1000) + 3_600_000
+    assert _old_style_offsets(raw, "legacy", 0, future_ms, 10) == (0, [3, 2, 1, 0])
+    assert _old_style_offsets(raw, "legacy", 0, 1500, 10) == (0, [])  # before any file was written
+    assert _old_style_offsets(raw, "legacy", 0, -1, 0) == (0, [])
+    assert _old_style_offsets(raw, "legacy", 0, -1, -5) == (0, [])
+    assert _old_style_offsets(raw, "legacy", 7, -1, 10) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
 def test_init_producer_id_hands_out_fresh_ids(raw):
     body = {"transactional_id": None, "transaction_timeout_ms": 60000}
     ids = [raw.call(INIT_PRODUCER_ID, 1, body) for _ in range(3)]

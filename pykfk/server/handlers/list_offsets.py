@@ -1,7 +1,9 @@
 """ListOffsets (key 2): earliest (-2), latest (-1) or the first offset at or after a
 timestamp, looked up through the segments' time indexes (the seeds' getOffsetsBefore).
 
-v0 answers with a list of offsets (``old_style_offsets``); v1+ with one offset and its
+v0 answers with a list of offsets (``old_style_offsets``): segment base offsets and the
+log end, by the segments' modification times, as Kafka's legacy path does (a consumer
+never sees an offset past the high watermark). v1+ answers with one offset and its
 timestamp. Standalone, "latest" is the high watermark, which is the log end offset. In a
 cluster only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere).
 """
@@ -19,6 +21,7 @@ VERSIONS = (0, 3)
 
 LATEST = -1
 EARLIEST = -2
+CONSUMER_REPLICA_ID = -1
 
 
 def _lookup(plog: Any, timestamp: int) -> tuple[int, int]:
@@ -49,6 +52,17 @@ def _first_record_at_or_after(plog: Any, offset: int, timestamp: int) -> tuple[i
     return timestamp, offset
 
 
+def _legacy_offsets(plog: Any, timestamp: int, max_num_offsets: int, consumer: bool) -> list[int]:
+    offsets = plog.legacy_offsets_before(timestamp, max_num_offsets)
+    if not consumer:
+        return offsets
+    # A consumer is told the high watermark in place of anything past it.
+    high_watermark = plog.high_watermark
+    if offsets and offsets[0] > high_watermark:
+        return [high_watermark] + [o for o in offsets if o <= high_watermark]
+    return offsets
+
+
 async def handle(ctx: Any, request: Any) -> dict:
     broker = ctx.broker
     replicas = getattr(broker, "replica_manager", None)
@@ -65,11 +79,13 @@ async def handle(ctx: Any, request: Any) -> dict:
                     plog = replicas.leader_log(topic.name, part.partition_index)
                 if plog is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                timestamp, offset = _lookup(plog, part.timestamp)
-                entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset)
                 if v0:
-                    wanted = max(part.max_num_offsets, 0)
-                    entry["old_style_offsets"] = [offset][:wanted] if offset >= 0 else []
+                    offsets = _legacy_offsets(plog, part.timestamp, part.max_num_offsets,
+                                              request.replica_id == CONSUMER_REPLICA_ID)
+                    entry.update(error_code=ErrorCode.NONE, old_style_offsets=offsets)
+                else:
+                    timestamp, offset = _lookup(plog, part.timestamp)
+                    entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset)
             except KafkaError as exc:
                 entry.update(error_code=exc.code, timestamp=-1, offset=-1, old_style_offsets=[])
             partitions.append(entry)
