@@ -297,15 +297,12 @@ def kafka_python_consume(spec: dict[str, Any]) -> None:
     t0 = reporter.start()
     consumer.assign([TopicPartition(spec["topic"], 0)])
     consumer.seek_to_beginning()
-    n, got, deadline = spec["n"], 0, t0 + spec["max_seconds"]
-    while got < n:
+
+    def read() -> int:
         batches = consumer.poll(timeout_ms=1000, max_records=1000)
-        got += sum(len(records) for records in batches.values())
-        now = time.perf_counter()
-        reporter.maybe(got, now)
-        if now > deadline:
-            break
-    seconds = reporter.stop()
+        return sum(len(records) for records in batches.values())
+
+    got, seconds = _timed_reads(read, spec, t0, reporter)
     consumer.close()
     reporter.result(got, seconds)
 
@@ -328,18 +325,31 @@ def pykfk_consume(spec: dict[str, Any]) -> None:
     consumer = SimpleConsumer(spec["bootstrap"])
     reporter = Reporter()
     t0 = reporter.start()
-    n, got, offset, deadline = spec["n"], 0, 0, t0 + spec["max_seconds"]
-    while got < n:
+    offset = 0
+
+    def read() -> int:
+        nonlocal offset
         messages = consumer.fetch(spec["topic"], 0, offset, max_bytes=spec["fetch_bytes"])
-        got += len(messages)
         offset = messages.next_offset
+        return len(messages)
+
+    got, seconds = _timed_reads(read, spec, t0, reporter)
+    consumer.close()
+    reporter.result(got, seconds)
+
+
+def _timed_reads(read: Callable[[], int], spec: dict[str, Any], t0: float,
+                 reporter: Reporter) -> tuple[int, float]:
+    """The timed section of a Python consumer run: ``read`` (messages it got) until N or
+    the deadline; returns (messages, seconds)."""
+    n, got, deadline = spec["n"], 0, t0 + spec["max_seconds"]
+    while got < n:
+        got += read()
         now = time.perf_counter()
         reporter.maybe(got, now)
         if now > deadline:
             break
-    seconds = reporter.stop()
-    consumer.close()
-    reporter.result(got, seconds)
+    return got, reporter.stop()
 
 
 def _drive_sends(send: Callable[[], Any], spec: dict[str, Any], t0: float, reporter: Reporter) -> None:
