@@ -17,13 +17,12 @@ from __future__ import annotations
 import os
 import random
 import tempfile
-import time
-from collections.abc import Callable
 
 import pykfk._core.records as core
 import pytest
 
 import pykfk._reference.records as reference
+from bench.timing import best_of_rounds, seconds_per_call
 from pykfk.log.config import LogConfig
 
 MIB = 1 << 20
@@ -47,23 +46,6 @@ def _payload() -> bytearray:
 PAYLOAD = _payload()
 SIZES = core.validate_batches(PAYLOAD)
 RECORDS = sum(h.records_count for h in SIZES)
-
-
-def _seconds(function: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        function()
-    return (time.perf_counter() - start) / calls
-
-
-def _best(functions: dict[str, Callable[[], object]], rounds: int, calls: int) -> dict[str, float]:
-    best = dict.fromkeys(functions, float("inf"))
-    for function in functions.values():
-        _seconds(function, calls)
-    for _ in range(rounds):
-        for name, function in functions.items():
-            best[name] = min(best[name], _seconds(function, calls))
-    return best
 
 
 def _effort(benchmark: object) -> tuple[int, int]:
@@ -95,11 +77,11 @@ def test_validate_assign_vs_write(benchmark, report) -> None:  # type: ignore[no
             _validate_and_assign()
             write()
 
-        t = _best({"validate+assign": _validate_and_assign, "validate": _validate,
+        t = best_of_rounds({"validate+assign": _validate_and_assign, "validate": _validate,
                    "assign": lambda: core.assign_offsets(PAYLOAD, 0), "os.write": write,
                    "validate+assign+write": produce}, rounds, calls)
     one = bytes(PAYLOAD[:SIZES[0].size])
-    ref = _seconds(lambda: (reference.validate_batches(one), reference.assign_offsets(bytearray(one), 0)), 1)
+    ref = seconds_per_call(lambda: (reference.validate_batches(one), reference.assign_offsets(bytearray(one), 0)), 1)
     mb = len(PAYLOAD) / 1e6
     ratio = t["os.write"] / t["validate+assign+write"]
     benchmark.extra_info.update({k + "_mb_s": round(mb / v) for k, v in t.items()})
@@ -131,7 +113,7 @@ def test_decode_records(benchmark, report, codec: int) -> None:  # type: ignore[
                          compression=codec)
         for h_start, h in _starts())
     rounds, calls = _effort(benchmark)
-    t = _best({"decode": lambda: core.decode_records(data)}, rounds, max(1, calls // 4))["decode"]
+    t = best_of_rounds({"decode": lambda: core.decode_records(data)}, rounds, max(1, calls // 4))["decode"]
     report(f"decode_records codec={codec}: {len(data)} B in, {len(PAYLOAD) / t / 1e6:.0f} MB/s of "
            f"uncompressed batches, {t * 1e9 / RECORDS:.0f} ns/record")
     benchmark(core.decode_records, data)

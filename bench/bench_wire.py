@@ -14,13 +14,12 @@ candidates taking turns (the machine is shared).
 from __future__ import annotations
 
 import struct
-import time
-from collections.abc import Callable
 
 import pytest
 from pykfk._core import wire
 from pykfk._core.records import build_batch
 
+from bench.timing import best_of_rounds
 from pykfk.protocol import API_SPECS, framing
 
 SPEC = API_SPECS[0]
@@ -56,21 +55,6 @@ RESPONSE = {
 _FIXED = struct.Struct(">hhih")
 
 
-def _seconds(function: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        function()
-    return (time.perf_counter() - start) / calls
-
-
-def _best(functions: dict[str, Callable[[], object]], rounds: int, calls: int) -> dict[str, float]:
-    best = dict.fromkeys(functions, float("inf"))
-    for _ in range(rounds):
-        for name, function in functions.items():
-            best[name] = min(best[name], _seconds(function, calls))
-    return best
-
-
 def _effort(benchmark: object) -> tuple[int, int]:
     return (2, 20) if getattr(benchmark, "disabled", False) else (20, 2000)
 
@@ -78,7 +62,7 @@ def _effort(benchmark: object) -> tuple[int, int]:
 @pytest.mark.benchmark(group="produce-request")
 def test_decode(benchmark, report) -> None:  # type: ignore[no-untyped-def]
     rounds, calls = _effort(benchmark)
-    t = _best(
+    t = best_of_rounds(
         {
             "wire.decode_produce": lambda: wire.decode_produce(VIEW, BODY_OFFSET, VERSION),
             "generic": lambda: SPEC.decode_request(VIEW, BODY_OFFSET, VERSION),
@@ -104,7 +88,7 @@ def test_decode(benchmark, report) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.benchmark(group="produce-response")
 def test_encode(benchmark, report) -> None:  # type: ignore[no-untyped-def]
     rounds, calls = _effort(benchmark)
-    t = _best(
+    t = best_of_rounds(
         {
             "wire.encode_produce_response": lambda: wire.encode_produce_response(VERSION, 42, RESPONSE),
             "framing.encode_response": lambda: framing.encode_response(0, VERSION, 42, RESPONSE),
