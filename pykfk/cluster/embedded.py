@@ -10,6 +10,11 @@ leaves either the old or the new version. Layout::
      "topics": {"<name>": {"partitions": 8, "replication_factor": 1,
                             "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}}}
 
+The store is the metadata of a cluster of one: this broker is the controller and the
+leader of every partition, with itself as the only in-sync replica, so the replica
+manager above it runs the same code as on a ZooKeeper cluster. Listeners hear of every
+topic change at once (synchronously), before the changing call returns.
+
 Producer ids are handed out from blocks (Kafka's ProducerIdManager does the same): the
 end of the current block is persisted before any id of it is used, so ids are never
 reused after a restart, at the cost of skipping the rest of a block.
@@ -19,9 +24,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pykfk.cluster.metadata import (
     BrokerInfo,
@@ -30,6 +37,8 @@ from pykfk.cluster.metadata import (
     TopicInfo,
     UnknownTopicError,
 )
+
+log = logging.getLogger("pykfk.cluster")
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
@@ -40,13 +49,23 @@ class MetadataFileError(Exception):
     """The metadata file exists but cannot be read as a pykfk metadata file."""
 
 
+# Leader epoch of every partition of a cluster of one: no election ever moves leadership.
+LEADER_EPOCH = 0
+
+
 class EmbeddedMetadataStore:
-    """MetadataStore of a single broker that is its own controller."""
+    """MetadataStore of a single broker that is its own controller. Loop-affine."""
+
+    # A cluster of one: no controller election, no other broker to replicate to.
+    single_broker = True
+    # States are not ZooKeeper writes: no zxid to compare a registration against.
+    registration_zxid = -1
 
     def __init__(self, directory: str, broker: BrokerInfo):
         self.path = os.path.join(directory, METADATA_FILE)
         self._directory = directory
         self._broker = broker
+        self._listeners: list[Callable[[str, Any], None]] = []
         self._topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
         self._producer_id_block_end = 0
@@ -60,12 +79,22 @@ class EmbeddedMetadataStore:
     def cluster_id(self) -> str:
         return self._cluster_id
 
+    @property
+    def broker(self) -> BrokerInfo:
+        """This broker as clients see it."""
+        return self._broker
+
     def brokers(self) -> list[BrokerInfo]:
         return [self._broker]
 
-    def set_broker(self, broker: BrokerInfo) -> None:
-        """Update the advertised address (known only after binding when port 0 is used)."""
-        self._broker = broker
+    def get_broker(self, broker_id: int) -> BrokerInfo | None:
+        return self._broker if broker_id == self._broker.node_id else None
+
+    def live_broker_ids(self) -> set[int]:
+        return {self._broker.node_id}
+
+    def shutdown_requests(self) -> dict[int, bytes]:
+        return {}
 
     def controller_id(self) -> int:
         return self._broker.node_id
@@ -81,44 +110,77 @@ class EmbeddedMetadataStore:
         if info is None or not 0 <= partition < info.partitions:
             return None
         me = self._broker.node_id
-        return PartitionState(me, 0, (me,))
+        return PartitionState(me, LEADER_EPOCH, (me,))
+
+    # -- membership (a cluster of one) ----------------------------------------------
+
+    async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
+        """Take the advertised address, known only once the listener is bound when it
+        asks for port 0. Nobody else can hold this broker id."""
+        if broker is not None:
+            self._broker = broker
+
+    def registration_lost(self) -> bool:
+        return False
+
+    async def request_controlled_shutdown(self) -> None:
+        """No other broker could take over a partition: nothing to hand over."""
+
+    def add_listener(self, listener: Callable[[str, Any], None]) -> None:
+        """``listener(kind, key)`` hears ``("topic", name)`` after every topic change."""
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, key: Any) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(kind, key)
+            except Exception:
+                log.exception("metadata listener failed on %s %r", kind, key)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Every change is applied before its call returns: nothing to wait for."""
+        return condition()
+
+    async def update_isr(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> PartitionState:
+        """The ISR of a cluster of one is always {this broker}: nothing to store."""
+        return self.partition_state(topic, partition) or state
+
+    async def read_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partition_state(topic, partition)
 
     # -- changes ---------------------------------------------------------------------
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicInfo:
-        return self.create_topic_now(name, partitions, replication_factor, configs)
-
-    def create_topic_now(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
-    ) -> TopicInfo:
-        """Synchronous create (the embedded store never waits); used by auto-creation."""
         if name in self._topics:
             raise TopicExistsError(name)
         info = TopicInfo(name, partitions, replication_factor, dict(configs), uuid.uuid4().hex)
-        self._topics[name] = info
-        self._save()
+        self._replace(info)
         return info
 
     async def delete_topic(self, name: str) -> None:
         if self._topics.pop(name, None) is None:
             raise UnknownTopicError(name)
         self._save()
+        self._notify("topic", name)
 
     async def create_partitions(self, name: str, total: int) -> TopicInfo:
         info = self._require(name)
         info = TopicInfo(name, total, info.replication_factor, info.configs, info.topic_id)
-        self._topics[name] = info
-        self._save()
+        self._replace(info)
         return info
 
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         info = self._require(name)
         info = TopicInfo(name, info.partitions, info.replication_factor, dict(configs), info.topic_id)
-        self._topics[name] = info
-        self._save()
+        self._replace(info)
         return info
+
+    def _replace(self, info: TopicInfo) -> None:
+        self._topics[info.name] = info
+        self._save()
+        self._notify("topic", info.name)
 
     async def allocate_producer_id(self) -> int:
         return self.allocate_producer_id_now()

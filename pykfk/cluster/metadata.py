@@ -9,8 +9,8 @@ ensemble. Nothing above ``pykfk/cluster/`` knows which backend runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +69,40 @@ class UnknownTopicError(Exception):
     """A change to a topic that does not exist."""
 
 
+# A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
+# "partition" (key: (topic, partition)), "broker", "controller" or "session".
+StoreListener = Callable[[str, Any], None]
+
+
 @runtime_checkable
 class MetadataStore(Protocol):
-    """Topics, partition counts, per-topic configs, brokers and the controller id."""
+    """Topics, partition counts, per-topic configs, partition states, brokers and the
+    controller id; this broker's registration; change notifications."""
+
+    # True for a cluster of one (the embedded store): the store itself is the controller
+    # and leads every partition with ISR = {this broker}. Only ``pykfk.cluster`` reads it.
+    single_broker: bool
+    # The store transaction that registered this broker (ZooKeeper's czxid; -1 without
+    # one): partition states written before it predate this run of the broker.
+    registration_zxid: int
 
     @property
     def cluster_id(self) -> str: ...
 
+    @property
+    def broker(self) -> BrokerInfo:
+        """This broker, as registered."""
+        ...
+
     def brokers(self) -> list[BrokerInfo]: ...
+
+    def get_broker(self, broker_id: int) -> BrokerInfo | None: ...
+
+    def live_broker_ids(self) -> set[int]: ...
+
+    def shutdown_requests(self) -> dict[int, bytes]:
+        """Broker id -> controlled-shutdown request state, for brokers shutting down."""
+        ...
 
     def controller_id(self) -> int: ...
 
@@ -101,6 +127,28 @@ class MetadataStore(Protocol):
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, even across restarts."""
+        ...
+
+    async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
+        """Announce this broker (with its bound address) to the cluster."""
+        ...
+
+    def registration_lost(self) -> bool: ...
+
+    async def request_controlled_shutdown(self) -> None: ...
+
+    async def update_isr(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> PartitionState:
+        """A leader's ISR change, conditional on the state version it last saw."""
+        ...
+
+    async def read_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    def add_listener(self, listener: StoreListener) -> None: ...
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``condition()`` holds after some change, or the timeout."""
         ...
 
     def close(self) -> None: ...

@@ -1,14 +1,19 @@
-"""A broker's membership of a ZooKeeper-coordinated cluster: what ``pykfk.broker.Broker``
-adds when ``zookeeper.connect`` is set.
+"""A broker's membership of its cluster: the metadata store, the replica manager and
+(with ZooKeeper) the controller, the same on every broker.
 
-Start order (Kafka's ``KafkaServer.startup``): connect to ZooKeeper and learn the cluster
-id (``connect``), open the logs, listen, then ``join``: register ``/brokers/ids/<id>``
-with the bound address, start the replica manager on the partition states already in
-ZooKeeper, run for controller. Stop order: controlled shutdown (leaderships move away
-while this broker still serves), stop fetching, leave the controller office, close the
-session.
+A standalone broker is a cluster of one: its store is the embedded file store
+(``pykfk.cluster.embedded``), which names it leader of every partition with ISR =
+{itself}; with ``zookeeper.connect`` set the store is ZooKeeper's (Kafka's znodes) and a
+controller elects leaders. Everything above this package uses the same calls either way.
 
-ZooKeeper events reach the replica manager through the store's listeners; after a
+Start order (Kafka's ``KafkaServer.startup``): open the store and learn the cluster id
+(``connect``), open the logs, bind the listener, then ``join``: register this broker with
+its bound address, start the replica manager on the partition states already known, run
+for controller; only then does the listener serve requests. Stop order: controlled
+shutdown (leaderships move away while this broker still serves), stop fetching, leave the
+controller office, close the store.
+
+Store events reach the replica manager through the store's listeners; after a ZooKeeper
 session expiry this broker registers again and re-applies every partition state.
 """
 
@@ -22,20 +27,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from pykfk.cluster.controller import Controller, ControllerSettings
+from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
+    MetadataStore,
     TopicExistsError,
-    TopicInfo,
-    UnknownTopicError,
 )
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
-from pykfk.cluster.zookeeper import ZooKeeperMetadataStore
+from pykfk.cluster.topics import OFFSETS_TOPIC
 from pykfk.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pykfk.cluster")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class ClusterNode:
@@ -44,30 +48,42 @@ class ClusterNode:
     def __init__(self, broker: Any):
         self.broker = broker
         self.config = broker.config
-        self.store: ZooKeeperMetadataStore | None = None
+        self.store: MetadataStore | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: Controller | None = None
         self._coordinator_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._coordinator_moves: set[asyncio.Task[Any]] = set()
         self._known_partitions: dict[str, int] = {}
         self._stopping = False
         self._shutdown_requested = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    async def connect(self) -> ZooKeeperMetadataStore:
+    async def connect(self) -> MetadataStore:
+        """Open the metadata store (ZooKeeper's with ``zookeeper.connect``, else the
+        embedded one in the first log dir) and create the replica manager."""
         cfg = self.config
         advertised = cfg.advertised_listeners[0]
-        self.store = ZooKeeperMetadataStore(
-            cfg.zookeeper_connect,
-            BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port, cfg["broker.rack"]),
-            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
-            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"],
-        )
-        await self.store.start()
-        # From the first request on, client requests go through the replica manager: it
-        # answers NOT_LEADER_OR_FOLLOWER until the partition states are applied, so a
-        # restarting broker never serves (or acknowledges) as if it were standalone.
+        me = BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port, cfg["broker.rack"])
+        store: MetadataStore
+        if cfg.zookeeper_connect:
+            from pykfk.cluster.zookeeper import ZooKeeperMetadataStore
+
+            zk_store = ZooKeeperMetadataStore(
+                cfg.zookeeper_connect,
+                me,
+                session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
+                connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"],
+            )
+            await zk_store.start()
+            store = zk_store
+        else:
+            store = EmbeddedMetadataStore(cfg.log_dirs[0], me)
+        self.store = store
+        # Requests go through the replica manager only once ``join`` applied the
+        # partition states (the listener serves after that), so a restarting broker
+        # never serves, or acknowledges, a partition it no longer leads.
         self.replica_manager = ReplicaManager(
             cfg.broker_id,
             self.store,
@@ -82,10 +98,9 @@ class ClusterNode:
                 fetch_backoff_ms=cfg["replica.fetch.backoff.ms"],
                 socket_timeout_ms=cfg["replica.socket.timeout.ms"],
             ),
-            log_config_for=self.broker._log_config_for_name,
-            notify=self.broker.appended,
+            log_config_for=self.broker.log_config_for_name,
         )
-        return self.store
+        return store
 
     async def join(self) -> None:
         """Register, start replicating, run for controller. Raises BrokerIdInUseError."""
@@ -104,9 +119,25 @@ class ClusterNode:
         store.add_listener(self._on_store_event)
         self._delete_stray_logs()
         self._apply_all()
+        if not store.single_broker:  # the embedded store is its own controller
+            self._start_controller()
+        await self._wait_until_ready()
+
+    async def _wait_until_ready(self) -> None:
+        """Until the store lists this broker and a controller, so the first Metadata a
+        client gets names both (an admin client gives up on controller -1)."""
+        assert self.store is not None
+        store, me = self.store, self.config.broker_id
+        timeout_s = self.config["zookeeper.session.timeout.ms"] / 1000
+        if not await store.wait_for(lambda: me in store.live_broker_ids() and store.controller_id() >= 0, timeout_s):
+            log.warning("no controller known after %.1f s: serving anyway", timeout_s)
+
+    def _start_controller(self) -> None:
+        cfg = self.config
+        assert self.store is not None
         self.controller = Controller(
             cfg.broker_id,
-            store,
+            self.store,
             ControllerSettings(
                 unclean_leader_election=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
@@ -124,7 +155,7 @@ class ClusterNode:
             return
         # State changes keep being applied meanwhile: they are how leaderships leave.
         self._shutdown_requested = True
-        if self.config["controlled.shutdown.enable"]:
+        if self.config["controlled.shutdown.enable"] and any(self._movable_leaderships()):
             me = self.config.broker_id
             retries = self.config["controlled.shutdown.max.retries"]
             backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
@@ -145,7 +176,7 @@ class ClusterNode:
                 log.info("controlled shutdown attempt %d of %d incomplete", attempt, retries)
                 await asyncio.sleep(backoff)
         await manager.stop_fetchers()
-        manager.log_end_waiters.wake_all()  # parked follower fetches answer now, as consumers' do
+        manager.wake_fetches()  # parked fetches answer now
 
     def _movable_leaderships(self) -> Iterator[Any]:
         """Partitions this broker leads although another live ISR member could."""
@@ -199,12 +230,7 @@ class ClusterNode:
             self._known_partitions.pop(topic, None)
         else:
             self._known_partitions[topic] = info.partitions
-            config = self.broker.log_config_for(info)
-            for (t, _p), partition in self.replica_manager.partitions.items():
-                if t == topic and partition.log.config != config:
-                    partition.log.update_config(config)
-        for partition in range(count):
-            self.replica_manager.apply_state(topic, partition)
+        self.replica_manager.apply_topic(topic, range(count))
 
     def _apply_all(self) -> None:
         assert self.store is not None
@@ -228,19 +254,34 @@ class ClusterNode:
             self.controller.post("elect")
 
     def _delete_stray_logs(self) -> None:
-        """Logs of topics deleted while this broker was down."""
+        """Logs of topics deleted while this broker was down. The embedded store deletes
+        a topic's logs before the deletion returns, so there a log without a topic means
+        a lost metadata file: its data is kept (and not served) rather than deleted."""
         assert self.store is not None
         topics = self.store.topics()
         for (topic, partition) in list(self.broker.log_manager.logs()):
-            if topic not in topics:
-                log.info("deleting log %s-%d: the topic no longer exists", topic, partition)
-                self.broker.log_manager.delete_log(topic, partition)
+            if topic in topics:
+                continue
+            if self.store.single_broker:
+                log.warning("log %s-%d belongs to no known topic: kept, not served", topic, partition)
+                continue
+            log.info("deleting log %s-%d: the topic no longer exists", topic, partition)
+            self.broker.log_manager.delete_log(topic, partition)
 
     # -- group coordinator follows __consumer_offsets leadership -----------------------
 
     def _on_leadership(self, topic: str, partition: int, leader: bool) -> None:
         if topic == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
-            self._spawn(self._move_coordinator(partition, leader))
+            task = asyncio.get_running_loop().create_task(self._move_coordinator(partition, leader))
+            for tasks in (self._tasks, self._coordinator_moves):
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+    async def coordinator_moves_done(self) -> None:
+        """Wait for the group coordinator to load or unload the ``__consumer_offsets``
+        partitions whose leadership changed so far."""
+        if self._coordinator_moves:
+            await asyncio.gather(*list(self._coordinator_moves), return_exceptions=True)
 
     async def _move_coordinator(self, partition: int, leader: bool) -> None:
         coordinator = self.broker.group_coordinator
@@ -264,11 +305,15 @@ class ClusterNode:
         """Create ``__consumer_offsets`` on first use, replicated
         ``offsets.topic.replication.factor`` times (fewer when fewer brokers are up)."""
         assert self.store is not None
-        if self.store.get_topic(OFFSETS_TOPIC) is not None:
-            return
+        if self.store.get_topic(OFFSETS_TOPIC) is None:
+            await self._create_offsets_topic(partitions, configs)
+        await self.coordinator_moves_done()
+
+    async def _create_offsets_topic(self, partitions: int, configs: dict[str, str]) -> None:
+        assert self.store is not None
         live = len(self.store.live_broker_ids())
         factor = min(self.config["offsets.topic.replication.factor"], live)
-        if factor < self.config["offsets.topic.replication.factor"]:
+        if factor < self.config["offsets.topic.replication.factor"] and not self.store.single_broker:
             log.warning("creating %s with replication factor %d: only %d brokers are up", OFFSETS_TOPIC, factor, live)
         with contextlib.suppress(TopicExistsError):
             await self.store.create_topic(OFFSETS_TOPIC, partitions, factor, configs)
@@ -282,30 +327,6 @@ class ClusterNode:
         if broker is None:
             return None
         return broker.node_id, broker.host, broker.port
-
-    # -- topic changes through ZooKeeper ----------------------------------------------
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: Any) -> TopicInfo:
-        assert self.store is not None
-        try:
-            return await self.store.create_topic(name, partitions, replication_factor, configs)
-        except TopicExistsError:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
-
-    async def delete_topic(self, name: str) -> None:
-        assert self.store is not None
-        try:
-            await self.store.delete_topic(name)
-        except UnknownTopicError:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
-
-    async def create_partitions(self, name: str, total: int) -> TopicInfo:
-        assert self.store is not None
-        try:
-            return await self.store.create_partitions(name, total)
-        except UnknownTopicError:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
 
 
 class ReplicatedOffsetsLog:

@@ -1,9 +1,16 @@
 """Replica manager: this broker's partitions as leader or follower, the in-sync replica
-set, the high watermark, the acks=all purgatory and the replica fetchers (apache/kafka
-``ReplicaManager``, ``Partition``, ``DelayedProduce``, ``ReplicaFetcherThread``).
+set, the high watermark, the acks=all purgatory, the fetch purgatories and the replica
+fetchers (apache/kafka ``ReplicaManager``, ``Partition``, ``DelayedProduce``,
+``DelayedFetch``, ``ReplicaFetcherThread``).
 
-Roles come from the partition states in ZooKeeper (``apply_state``): a broker leads a
-partition when the state names it, follows the named leader when it is one of the
+It is the one path of every record on every broker: request handlers append, read and
+look up offsets through it and never ask whether a cluster runs. A standalone broker is a
+cluster of one (``pykfk.cluster.embedded``): its store names it leader of every partition
+with ISR = {itself}, so the high watermark follows each append at once and acks=all
+never waits.
+
+Roles come from the partition states in the metadata store (``apply_state``): a broker
+leads a partition when the state names it, follows the named leader when it is one of the
 replicas. A leader:
 
 - appends producer batches stamped with its leader epoch;
@@ -34,15 +41,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from pykfk._core import records as core_records
 from pykfk.cluster.channel import BrokerChannel, ChannelError
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
-from pykfk.cluster.metadata import NO_LEADER, PartitionState
+from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState
+from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.server.waiters import AppendWaiters
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -187,6 +194,34 @@ class Partition:
         self.maybe_advance_high_watermark()
         return info
 
+    def append_records(
+        self, records: Any, acks: int, timeout_ms: int
+    ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
+        """Append as leader (Kafka's ``appendRecords``). Returns the AppendInfo and, when
+        acks=all must still wait for the ISR, a coroutine giving the final error code
+        (None when the answer is known now: acks 0/1, or the high watermark already
+        passed the batch, as it always does with no follower). Raises KafkaError with
+        the produce error code, or a pykfk._core error for bad bytes."""
+        info = self.append_as_leader(records, acks)
+        # Consumers were woken if the high watermark moved (no follower to wait for).
+        self.manager.log_end_waiters.notify(self.topic, self.partition)
+        if acks != -1 or info.last_offset < 0:
+            return info, None
+        required = info.last_offset + 1
+        if self.high_watermark >= required:
+            code = self.replication_error()
+            if code != ErrorCode.NONE:
+                raise KafkaError(code, f"{self.topic}-{self.partition}: {code.name} after the append")
+            return info, None
+        return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
+
+    def replication_error(self) -> ErrorCode:
+        """acks=all once the high watermark passed the append: the ISR must still meet
+        ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise)."""
+        if len(self.isr) < self.min_insync_replicas():
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
     async def wait_for_replication(self, required_offset: int, timeout_s: float) -> ErrorCode:
         """acks=all: wait until the high watermark reaches ``required_offset``."""
         if self.role != LEADER:
@@ -205,9 +240,7 @@ class Partition:
                 timer.cancel()
                 with contextlib.suppress(ValueError):
                     self.waiters.remove(entry)  # still there after a timeout or a cancel
-        if len(self.isr) < self.min_insync_replicas():
-            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return ErrorCode.NONE
+        return self.replication_error()
 
     def fail_waiters(self, code: ErrorCode) -> None:
         waiters, self.waiters = self.waiters, []
@@ -368,33 +401,33 @@ class Partition:
 class ReplicaManager:
     """All partition replicas of this broker. Loop-affine.
 
-    ``store`` is the ZooKeeper metadata store, ``log_manager`` creates and deletes logs,
-    ``log_config_for(topic)`` gives a topic's LogConfig, ``notify(topic, partition)``
-    wakes long-polling fetches.
+    ``store`` is the metadata store (embedded or ZooKeeper), ``log_manager`` creates and
+    deletes logs (set before ``start``), ``log_config_for(topic)`` gives a topic's
+    LogConfig.
     """
 
     def __init__(
         self,
         broker_id: int,
-        store: Any,
+        store: MetadataStore,
         log_manager: Any,
         settings: ReplicaSettings,
         *,
         log_config_for: Callable[[str], Any],
-        notify: Callable[[str, int], None],
     ):
         self.broker_id = broker_id
         self.store = store
         self.log_manager = log_manager
         self.settings = settings
         self.log_config_for = log_config_for
-        self.notify = notify
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
-        # Follower fetches park here, woken by leader appends only; consumer fetches
-        # park with the broker's waiters (``notify``), woken when the high watermark moves.
+        # Fetch purgatories. Follower fetches park in ``log_end_waiters``, woken by leader
+        # appends; consumer fetches in ``high_watermark_waiters``, woken when the high
+        # watermark moves (so they never see records the ISR lacks).
         self.log_end_waiters = AppendWaiters()
+        self.high_watermark_waiters = AppendWaiters()
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._isr_task: asyncio.Task[None] | None = None
@@ -432,6 +465,7 @@ class ReplicaManager:
         await self.stop_fetchers()
         for partition in self.partitions.values():
             partition.stop()
+        self.wake_fetches()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5)
 
@@ -444,7 +478,7 @@ class ReplicaManager:
         info = self.store.get_topic(topic)
         state = self.store.partition_state(topic, partition)
         key = (topic, partition)
-        replicas = info.replicas(partition, -1) if info is not None and partition < info.partitions else ()
+        replicas = info.replicas(partition, self.broker_id) if info is not None and partition < info.partitions else ()
         current = self.partitions.get(key)
         if self.broker_id not in replicas:
             if current is not None:
@@ -503,7 +537,7 @@ class ReplicaManager:
             current.stop()
         if delete:
             self.log_manager.delete_log(topic, partition)
-            self.notify(topic, partition)
+            self.high_watermark_waiters.notify(topic, partition)
 
     def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader_id)
@@ -520,7 +554,17 @@ class ReplicaManager:
                 log.exception("leadership listener failed for %s", partition)
 
     def high_watermark_moved(self, partition: Partition) -> None:
-        self.notify(partition.topic, partition.partition)
+        self.high_watermark_waiters.notify(partition.topic, partition.partition)
+
+    def fetch_waiters(self, replica_id: int) -> AppendWaiters:
+        """Where a parked Fetch waits: a follower (``replica_id`` >= 0) for the leader's
+        log to grow, a consumer for the high watermark to move."""
+        return self.log_end_waiters if replica_id >= 0 else self.high_watermark_waiters
+
+    def wake_fetches(self) -> None:
+        """Shutdown: every parked fetch answers now with what it has."""
+        self.log_end_waiters.wake_all()
+        self.high_watermark_waiters.wake_all()
 
     def may_join_isr(self, broker_id: int) -> bool:
         return (broker_id in self.store.live_broker_ids()
@@ -577,21 +621,35 @@ class ReplicaManager:
         found.check_leader_epoch(current_leader_epoch)
         return found.epochs.end_offset_for(epoch, found.log.log_end_offset)
 
+    def append_records(
+        self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int
+    ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
+        """``Partition.append_records`` on the leader of (topic, partition)."""
+        return self.leader_partition(topic, partition).append_records(records, acks, timeout_ms)
+
     async def append(self, topic: str, partition: int, records: Any, acks: int, timeout_ms: int) -> Any:
-        """Append as leader; for acks=-1 also wait for the ISR. Returns the AppendInfo;
+        """``append_records`` that waits: returns the AppendInfo once acks are met;
         raises KafkaError with the produce error code."""
-        found = self.leader_partition(topic, partition)
-        info = found.append_as_leader(records, acks)
-        # Consumers were woken if the high watermark moved (replication factor 1).
-        self.log_end_waiters.notify(topic, partition)
-        if acks == -1 and info.last_offset >= 0:
-            code = await found.wait_for_replication(info.last_offset + 1, max(timeout_ms, 0) / 1000)
+        info, pending = self.append_records(topic, partition, records, acks, timeout_ms)
+        if pending is not None:
+            code = await pending
             if code != ErrorCode.NONE:
                 raise KafkaError(code, f"{topic}-{partition}: {code.name} after the append")
         return info
 
     def led_partitions(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.role == LEADER)
+
+    def apply_topic(self, topic: str, partitions: Iterable[int]) -> None:
+        """A topic was created, grew, changed its configs or went away."""
+        info = self.store.get_topic(topic)
+        if info is not None:
+            config = self.log_config_for(topic)
+            for (t, _p), partition in self.partitions.items():
+                if t == topic and partition.log.config != config:
+                    partition.log.update_config(config)
+        for partition in partitions:
+            self.apply_state(topic, partition)
 
 
 class ReplicaFetcher:

@@ -25,7 +25,6 @@ import concurrent.futures
 import fcntl
 import logging
 import os
-import re
 import shutil
 import threading
 import time
@@ -50,6 +49,7 @@ from pykfk.log.checkpoints import (
 from pykfk.log.cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, CleanStats, LogCleaner
 from pykfk.log.config import LogConfig
 from pykfk.log.log import DELETE_DIR_SUFFIX, Log, parse_partition_dir, time_ms
+from pykfk.log.naming import topic_name_error
 
 logger = logging.getLogger("pykfk.log")
 
@@ -57,7 +57,6 @@ LOCK_FILE = ".lock"
 META_VERSION = "0"
 
 # Kafka's legal topic names (Topic.LEGAL_CHARS, MAX_NAME_LENGTH).
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 # Intervals at or above this are "never" (Kafka uses Long.MAX_VALUE); asyncio cannot
 # sleep that long.
@@ -75,9 +74,9 @@ class LogDirInUseError(RuntimeError):
 
 
 def validate_topic_name(topic: str) -> None:
-    if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"topic name {topic!r} is not legal: up to 249 of [a-zA-Z0-9._-]")
+    problem = topic_name_error(topic)
+    if problem is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
 
 
 class _BackgroundScheduler:

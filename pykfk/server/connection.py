@@ -48,14 +48,7 @@ PREAD_CHUNK = 256 * 1024  # fallback path only
 JOIN_BYTES_MAX = 256 * 1024
 _SIZE = struct.Struct(">i")
 
-try:
-    from pykfk._core.sendfile import sendfile as _sendfile
-except ImportError:  # core not built yet: plain os.sendfile has the same contract
-    def _sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
-        try:
-            return os.sendfile(out_fd, in_fd, offset, count)
-        except BlockingIOError:
-            return 0
+from pykfk._core.sendfile import sendfile as _sendfile
 
 
 def _is_file_region(chunk: Any) -> bool:
@@ -541,15 +534,28 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on host:port (port 0 picks a free one); returns the bound address."""
+    async def bind(self, host: str, port: int) -> tuple[str, int]:
+        """Bind host:port (port 0 picks a free one) without serving yet; returns the
+        bound address. Connections wait in the kernel's backlog until ``serve``."""
         self._server = await self.loop.create_server(
-            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024
+            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024,
+            start_serving=False,
         )
         sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    async def serve(self) -> None:
+        """Start accepting connections and answering requests."""
+        assert self._server is not None, "bind first"
+        await self._server.start_serving()
         if self.idle_ms > 0:
             self._idle_task = self.loop.create_task(self._close_idle())
-        return sockname[0], sockname[1]
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """``bind`` and ``serve`` at once; returns the bound address."""
+        address = await self.bind(host, port)
+        await self.serve()
+        return address
 
     async def _close_idle(self) -> None:
         period = min(max(self.idle_ms / 4000, 0.05), 10.0)

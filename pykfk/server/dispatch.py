@@ -1,7 +1,8 @@
 """The handler registry: which APIs and versions this broker serves, and request dispatch.
 
 Each module in ``pykfk.server.handlers`` declares ``API_KEY``, ``VERSIONS = (min, max)``
-and ``handle(ctx, request)``, which returns the response body (``dict``), None, or an
+and ``handle(ctx, request)``, where ``ctx`` is the RequestContext (the request header
+facts and ``ctx.broker``, the BrokerServices a handler may use), which returns the response body (``dict``), None, or an
 awaitable giving one of those (``async def handle`` is the common case; a handler that
 can answer at once returns the body itself, so the request costs no task and no event
 loop turn). The registry collects them and is the only source of the ranges advertised in
@@ -27,15 +28,10 @@ import importlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pykfk.broker import Broker
-
-try:
-    from pykfk._core.wire import decode_request_header as _decode_header_compiled
-except ImportError:  # core not built: framing.decode_request_header reads the same values
-    _decode_header_compiled = None
+from pykfk._core.wire import decode_request_header
+from pykfk.server.services import BrokerServices
 
 NEVER_FLEXIBLE = 1 << 15  # flexible_from of an api without flexible versions (int16 versions)
 
@@ -92,18 +88,22 @@ class ApiHandler:
 
 
 class RequestContext:
-    """What a handler knows about the request besides its body.
+    """What a handler knows about the request besides its body, and what it may use.
 
-    ``owned_fds`` are file descriptors (duplicates of segment files) that the response
-    refers to through FileRegions; the connection closes them once the response is sent
-    or dropped, so a segment deleted meanwhile can never be replaced under a send.
+    ``broker`` is the BrokerServices protocol (the only way into the broker),
+    ``registry`` the served API ranges (ApiVersions). ``owned_fds`` are file
+    descriptors (duplicates of segment files) that the response refers to through
+    FileRegions; the connection closes them once the response is sent or dropped, so a
+    segment deleted meanwhile can never be replaced under a send.
     """
 
-    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "owned_fds")
+    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "owned_fds",
+                 "registry")
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerServices,
+        registry: Registry,
         api_key: int,
         api_version: int,
         correlation_id: int,
@@ -112,6 +112,7 @@ class RequestContext:
         owned_fds: list[int] | None = None,
     ):
         self.broker = broker
+        self.registry = registry
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
@@ -140,11 +141,9 @@ class Registry:
     """API key -> handler, built from handler modules."""
 
     def __init__(self, modules: Iterable[Any]):
+        from pykfk.protocol.messages import API_SPECS
+
         self._handlers: dict[int, ApiHandler] = {}
-        try:
-            from pykfk.protocol.messages import API_SPECS
-        except ImportError:  # protocol tables not importable: serve nothing
-            API_SPECS = {}
         for module in modules:
             api_key = module.API_KEY
             lo, hi = module.VERSIONS
@@ -187,7 +186,7 @@ class Registry:
 class Dispatcher:
     """Turns a request frame into its response chunks, or an awaitable giving them."""
 
-    def __init__(self, broker: Broker, registry: Registry):
+    def __init__(self, broker: BrokerServices, registry: Registry):
         self.broker = broker
         self.registry = registry
         # The registry's own table (read once per request; a Registry never swaps it).
@@ -221,18 +220,14 @@ class Dispatcher:
             raise CloseConnection(f"unsupported version {api_version} of {handler.name}")
         view = memoryview(frame)
         try:
-            if _decode_header_compiled is not None:
-                client_id, body_offset = _decode_header_compiled(view, api_version >= handler.flexible_from)
-            else:
-                header, body_offset = self._framing.decode_request_header(view)
-                client_id = header.client_id
+            client_id, body_offset = decode_request_header(view, api_version >= handler.flexible_from)
             if handler.decode is not None:
                 request = handler.decode(view, body_offset, api_version)
             else:
                 request = self._specs[api_key].decode_request(view, body_offset, api_version)
         except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
-        ctx = RequestContext(self.broker, api_key, api_version, correlation_id, client_id, client_host)
+        ctx = RequestContext(self.broker, self.registry, api_key, api_version, correlation_id, client_id, client_host)
         try:
             body = handler.handle(ctx, request)
             if type(body) is dict:

@@ -35,8 +35,8 @@ def broker(tmp_path):
     }).start()
 
     async def setup():
-        inproc.broker.create_topic_now(TOPIC, PARTITIONS, 1, {})
-        await inproc.broker.load_offsets_topic()
+        await inproc.broker.topics.create_topic(TOPIC, PARTITIONS, 1, {})
+        await inproc.broker.ensure_offsets_topic()
 
     inproc.call(setup)
     yield inproc

@@ -209,9 +209,14 @@ def test_produce_then_fetch_returns_the_batches_unchanged(raw):
     part = fetch(raw, "data", 0, 0)
     assert part.error_code == 0 and part.high_watermark == 3 and part.last_stable_offset == 3
     data = bytes(part.records)
-    # Bytes on the wire are the producer's, except the base offset the broker assigned.
-    assert data[8 : len(plain)] == plain[8:]
-    assert data[len(plain) + 8 :] == gzip[8:]
+    # Bytes on the wire are the producer's, except the base offset and the partition
+    # leader epoch the broker stamped (a standalone broker leads at epoch 0); the
+    # CRC-32C does not cover either, so it still holds.
+    second_at = len(plain)
+    for batch, at in ((plain, 0), (gzip, second_at)):
+        assert data[at + 8 : at + 12] == batch[8:12]  # batch length
+        assert struct.unpack_from(">i", data, at + 12)[0] == 0  # partition leader epoch
+        assert data[at + 16 : at + len(batch)] == batch[16:]
     assert records_of(data) == [
         (0, b"k1", b"v1", 1000, [("h", b"x")]),
         (1, None, b"v2", 1001, []),

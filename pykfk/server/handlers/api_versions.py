@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 18
 VERSIONS = (0, 3)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
-    registry = ctx.broker.server.dispatcher.registry
-    return {"error_code": ErrorCode.NONE, "api_keys": registry.api_versions(), "throttle_time_ms": 0}
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    return {"error_code": ErrorCode.NONE, "api_keys": ctx.registry.api_versions(), "throttle_time_ms": 0}

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 37
 VERSIONS = (0, 1)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
     counts: dict[str, int] = {}
     for topic in request.topics:
@@ -32,7 +34,7 @@ async def handle(ctx: Any, request: Any) -> dict:
                         f"Increasing the number of partitions by {topic.count - current.partitions} but "
                         f"{len(topic.assignments)} assignments provided.",
                     )
-            await broker.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            await broker.topics.create_partitions(topic.name, topic.count, validate_only=request.validate_only)
             code, message = ErrorCode.NONE, None
         except KafkaError as exc:
             code, message = exc.code, exc.message

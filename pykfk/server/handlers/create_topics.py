@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
+from pykfk.server.services import BrokerServices
 
 API_KEY = 19
 VERSIONS = (0, 4)
 
 
-def _from_assignments(broker: Any, topic: Any) -> tuple[int, int]:
+def _from_assignments(broker: BrokerServices, topic: Struct) -> tuple[int, int]:
     """Partition count and replication factor implied by explicit replica assignments."""
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         raise KafkaError(
@@ -41,9 +44,9 @@ def _from_assignments(broker: Any, topic: Any) -> tuple[int, int]:
     return len(indexes), factors.pop()
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
-    validate_only = bool(getattr(request, "validate_only", False))
+    validate_only = bool(request.validate_only)
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
@@ -57,9 +60,9 @@ async def handle(ctx: Any, request: Any) -> dict:
             if topic.assignments:
                 partitions, replication = _from_assignments(broker, topic)
             configs = {c.name: c.value for c in topic.configs}
-            partitions, replication, configs = broker.check_new_topic(name, partitions, replication, configs)
+            partitions, replication, configs = broker.topics.check_new_topic(name, partitions, replication, configs)
             if not validate_only:
-                await broker.create_topic(name, partitions, replication, configs)
+                await broker.topics.create_topic(name, partitions, replication, configs)
             code, message = ErrorCode.NONE, None
         except KafkaError as exc:
             code, message = exc.code, exc.message

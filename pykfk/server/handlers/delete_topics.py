@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 20
 VERSIONS = (0, 3)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     responses = []
     for name in dict.fromkeys(request.topic_names):
         try:
-            await ctx.broker.delete_topic(name)
+            await ctx.broker.topics.delete_topic(name)
             code = ErrorCode.NONE
         except KafkaError as exc:
             code = exc.code

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.group import api
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 15
 VERSIONS = (0, 3)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     return await api.describe_groups(ctx.broker.group_coordinator, ctx.api_version, request)

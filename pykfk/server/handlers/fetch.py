@@ -11,10 +11,10 @@ Fetch sessions (KIP-227) are not kept: session_id 0 in every answer makes client
 full requests. Without transactions the last stable offset is the high watermark.
 Versions below 4 expect magic 0/1 message sets: those batches are down-converted.
 
-In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads
-up to the high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and
-its ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``), before
-the fetch parks, so acks=all requests complete as soon as the follower asks for more. A
+Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads up to the
+high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and its
+``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``), before the
+fetch parks, so acks=all requests complete as soon as the follower asks for more. A
 parked follower fetch wakes on leader appends only, a parked consumer fetch when the high
 watermark moves.
 """
@@ -27,7 +27,8 @@ import os
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import FileRegion
+from pykfk.protocol.types import FileRegion, Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 1
 VERSIONS = (0, 11)
@@ -37,7 +38,7 @@ log = logging.getLogger("pykfk.server")
 INT32_MAX = 2**31 - 1
 
 
-def _partition_error(partition: int, code: int) -> dict:
+def _partition_error(partition: int, code: int) -> dict[str, Any]:
     return {
         "partition_index": partition,
         "error_code": code,
@@ -50,15 +51,14 @@ def _partition_error(partition: int, code: int) -> dict:
     }
 
 
-def _read_all(ctx: Any, request: Any, first_pass: bool) -> tuple[list, int, bool]:
+def _read_all(ctx: RequestContext, request: Struct, first_pass: bool) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
     response stays valid if retention deletes a segment before it is sent. A follower's
     position is taken on the first pass only (later passes follow a wake-up).
     """
-    broker = ctx.broker
-    replicas = getattr(broker, "replica_manager", None)
+    replicas = ctx.broker.replica_manager
     version = ctx.api_version
     remaining = request.max_bytes if version >= 3 else INT32_MAX
     total = 0
@@ -67,24 +67,16 @@ def _read_all(ctx: Any, request: Any, first_pass: bool) -> tuple[list, int, bool
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
-            if replicas is None:
-                plog = broker.get_log(topic.topic, part.partition)
-                if plog is None:
-                    partitions.append(_partition_error(part.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                    error = True
-                    continue
-                high_watermark = max_offset = plog.high_watermark
-            else:
-                try:
-                    plog, max_offset = replicas.log_for_fetch(
-                        topic.topic, part.partition, request.replica_id, part.fetch_offset,
-                        part.current_leader_epoch, report_position=first_pass,
-                    )
-                except KafkaError as exc:
-                    partitions.append(_partition_error(part.partition, exc.code))
-                    error = True
-                    continue
-                high_watermark = plog.high_watermark
+            try:
+                plog, max_offset = replicas.log_for_fetch(
+                    topic.topic, part.partition, request.replica_id, part.fetch_offset,
+                    part.current_leader_epoch, report_position=first_pass,
+                )
+            except KafkaError as exc:
+                partitions.append(_partition_error(part.partition, exc.code))
+                error = True
+                continue
+            high_watermark = plog.high_watermark
             limit = min(part.partition_max_bytes, remaining)
             records: Any = b""
             try:
@@ -127,7 +119,7 @@ def _read_all(ctx: Any, request: Any, first_pass: bool) -> tuple[list, int, bool
     return responses, total, error
 
 
-def _owned_region(ctx: Any, region: Any, version: int) -> Any:
+def _owned_region(ctx: RequestContext, region: Any, version: int) -> Any:
     if version < 4:
         from pykfk._core.records import to_legacy
 
@@ -138,16 +130,15 @@ def _owned_region(ctx: Any, region: Any, version: int) -> Any:
     return FileRegion(fd, region.position, region.size)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
     if ctx.api_version >= 7 and request.session_id != 0:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-    replicas = getattr(broker, "replica_manager", None)
     # A follower waits for the leader's log to grow; a consumer for the high watermark.
-    waiters = replicas.log_end_waiters if replicas is not None and request.replica_id >= 0 else broker.waiters
+    waiters = broker.replica_manager.fetch_waiters(request.replica_id)
     first_pass = True
     while True:
         responses, available, error = _read_all(ctx, request, first_pass)
@@ -159,7 +150,7 @@ async def handle(ctx: Any, request: Any) -> dict:
         await waiters.wait(keys, remaining)
 
 
-def _release_fds(ctx: Any) -> None:
+def _release_fds(ctx: RequestContext) -> None:
     for fd in ctx.owned_fds:
         os.close(fd)
     ctx.owned_fds.clear()

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 22
 VERSIONS = (0, 1)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     if request.transactional_id is not None:
         return {
             "throttle_time_ms": 0,

@@ -4,8 +4,8 @@ timestamp, looked up through the segments' time indexes (the seeds' getOffsetsBe
 v0 answers with a list of offsets (``old_style_offsets``): segment base offsets and the
 log end, by the segments' modification times, as Kafka's legacy path does (a consumer
 never sees an offset past the high watermark). v1+ answers with one offset and its
-timestamp. Standalone, "latest" is the high watermark, which is the log end offset. In a
-cluster only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere).
+timestamp. "Latest" is the high watermark. Only the partition's leader answers
+(NOT_LEADER_OR_FOLLOWER elsewhere).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 
 from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 2
 VERSIONS = (0, 3)
@@ -63,9 +65,8 @@ def _legacy_offsets(plog: Any, timestamp: int, max_num_offsets: int, consumer: b
     return offsets
 
 
-async def handle(ctx: Any, request: Any) -> dict:
-    broker = ctx.broker
-    replicas = getattr(broker, "replica_manager", None)
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    replicas = ctx.broker.replica_manager
     v0 = ctx.api_version == 0
     topics = []
     for topic in request.topics:
@@ -73,12 +74,7 @@ async def handle(ctx: Any, request: Any) -> dict:
         for part in topic.partitions:
             entry: dict[str, Any] = {"partition_index": part.partition_index}
             try:
-                if replicas is None:
-                    plog = broker.get_log(topic.name, part.partition_index)
-                else:
-                    plog = replicas.leader_log(topic.name, part.partition_index)
-                if plog is None:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                plog = replicas.leader_log(topic.name, part.partition_index)
                 if v0:
                     offsets = _legacy_offsets(plog, part.timestamp, part.max_num_offsets,
                                               request.replica_id == CONSUMER_REPLICA_ID)

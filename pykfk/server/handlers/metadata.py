@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import NO_LEADER, MetadataStore, TopicInfo
+from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
-
-NO_LEADER = -1
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
 VERSIONS = (0, 5)
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
     version = ctx.api_version
     store = broker.metadata
@@ -35,16 +37,16 @@ async def handle(ctx: Any, request: Any) -> dict:
     topics = []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
         info = store.get_topic(name)
-        if info is None and broker.is_internal_topic(name):
+        if info is None and is_internal_topic(name):
             # Kafka creates its internal topic when named, always with its own settings
             # (compacted, offsets.topic.num.partitions), never with the topic defaults.
-            await broker.load_offsets_topic()
+            await broker.ensure_offsets_topic()
             info = store.get_topic(name)
         if info is None:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if allow_create:
                 try:
-                    info = await broker.auto_create(name)
+                    info = await broker.topics.auto_create(name)
                 except KafkaError as exc:
                     code = exc.code
                     if code == ErrorCode.TOPIC_ALREADY_EXISTS:  # pragma: no cover - checked above
@@ -56,7 +58,7 @@ async def handle(ctx: Any, request: Any) -> dict:
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
-                "is_internal": broker.is_internal_topic(name),
+                "is_internal": is_internal_topic(name),
                 "partitions": [_partition(store, info, p, broker.broker_id, live) for p in range(info.partitions)],
             }
         )
@@ -71,7 +73,7 @@ async def handle(ctx: Any, request: Any) -> dict:
     }
 
 
-def _partition(store: Any, info: Any, partition: int, me: int, live: set[int]) -> dict:
+def _partition(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:
     """Leader, replicas and ISR as the metadata store has them (every broker answers
     alike); LEADER_NOT_AVAILABLE while the partition has no leader."""
     replicas = list(info.replicas(partition, me))

@@ -4,8 +4,8 @@ truncates its log there before fetching, so a tail the leader never had is dropp
 
 The leader answers from its leader epoch cache (``pykfk.cluster.leader_epoch``): the
 largest epoch at or below the one asked and the offset where the next epoch started (the
-log end offset for the current epoch). A standalone broker stamps no epochs: it answers
-with an undefined epoch and its log end offset.
+log end offset for the current epoch). A standalone broker leads every partition at
+epoch 0 and answers the same way.
 """
 
 from __future__ import annotations
@@ -13,27 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
+from pykfk.server.services import BrokerServices
 
 API_KEY = 23
 VERSIONS = (0, 3)
 
-UNDEFINED_EPOCH = -1
 
 
-def _answer(broker: Any, topic: str, part: Any) -> dict:
-    replicas = getattr(broker, "replica_manager", None)
-    current = getattr(part, "current_leader_epoch", -1)
-    if replicas is not None:
-        epoch, end_offset = replicas.end_offset_for_epoch(topic, part.partition, part.leader_epoch, current)
-    else:
-        plog = broker.get_log(topic, part.partition)
-        if plog is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        epoch, end_offset = UNDEFINED_EPOCH, plog.log_end_offset
+def _answer(broker: BrokerServices, topic: str, part: Struct) -> dict[str, Any]:
+    # current_leader_epoch is in the request from v2; the decoder's default (-1) before.
+    epoch, end_offset = broker.replica_manager.end_offset_for_epoch(
+        topic, part.partition, part.leader_epoch, part.current_leader_epoch)
     return {"error_code": ErrorCode.NONE, "partition": part.partition, "leader_epoch": epoch, "end_offset": end_offset}
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = []

@@ -1,0 +1,162 @@
+"""Topic lifecycle requests (CreateTopics, DeleteTopics, CreatePartitions, Metadata
+auto-creation): Kafka's checks, then the change through the metadata store.
+
+The store applies a change and its listeners create or delete the logs (the replica
+manager follows the store), so a topic is created the same way on a standalone broker
+and in a ZooKeeper cluster; only the store's wait differs (the embedded store applies a
+change before returning, ZooKeeper's waits for the controller to elect leaders).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pykfk.cluster.metadata import MetadataStore, TopicExistsError, TopicInfo, UnknownTopicError
+from pykfk.config import ConfigError, validate_topic_configs
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.naming import topic_name_error
+
+if TYPE_CHECKING:
+    from pykfk.config import BrokerConfig
+    from pykfk.log.config import LogConfig
+
+log = logging.getLogger("pykfk.cluster")
+
+# The internal topic of committed offsets and group metadata (pykfk.group.OFFSETS_TOPIC).
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+# Upper bound per topic: a single request must not be able to create millions of
+# directories and open files on this broker.
+MAX_PARTITIONS_PER_TOPIC = 10000
+
+
+def is_internal_topic(name: str) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+class TopicManager:
+    """Checks and applies topic changes. Loop-affine."""
+
+    def __init__(self, config: BrokerConfig, store: MetadataStore, default_log_config: LogConfig):
+        self.config = config
+        self.store = store
+        self.default_log_config = default_log_config
+
+    def check_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+    ) -> tuple[int, int, dict[str, str]]:
+        """Validate a topic creation the way Kafka's CreateTopics does. Returns the
+        effective (partitions, replication factor, configs); raises KafkaError."""
+        problem = topic_name_error(name)
+        if problem:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        if self.store.get_topic(name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        collision = self._colliding_topic(name)
+        if collision:
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with existing topic: {collision}",
+            )
+        partitions = self.config.num_partitions if num_partitions == -1 else num_partitions
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        _check_partition_limit(partitions)
+        replication = self.config.default_replication_factor if replication_factor == -1 else replication_factor
+        if replication <= 0:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        brokers = len(self.store.brokers())
+        if replication > brokers:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {replication} larger than available brokers: {brokers}.",
+            )
+        self.validate_topic_configs(configs)
+        return partitions, replication, {k: v for k, v in configs.items() if v is not None}
+
+    def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None:
+        """Raise KafkaError(INVALID_CONFIG) naming the first bad per-topic setting."""
+        try:
+            validate_topic_configs(configs)
+            self.default_log_config.with_overrides({k: v for k, v in configs.items() if v is not None})
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid config {exc.key}: {exc.message}") from None
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid config: {exc}") from None
+
+    def _colliding_topic(self, name: str) -> str | None:
+        # '.' and '_' collide in metric names, so Kafka refuses names differing only there.
+        normalized = name.replace(".", "_")
+        for existing in self.store.topics():
+            if existing != name and existing.replace(".", "_") == normalized:
+                return existing
+        return None
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicInfo:
+        """Create a checked topic; its logs exist on this broker once it returns (the
+        store's listeners create them)."""
+        try:
+            info = await self.store.create_topic(name, partitions, replication_factor, configs)
+        except TopicExistsError:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        log.info("created topic %s with %d partitions%s", name, partitions, f", configs {dict(configs)}" if configs else "")
+        return info
+
+    async def auto_create(self, name: str) -> TopicInfo:
+        """Metadata auto-creation with the broker defaults; raises KafkaError."""
+        partitions, replication, configs = self.check_new_topic(name, -1, -1, {})
+        return await self.create_topic(name, partitions, replication, configs)
+
+    async def delete_topic(self, name: str) -> None:
+        if self.store.get_topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        _refuse_internal(name, "deleted")
+        try:
+            await self.store.delete_topic(name)
+        except UnknownTopicError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
+        log.info("deleted topic %s", name)
+
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        info = self.store.get_topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        _refuse_internal(name, "given more partitions")
+        if total <= info.partitions:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {info.partitions} partitions, which is higher than "
+                f"or equal to the requested {total}.",
+            )
+        _check_partition_limit(total)
+        if validate_only:
+            return
+        try:
+            await self.store.create_partitions(name, total)
+        except UnknownTopicError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
+        log.info("topic %s now has %d partitions", name, total)
+
+
+def _check_partition_limit(partitions: int) -> None:
+    if partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions {partitions} exceeds this broker's limit of {MAX_PARTITIONS_PER_TOPIC}.",
+        )
+
+
+def _refuse_internal(name: str, change: str) -> None:
+    # The loaded coordinator owns __consumer_offsets: deleting it would drop every
+    # committed offset, and more partitions would move groups to other partitions.
+    # (Kafka's topic tool refuses deletion too; its broker relies on that.)
+    if is_internal_topic(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic {name} is internal and cannot be {change}.")

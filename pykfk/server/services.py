@@ -1,0 +1,62 @@
+"""What request handlers may use of the broker (Redpanda's ``request_context`` idea):
+one Protocol, so a handler's reach into the broker is declared, typed and the same on a
+standalone broker and in a cluster.
+
+``pykfk.broker.Broker`` implements it; a handler never sees which metadata store runs,
+whether partitions have followers, or how logs are laid out on disk.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pykfk.cluster.metadata import MetadataStore
+    from pykfk.cluster.replica import ReplicaManager
+    from pykfk.cluster.topics import TopicManager
+    from pykfk.config import BrokerConfig
+    from pykfk.group import GroupCoordinator
+
+
+class BrokerServices(Protocol):
+    """The broker as request handlers see it. Loop-affine."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def metadata(self) -> MetadataStore:
+        """Topics, partition states, brokers and the controller (read from memory)."""
+        ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        """The one path of records: appends, reads, offsets, fetch purgatories."""
+        ...
+
+    @property
+    def topics(self) -> TopicManager:
+        """Topic creation, deletion and growth with Kafka's checks."""
+        ...
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator: ...
+
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown began: parked requests answer with what they have."""
+        ...
+
+    async def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use and wait until the coordinator
+        loaded the partitions this broker leads."""
+        ...
+
+    def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the leader of a ``__consumer_offsets`` partition."""
+        ...
+
+    async def allocate_producer_id(self) -> int: ...
