@@ -105,7 +105,7 @@ class _Harness:
         self.loop = uvloop.new_event_loop()
         self.broker = Broker(BrokerConfig({"log.dirs": log_dir, "listeners": "PLAINTEXT://127.0.0.1:0"}))
         self.run(self.broker.start())
-        self.broker.create_topic_now(TOPIC, 1, 1, {})
+        self.run(self.broker.topics.create_topic(TOPIC, 1, 1, {}))
         self.ours, self.peer = socket.socketpair()
         self.peer.setblocking(False)
         self.conn: Any = None

@@ -143,6 +143,10 @@ class Partition:
         now = now_ms()
         # Followers in the ISR get a fresh lag clock: they were in sync a moment ago.
         self.remote = {r: RemoteReplica(now if r in self.isr else 0) for r in self.replicas if r != me}
+        if not self.remote:
+            # No follower (replication factor 1, a cluster of one): the high watermark
+            # is the log end offset, which the log then follows by itself.
+            self.log.high_watermark = None
         log.info("%s-%d: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
                  self.topic, self.partition, state.leader_epoch, sorted(state.isr),
                  self.log.log_end_offset, self.high_watermark)
@@ -152,6 +156,9 @@ class Partition:
 
     def become_follower(self, state: PartitionState) -> None:
         was_leader = self.role == LEADER
+        # A follower's high watermark is the leader's (capped at its own log end), never
+        # one that follows its log end offset by itself.
+        self.log.high_watermark = self.log.high_watermark
         self.role = FOLLOWER
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
@@ -191,7 +198,10 @@ class Partition:
                              f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                              f"min.insync.replicas={self.min_insync_replicas()}")
         info = self.log.append(records, leader_epoch=self.leader_epoch)
-        self.maybe_advance_high_watermark()
+        if self.remote:
+            self.maybe_advance_high_watermark()
+        else:  # the high watermark moved with the log end offset
+            self.manager.high_watermark_moved(self)
         return info
 
     def append_records(
@@ -592,6 +602,9 @@ class ReplicaManager:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has no replica of {topic}-{partition}")
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
+        found = self.partitions.get((topic, partition))
+        if found is not None and found.role == LEADER:
+            return found  # the common case first: one lookup per produced partition
         found = self.get_partition(topic, partition)
         if found.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -28,7 +28,7 @@ from typing import Any
 from pykfk._core import records as core_records
 from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
-from pykfk.cluster.topics import is_internal_topic
+from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.server.dispatch import CloseConnection, RequestContext
 
@@ -114,7 +114,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                 results.append(_error(ErrorCode.INVALID_REQUIRED_ACKS, index))
                 continue
             try:
-                if is_internal_topic(name):
+                if name in INTERNAL_TOPICS:
                     # Committed offsets are written by the group coordinator only; Kafka
                     # refuses client writes to its internal topics the same way.
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
