@@ -108,9 +108,9 @@ class BrokerChannel:
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ChannelError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
-        self._transport, self._reader = transport, reader  # type: ignore[assignment]
+        self._transport, self._reader = transport, reader
 
-    async def request(self, api_key: int, api_version: int, body: dict, *, timeout_s: float | None = None) -> Any:
+    async def request(self, api_key: int, api_version: int, body: dict[str, Any], *, timeout_s: float | None = None) -> Any:
         """Send one request and return the decoded response body."""
         if not self.connected:
             await self.connect()

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykfk._core import records as core_records
 from pykfk.cluster.channel import BrokerChannel, ChannelError
@@ -50,6 +50,9 @@ from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from pykfk.log.log import Log
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -98,7 +101,7 @@ class RemoteReplica:
 class Partition:
     """One partition replica on this broker. Loop-affine."""
 
-    def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Any):
+    def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Log):
         self.manager = manager
         self.topic = topic
         self.partition = partition
@@ -126,7 +129,7 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.high_watermark
+        return int(self.log.high_watermark)
 
     # -- role changes ------------------------------------------------------------------
 
@@ -611,12 +614,12 @@ class ReplicaManager:
                              f"broker {self.broker_id} is not the leader of {topic}-{partition}")
         return found
 
-    def leader_log(self, topic: str, partition: int) -> Any:
+    def leader_log(self, topic: str, partition: int) -> Log:
         """The log of a partition this broker leads; KafkaError otherwise."""
         return self.leader_partition(topic, partition).log
 
     def log_for_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
-                      current_leader_epoch: int, *, report_position: bool = True) -> tuple[Any, int]:
+                      current_leader_epoch: int, *, report_position: bool = True) -> tuple[Log, int]:
         """(log, read limit) for a Fetch: consumers read up to the high watermark,
         followers up to the log end offset; a follower's ``fetch_offset`` is its position
         (once per request: ``report_position`` is False when a parked fetch reads again)."""
@@ -658,9 +661,9 @@ class ReplicaManager:
         info = self.store.get_topic(topic)
         if info is not None:
             config = self.log_config_for(topic)
-            for (t, _p), partition in self.partitions.items():
-                if t == topic and partition.log.config != config:
-                    partition.log.update_config(config)
+            for (t, _p), replica in self.partitions.items():
+                if t == topic and replica.log.config != config:
+                    replica.log.update_config(config)
         for partition in partitions:
             self.apply_state(topic, partition)
 
@@ -743,7 +746,7 @@ class ReplicaFetcher:
         if not pending:
             return
         asked: list[tuple[Partition, int, int]] = []
-        topics: dict[str, list[dict]] = {}
+        topics: dict[str, list[dict[str, int]]] = {}
         for p in pending:
             epoch = p.epochs.latest_epoch
             if epoch == UNDEFINED_EPOCH:
@@ -782,7 +785,7 @@ class ReplicaFetcher:
         settings = self.manager.settings
         now = now_ms()
         sent: list[tuple[Partition, int]] = []
-        topics: dict[str, list[dict]] = {}
+        topics: dict[str, list[dict[str, int]]] = {}
         for p in self.partitions.values():
             if p.needs_truncation or p.fetch_paused_until > now:
                 continue

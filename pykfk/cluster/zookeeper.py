@@ -580,7 +580,7 @@ class ZooKeeperMetadataStore:
         self,
         changes: Sequence[tuple[str, int, PartitionState, int | None]],
         epoch_version: int,
-    ) -> dict[tuple[str, int], PartitionState | Exception]:
+    ) -> dict[tuple[str, int], PartitionState | BaseException]:
         """Write partition states, each in a transaction that also checks that
         ``/controller_epoch`` still has ``epoch_version``, so a deposed controller cannot
         write. ``expected`` None creates the state znode. Returns per partition the state
@@ -822,7 +822,7 @@ class ZooKeeperMetadataStore:
         return self.zk.client_id if self.zk is not None else None
 
 
-def _settle(future: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
     if future.done():
         return
     if exc is not None:

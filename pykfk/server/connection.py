@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import os
 import socket
 import struct
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeAlias, cast
 
+from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk.protocol.types import FileRegion
-from pykfk.server.dispatch import CloseConnection, Dispatcher, Failed
+from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed
 
 log = logging.getLogger("pykfk.server")
 
@@ -48,7 +51,11 @@ PREAD_CHUNK = 256 * 1024  # fallback path only
 JOIN_BYTES_MAX = 256 * 1024
 _SIZE = struct.Struct(">i")
 
-from pykfk._core.sendfile import sendfile as _sendfile
+
+
+# One request's place in the response queue: its task, its chunks once answered, None
+# (no response) or Failed.
+SlotWork: TypeAlias = "asyncio.Future[Chunks | None] | Chunks | Failed | None"
 
 
 def _is_file_region(chunk: Any) -> bool:
@@ -60,7 +67,7 @@ class _Slot:
 
     __slots__ = ("frame_size", "owned_fds", "work")
 
-    def __init__(self, work: asyncio.Future | list | Failed | None, owned_fds: list[int], frame_size: int):
+    def __init__(self, work: SlotWork, owned_fds: list[int], frame_size: int):
         self.work = work
         self.owned_fds = owned_fds
         self.frame_size = frame_size
@@ -72,6 +79,9 @@ class _Slot:
             except OSError:
                 pass
         self.owned_fds.clear()
+
+    def release_when_done(self, _future: object) -> None:
+        self.release()
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -91,15 +101,15 @@ class Connection(asyncio.BufferedProtocol):
         self._large_chunks: list[bytearray] = []
         self._large_got = 0
         self._slots: collections.deque[_Slot] = collections.deque()
-        self._slot_added: asyncio.Future | None = None
+        self._slot_added: asyncio.Future[None] | None = None
         self._held_bytes = 0
         self._reading_paused = False
         self._closed = False
         self._draining = False
         self._sock: socket.socket | None = None
-        self._writer_task: asyncio.Task | None = None
+        self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
-        self._write_waiter: asyncio.Future | None = None
+        self._write_waiter: asyncio.Future[None] | None = None
         self._can_write = asyncio.Event()  # fallback path flow control
         self._can_write.set()
         self.last_active = self.loop.time()
@@ -134,7 +144,7 @@ class Connection(asyncio.BufferedProtocol):
         for slot in self._slots:
             if isinstance(slot.work, asyncio.Future):
                 slot.work.cancel()
-                slot.work.add_done_callback(lambda _t, s=slot: s.release())
+                slot.work.add_done_callback(slot.release_when_done)
             else:
                 slot.release()
         self._slots.clear()
@@ -259,10 +269,10 @@ class Connection(asyncio.BufferedProtocol):
         if type(work) is list or work is None or type(work) is Failed:
             self._slots.append(_Slot(work, owned_fds, 0))  # answered already
             return
-        task = asyncio.ensure_future(work)
+        task = asyncio.ensure_future(cast("Awaitable[Chunks | None]", work))
         slot = _Slot(task, owned_fds, len(frame))
         self._held_bytes += len(frame)
-        task.add_done_callback(lambda _t, s=slot: self._request_done(s))
+        task.add_done_callback(functools.partial(self._request_done, slot))
         self._slots.append(slot)
 
     def _after_frames(self) -> None:
@@ -284,7 +294,7 @@ class Connection(asyncio.BufferedProtocol):
         if sock is None:
             return
         slots = self._slots
-        data: list = []
+        data: Chunks = []
         while slots:
             work = slots[0].work
             if type(work) is list:
@@ -311,7 +321,7 @@ class Connection(asyncio.BufferedProtocol):
         if sent < len(payload):
             slots.appendleft(_Slot([memoryview(payload)[sent:]], [], 0))
 
-    def _request_done(self, slot: _Slot) -> None:
+    def _request_done(self, slot: _Slot, _task: object = None) -> None:
         self._held_bytes -= slot.frame_size
         slot.frame_size = 0
         self._update_reading()
@@ -353,7 +363,8 @@ class Connection(asyncio.BufferedProtocol):
                 try:
                     if type(work) is Failed:
                         raise work.error
-                    chunks = await work if isinstance(work, asyncio.Future) else work
+                    # Failed was raised above: what is left is chunks or None.
+                    chunks = await work if isinstance(work, asyncio.Future) else cast("Chunks | None", work)
                 except asyncio.CancelledError:
                     raise
                 except CloseConnection as exc:
@@ -372,7 +383,7 @@ class Connection(asyncio.BufferedProtocol):
                     while slots and (type(slots[0].work) is list or slots[0].work is None):
                         done.append(slots.popleft())
                         if done[-1].work:
-                            chunks.extend(done[-1].work)
+                            chunks.extend(cast(Chunks, done[-1].work))
                 try:
                     if chunks:
                         await self._send(chunks)
@@ -387,11 +398,11 @@ class Connection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
 
-    async def _send(self, chunks: list) -> None:
+    async def _send(self, chunks: Chunks) -> None:
         if self._sock is None:
             await self._send_via_transport(chunks)
             return
-        pending: list = []
+        pending: Chunks = []
         for chunk in chunks:
             if _is_file_region(chunk):
                 if pending:
@@ -403,7 +414,7 @@ class Connection(asyncio.BufferedProtocol):
         if pending:
             await self._send_buffers(pending)
 
-    async def _send_buffers(self, buffers: list) -> None:
+    async def _send_buffers(self, buffers: Chunks) -> None:
         if len(buffers) > 1 and sum(map(len, buffers)) <= JOIN_BYTES_MAX:
             buffers = [b"".join(buffers)]
         views = [memoryview(b).cast("B") for b in buffers]
@@ -464,7 +475,7 @@ class Connection(asyncio.BufferedProtocol):
         if not waiter.done():
             waiter.cancel()
 
-    async def _send_via_transport(self, chunks: list) -> None:
+    async def _send_via_transport(self, chunks: Chunks) -> None:
         """Fallback for transports without a socket (never used for TCP)."""
         assert self.transport is not None
         for chunk in chunks:
@@ -532,7 +543,7 @@ class KafkaServer:
         self.max_in_flight = max_in_flight
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
-        self._idle_task: asyncio.Task | None = None
+        self._idle_task: asyncio.Task[None] | None = None
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind host:port (port 0 picks a free one) without serving yet; returns the

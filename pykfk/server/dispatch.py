@@ -33,6 +33,12 @@ from typing import Any
 from pykfk._core.wire import decode_request_header
 from pykfk.server.services import BrokerServices
 
+# A response frame as chunks in wire order: bytes-like objects, and FileRegions whose
+# bytes stay in a segment file until sendfile sends them.
+Chunks = list[Any]
+# A response body as a handler gives it: a dict to encode, None for no response.
+Body = dict[str, Any] | None
+
 NEVER_FLEXIBLE = 1 << 15  # flexible_from of an api without flexible versions (int16 versions)
 
 log = logging.getLogger("pykfk.server")
@@ -81,9 +87,9 @@ class ApiHandler:
     name: str
     min_version: int
     max_version: int
-    handle: Callable[[RequestContext, Any], Awaitable[dict | None] | dict | None]
+    handle: Callable[[RequestContext, Any], Awaitable[Body] | Body]
     decode: Callable[[memoryview, int, int], Any] | None = None
-    encode: Callable[[int, int, Any], list] | None = None
+    encode: Callable[[int, int, Any], Chunks] | None = None
     flexible_from: int = NEVER_FLEXIBLE  # first version with request header v2
 
 
@@ -135,6 +141,11 @@ class Failed:
 
     def __init__(self, error: BaseException):
         self.error = error
+
+
+# What ``Dispatcher.prepare`` gives for a request: the response chunks now, None (no
+# response), Failed (the handler raised at once), or an awaitable giving chunks or None.
+Work = Awaitable[Chunks | None] | Chunks | Failed | None
 
 
 class Registry:
@@ -199,7 +210,7 @@ class Dispatcher:
 
     def prepare(
         self, frame: bytearray, client_host: str
-    ) -> tuple[Awaitable[list | None] | list | Failed | None, list[int]]:
+    ) -> tuple[Work, list[int]]:
         """Decode ``frame`` (a request without its size prefix) and start its handler.
 
         Returns ``(work, owned_fds)``. Work is the response already: the encoded chunks
@@ -241,17 +252,17 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
             return Failed(exc), ctx.owned_fds
 
-    async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable) -> list | None:
+    async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
         return self._encode(handler, ctx, await pending)
 
-    def _encode(self, handler: ApiHandler, ctx: RequestContext, body: Any) -> list | None:
+    def _encode(self, handler: ApiHandler, ctx: RequestContext, body: Body) -> Chunks | None:
         if body is None:
             return None
         if handler.encode is not None:
             return handler.encode(ctx.api_version, ctx.correlation_id, body)
         return self._framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
 
-    def unsupported_api_versions(self, correlation_id: int) -> list:
+    def unsupported_api_versions(self, correlation_id: int) -> Chunks:
         """KIP-511 fallback: UNSUPPORTED_VERSION in a v0 body listing what we support."""
         ranges = [(r["api_key"], r["min_version"], r["max_version"]) for r in self.registry.api_versions()]
         return [self._framing.encode_api_versions_fallback(correlation_id, ranges)]

@@ -15,6 +15,7 @@ from typing import Any
 
 from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.log import Log
 from pykfk.protocol.types import Struct
 from pykfk.server.dispatch import RequestContext
 
@@ -26,7 +27,7 @@ EARLIEST = -2
 CONSUMER_REPLICA_ID = -1
 
 
-def _lookup(plog: Any, timestamp: int) -> tuple[int, int]:
+def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
     """(timestamp, offset) answered for ``timestamp``; (-1, -1) when no record is that late."""
     if timestamp == LATEST:
         return -1, plog.high_watermark
@@ -40,7 +41,7 @@ def _lookup(plog: Any, timestamp: int) -> tuple[int, int]:
     return _first_record_at_or_after(plog, found, timestamp)
 
 
-def _first_record_at_or_after(plog: Any, offset: int, timestamp: int) -> tuple[int, int]:
+def _first_record_at_or_after(plog: Log, offset: int, timestamp: int) -> tuple[int, int]:
     """The index finds the batch; Kafka answers with the first *record* whose timestamp
     is >= the target, and that record's own timestamp, so look inside the batch."""
     data = plog.read(offset, 1, max_offset=plog.high_watermark)
@@ -54,7 +55,7 @@ def _first_record_at_or_after(plog: Any, offset: int, timestamp: int) -> tuple[i
     return timestamp, offset
 
 
-def _legacy_offsets(plog: Any, timestamp: int, max_num_offsets: int, consumer: bool) -> list[int]:
+def _legacy_offsets(plog: Log, timestamp: int, max_num_offsets: int, consumer: bool) -> list[int]:
     offsets = plog.legacy_offsets_before(timestamp, max_num_offsets)
     if not consumer:
         return offsets

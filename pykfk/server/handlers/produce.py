@@ -49,7 +49,7 @@ Pending = tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]
 def decode_request(view: memoryview, offset: int, version: int) -> ProduceRequest:
     """The request body as ``(transactional_id, acks, timeout_ms, [(topic, [(partition,
     records)])])``, records as views of the frame. ProtocolError for bad bytes."""
-    return decode_produce(view, offset, version)  # type: ignore[no-any-return]
+    return decode_produce(view, offset, version)
 
 
 def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> list[bytes]:
