@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from pykfk._core import records as core_records
 from pykfk._core.errors import InvalidRecordError
+from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.checkpoints import fsync_dir, write_atomic
@@ -48,7 +49,6 @@ from pykfk.log.producer_state import (
     snapshot_path,
 )
 from pykfk.log.retention import deletable_segments
-from pykfk.protocol.types import FileRegion
 
 logger = logging.getLogger("pykfk.log")
 

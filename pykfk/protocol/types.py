@@ -27,6 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pykfk._core.regions import FileRegion
+
+__all__ = ["FileRegion"]  # re-exported: the codec sizes regions, the server sends them
+
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
 Writer = Callable[[bytearray, Any, list], None]
 
@@ -39,19 +43,6 @@ class ProtocolError(ValueError):
 
 class UnsupportedVersionError(ProtocolError):
     """An api key or version this protocol layer has no declaration for."""
-
-
-@dataclass(frozen=True, slots=True)
-class FileRegion:
-    """Record bytes that stay in a file: ``size`` bytes of ``fd`` from ``position``.
-
-    The codec only uses ``size`` (for length prefixes); the connection sends the bytes
-    with sendfile. The fd stays owned by whoever created the region.
-    """
-
-    fd: int
-    position: int
-    size: int
 
 
 class Struct(dict):
