@@ -7,7 +7,7 @@ checked against ``socket.request.max.bytes`` before anything is allocated (Kafka
 ``NetworkReceive``): an over-limit or negative prefix closes the connection.
 
 Requests on one connection are handled concurrently but answered strictly in request
-order. A handler that answers at once (Produce without a cluster) costs no task: its
+order. A handler that answers at once (Produce when nothing waits for replication) costs no task: its
 response is queued ready, and when nothing older is outstanding the responses of every
 frame of one socket read go out in one ``send`` before the read callback returns. A
 handler that must wait (long-poll Fetch, acks=all) runs in its own task; a writer task

@@ -17,7 +17,7 @@ VERSIONS = (0, 1)  # the clients research matrix (protocol-clients.md section 9)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    if getattr(request, "key_type", api.KEY_TYPE_GROUP) == api.KEY_TYPE_GROUP:
+    if request.key_type == api.KEY_TYPE_GROUP:
         await ctx.broker.ensure_offsets_topic()
     return await api.find_coordinator(
         ctx.broker.group_coordinator, ctx.api_version, request, node_for_partition=ctx.broker.coordinator_node
