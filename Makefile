@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: compile compile-one debug install test test-pure testinstalled bench bench-fast lint clean
+.PHONY: compile compile-one debug install test testinstalled bench bench-fast lint clean
 
 compile:            ## build the compiled core in place (src/_core/*.so)
 	$(PYTHON) setup.py build_ext --inplace

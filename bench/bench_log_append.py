@@ -33,15 +33,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from pykfk._core import records
+from pykfk._core.segment import Segment
 
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
-
-try:
-    from pykfk._core import records
-    from pykfk._core.segment import Segment
-except ImportError:  # pragma: no cover - core not built
-    records = None
 
 MIB = 1 << 20
 RECORD_VALUE = 170  # + key, header and framing = ~200 bytes a record
@@ -101,7 +97,6 @@ def _times(functions: dict[str, tuple[Callable[[], object], Callable[[], object]
     return times
 
 
-@pytest.mark.skipif(records is None, reason="pykfk._core is not built")
 @pytest.mark.benchmark(group="log-append-1MiB")
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 @pytest.mark.parametrize("batch_bytes", [16 * 1024, 1024], ids=["16KiB-batches", "1KiB-batches"])

@@ -29,13 +29,9 @@ import time
 from typing import Any
 
 import pytest
+from pykfk._core.records import build_batch
 
 from pykfk.protocol import framing
-
-try:
-    from pykfk._core.records import build_batch
-except ImportError:  # pragma: no cover - core not built
-    build_batch = None
 
 PRODUCE = 0
 VERSION = 7
@@ -181,7 +177,6 @@ def _check_responses(data: bytes, first_offset: int, count: int) -> None:
     assert expected == first_offset + count
 
 
-@pytest.mark.skipif(build_batch is None, reason="pykfk._core is not built")
 @pytest.mark.benchmark(group="produce-request")
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 def test_produce_request(benchmark, report, tmp_path, idempotent) -> None:  # type: ignore[no-untyped-def]

@@ -29,15 +29,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from pykfk._core import records
 from pykfk._core.segment import Segment
 
 from pykfk._reference import segment as reference
 from pykfk.log.config import LogConfig
-
-try:
-    from pykfk._core import records
-except ImportError:  # pragma: no cover - records not built
-    records = None
 
 MIB = 1 << 20
 RECORD_VALUE = 170   # + key, header and framing = ~200 bytes a record
@@ -80,7 +76,6 @@ def _times(functions: dict[str, tuple[Callable[[], object], Callable[[], object]
     return times
 
 
-@pytest.mark.skipif(records is None, reason="pykfk._core.records is not built")
 @pytest.mark.benchmark(group="segment-append-1MiB")
 @pytest.mark.parametrize("batch_bytes", [16 * 1024, 1024], ids=["16KiB-batches", "1KiB-batches"])
 def test_append_vs_os_write(benchmark, report, tmp_path, batch_bytes) -> None:  # type: ignore[no-untyped-def]

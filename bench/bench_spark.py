@@ -243,7 +243,6 @@ def measure(setup: Setup, report: Callable[[str], None]) -> float:
 def setup(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
-    pytest.importorskip("pyspark")
     _expose_package()
     quick = bool(request.config.getoption("benchmark_disable", False))
     s = Setup(

@@ -14,8 +14,6 @@ import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-
 _SEGMENT = re.compile(r"^\d{20}\.log$")
 
 

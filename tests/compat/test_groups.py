@@ -21,10 +21,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+import kafka
 import pytest
-
-kafka = pytest.importorskip("kafka")
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from pykfk.errors import ErrorCode
 from pykfk.testing import BrokerProcess, RawClient
@@ -556,7 +554,6 @@ def _kcat_group(bootstrap: str, group: str, topic: str, count: int) -> list[tupl
     return [(int(p), int(o), v) for p, o, v in (line.split(" ", 2) for line in out.stdout.splitlines())]
 
 
-@pytest.mark.skipif(not os.path.exists(KCAT), reason="kcat is not installed (CI installs it)")
 def test_kcat_group_consumer_commits_and_resumes(group_broker):
     topic, group = "kcat-groups", "kcat"
     _create_topic(group_broker.bootstrap, topic, 4)
@@ -572,8 +569,9 @@ def test_kcat_group_consumer_commits_and_resumes(group_broker):
 
 
 def test_aiokafka_group_consumer_commits_and_resumes(group_broker):
-    aiokafka = pytest.importorskip("aiokafka")
     import asyncio
+
+    import aiokafka
 
     topic, group = "aio-groups", "aio"
     _create_topic(group_broker.bootstrap, topic, 3)

@@ -12,8 +12,8 @@ from pykfk.errors import ErrorCode as E
 from pykfk.group import api
 from pykfk.group.coordinator import GroupConfig, GroupCoordinator
 from pykfk.group.storage import MemoryOffsetsLog
+from pykfk.protocol import messages as protocol
 
-protocol = pytest.importorskip("pykfk.protocol.messages")
 API_SPECS = protocol.API_SPECS
 
 PARTITIONS = 2

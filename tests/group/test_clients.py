@@ -10,13 +10,12 @@ import struct
 import threading
 import time
 
+import confluent_kafka
+import kafka
 import pytest
 
+from pykfk import testing
 from pykfk.group.storage import LogOffsetsLog
-
-kafka = pytest.importorskip("kafka")
-confluent_kafka = pytest.importorskip("confluent_kafka")
-testing = pytest.importorskip("pykfk.testing")
 
 pytestmark = pytest.mark.slow
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 import os
 import struct
 
-import pytest
+from pykfk._core import records as records_module
 
 from pykfk.errors import ErrorCode as E
 from pykfk.group.coordinator import GroupConfig, GroupCoordinator
 from pykfk.group.storage import LogOffsetsLog, MemoryOffsetsLog
-
-log_module = pytest.importorskip("pykfk.log.log", reason="pykfk.log needs the compiled core")
-records_module = pytest.importorskip("pykfk._core.records")
 from pykfk.log import Log, LogConfig
 
 PARTITIONS = 3

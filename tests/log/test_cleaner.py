@@ -283,7 +283,7 @@ def test_log_manager_runs_the_cleaner(tmp_path):
 def test_kafka_python_reads_a_compacted_topic_through_the_broker(tmp_path):
     """End to end with kafka-python. The broker config has no log.cleaner.backoff.ms yet,
     so the test runs the cleaner pass itself (on the broker's loop, as the task would)."""
-    kafka = pytest.importorskip("kafka")
+    import kafka
     from kafka.admin import NewTopic
 
     from pykfk.testing import InProcessBroker

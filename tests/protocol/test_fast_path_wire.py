@@ -7,11 +7,10 @@ import random
 import struct
 
 import pytest
+from pykfk._core import wire
 
 from pykfk.protocol import API_SPECS, ProtocolError
 from pykfk.protocol.framing import encode_response
-
-wire = pytest.importorskip("pykfk._core.wire")
 
 SPEC = API_SPECS[0]
 VERSIONS = range(SPEC.min_version, SPEC.max_version + 1)

@@ -19,10 +19,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow  # noqa: F401 - the workers need it: fail here, not in a Spark task
+import pyspark  # noqa: F401
 import pytest
-
-pytest.importorskip("pyspark", reason="tests/spark need pyspark (the pykfk[spark] extra)")
-pytest.importorskip("pyarrow", reason="tests/spark need pyarrow (the pykfk[spark] extra)")
 
 REPO = Path(__file__).resolve().parents[2]
 
