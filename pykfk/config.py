@@ -47,7 +47,7 @@ def _parse_bool(raw: Any) -> bool:
 def _int_parser(lo: int, hi: int) -> Callable[[Any], int]:
     def parse(raw: Any) -> int:
         if isinstance(raw, bool):
-            raise ValueError(f"expected an integer, got {raw!r}")
+            raise ValueError(f"expected an integer, got {raw!r}")  # noqa: TRY004 - a bool given as a number is a bad value, reported like any other
         if isinstance(raw, int):
             value = raw
         else:

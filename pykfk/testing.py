@@ -166,7 +166,7 @@ class BrokerProcess:
             raise RuntimeError("broker already running")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._ready_file)
-        log_file = open(self.server_log, "ab")
+        log_file = open(self.server_log, "ab")  # noqa: SIM115 - handed to the child process, closed below
         try:
             self.proc = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT)
         finally:
@@ -232,7 +232,7 @@ class BrokerProcess:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> BrokerProcess:  # noqa: PYI034 - Python 3.10 has no typing.Self
         return self.start() if not self.is_running() else self
 
     def __exit__(self, *exc: object) -> None:

@@ -25,7 +25,7 @@ def test_broker_import_without_compiled_core_says_how_to_build(tmp_path: Path) -
     # -S keeps the editable install of this checkout (a site hook) out of the way.
     code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import pykfk.broker"
     result = subprocess.run(
-        [sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode != 0
     assert "compiled core is missing" in result.stderr
@@ -57,13 +57,13 @@ def test_wheel_works_from_outside_the_checkout(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
         [str(python), "-c", "import sys\n" + code], cwd=work, env=env,
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 0, result.stderr
     script = env_dir / "bin" / "pykfk-broker"
     assert script.exists()
     bad = subprocess.run(
         [str(script), "--override", "no.such.setting=1"], cwd=work, env=env,
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, check=False,
     )
     assert bad.returncode != 0 and "no.such.setting" in bad.stderr

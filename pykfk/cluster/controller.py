@@ -44,6 +44,9 @@ from pykfk.cluster.metadata import NO_LEADER, PartitionState
 
 log = logging.getLogger("pykfk.cluster")
 
+# (topic, partition, new state, expected znode version or None for a new state)
+StateChange = tuple[str, int, PartitionState, int | None]
+
 
 class ControllerSettings:
     def __init__(self, **kw: Any):
@@ -186,7 +189,7 @@ class Controller:
 
     def _live(self) -> set[int]:
         """Brokers that may lead: registered and not shutting down."""
-        return self.store.live_broker_ids() - set(self.store.shutdown_requests())
+        return set(self.store.live_broker_ids()) - set(self.store.shutdown_requests())
 
     def _unclean_allowed(self, topic: str) -> bool:
         info = self.store.get_topic(topic)
@@ -195,7 +198,7 @@ class Controller:
             return str(value).strip().lower() == "true"
         return self.settings.unclean_leader_election
 
-    async def _write(self, changes: list[tuple[str, int, PartitionState, int | None]]) -> None:
+    async def _write(self, changes: list[StateChange]) -> None:
         if not changes:
             return
         results = await self.store.write_states_as_controller(changes, self.epoch_version)
@@ -222,7 +225,7 @@ class Controller:
 
     async def _still_controller(self) -> bool:
         try:
-            return await self.store.controller_epoch() == self.epoch
+            return bool(await self.store.controller_epoch() == self.epoch)
         except Exception:  # noqa: BLE001 - unreachable ZooKeeper: assume deposed, re-elect later
             return False
 
@@ -236,7 +239,7 @@ class Controller:
         if info is None or topic in self.store.delete_requests():
             return
         live = self._live()
-        changes = []
+        changes: list[StateChange] = []
         for partition, replicas in sorted(info.assignment.items()):
             if self.store.partition_state(topic, partition) is not None:
                 continue
@@ -255,7 +258,7 @@ class Controller:
             log.info("controller: brokers %s left the cluster", sorted(dead))
         if joined:
             log.info("controller: brokers %s are live", sorted(joined))
-        changes = []
+        changes: list[StateChange] = []
         for (topic, partition), state in sorted(self.store.partition_states().items()):
             info = self.store.get_topic(topic)
             if info is None:
@@ -327,7 +330,7 @@ class Controller:
         if broker_id not in requests or requests[broker_id] != b"{}":
             return  # gone, or already answered
         live = self._live()
-        changes = []
+        changes: list[StateChange] = []
         remaining = moved = 0
         for (topic, partition), state in sorted(self.store.partition_states().items()):
             info = self.store.get_topic(topic)
@@ -360,7 +363,7 @@ class Controller:
             replicas = info.replicas(partition, NO_LEADER)
             if replicas and replicas[0] != NO_LEADER:
                 preferred.setdefault(replicas[0], []).append((topic, partition, state))
-        changes = []
+        changes: list[StateChange] = []
         for broker_id, entries in preferred.items():
             if broker_id not in live:
                 continue

@@ -236,11 +236,11 @@ class GroupCoordinator:
                     await asyncio.sleep(0)
                 self._replay(partition, key, value, offsets, groups)
             loaded = {gid: Group.from_record(gid, rec) for gid, rec in groups.items()}
-            for k, value in offsets.items():
+            for k, committed in offsets.items():
                 group = loaded.get(k.group)
                 if group is None:  # offsets without group metadata: a "simple" group
                     group = loaded[k.group] = Group(k.group, GroupState.EMPTY, -1)
-                group.offsets[(k.topic, k.partition)] = value
+                group.offsets[(k.topic, k.partition)] = committed
             if not self._active or partition in self._logs:
                 return  # shut down (or loaded twice) meanwhile
             self._logs[partition] = offsets_log
@@ -850,7 +850,8 @@ class GroupCoordinator:
         if group.is_leader(member_id):
             full = {mid: plan.get(mid, b"") for mid in group.members}  # missing -> empty
             self._spawn(self._store_assignment(group, group.generation_id, full))
-        return await future
+        result: dict[str, Any] = await future
+        return result
 
     async def _store_assignment(
         self, group: Group, generation_id: int, assignment: dict[str, bytes]

@@ -204,9 +204,9 @@ class Group:
             return None
         self._protocol_counts.subtract(member.protocol_names())
         self._protocol_counts += Counter()  # drop zero counts
-        if member.group_instance_id is not None:
-            if self.static_members.get(member.group_instance_id) == member_id:
-                del self.static_members[member.group_instance_id]
+        if (member.group_instance_id is not None
+                and self.static_members.get(member.group_instance_id) == member_id):
+            del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         self.pending_sync.discard(member_id)

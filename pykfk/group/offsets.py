@@ -245,13 +245,13 @@ class _Reader:
         return data
 
     def int16(self, what: str) -> int:
-        return _INT16.unpack(self._take(2, what))[0]
+        return int(_INT16.unpack(self._take(2, what))[0])
 
     def int32(self, what: str) -> int:
-        return _INT32.unpack(self._take(4, what))[0]
+        return int(_INT32.unpack(self._take(4, what))[0])
 
     def int64(self, what: str) -> int:
-        return _INT64.unpack(self._take(8, what))[0]
+        return int(_INT64.unpack(self._take(8, what))[0])
 
     def uvarint(self, what: str) -> int:
         value = shift = 0

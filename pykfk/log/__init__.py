@@ -1,6 +1,8 @@
 """Partition logs: segments, roll, flush, retention, recovery, idempotent producer state,
 and the LogManager over ``log.dirs``. See ``README.md`` in this directory."""
 
+from typing import Any
+
 from pykfk.log.config import CREATE_TIME, LOG_APPEND_TIME, LogConfig
 
 __all__ = [
@@ -14,7 +16,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Log and LogManager need the compiled core; importing them lazily keeps
     # ``pykfk.log.config`` usable (e.g. by config parsing) without it.
     if name in ("AppendInfo", "FetchData", "Log"):

@@ -302,7 +302,7 @@ class LogCleaner:
                 for i in range(len(decoded)):
                     if key_lengths[i] < 0:
                         continue
-                    digest = _key_digest(decoded.key(i))
+                    digest = _key_digest(decoded.key(i) or b"")  # never None: key length >= 0
                     if digest not in offset_map and len(offset_map) >= limit:
                         # Full: the dirty range ends before this record (at a batch
                         # boundary would be tidier; any point is correct, since records
@@ -400,7 +400,7 @@ class LogCleaner:
                 if key_lengths[r] < 0:
                     stats.records_removed += 1
                     continue
-                latest = offset_map.get(_key_digest(decoded.key(r)))
+                latest = offset_map.get(_key_digest(decoded.key(r) or b""))
                 if latest is not None and offsets[r] < latest:
                     stats.records_removed += 1
                     continue

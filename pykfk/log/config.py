@@ -164,7 +164,7 @@ def _parse(key: str, attr: str, value: Any) -> Any:
 
 def _parse_float(key: str, value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError(f"{key} must be a number, got {value!r}")
+        raise ValueError(f"{key} must be a number, got {value!r}")  # noqa: TRY004 - a bool given as a number is a bad value, reported like any other
     try:
         return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
     except ValueError:
@@ -173,7 +173,7 @@ def _parse_float(key: str, value: Any) -> float:
 
 def _parse_int(key: str, value: Any) -> int:
     if isinstance(value, bool):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
+        raise ValueError(f"{key} must be an integer, got {value!r}")  # noqa: TRY004 - a bool given as a number is a bad value, reported like any other
     try:
         return int(str(value).strip()) if not isinstance(value, int) else value
     except ValueError:

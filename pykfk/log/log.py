@@ -127,7 +127,7 @@ class AppendInfo:
                  "last_offset", "log_append_time_ms", "log_start_offset")
 
     def __init__(self, first_offset: int, last_offset: int, log_append_time_ms: int,
-                 log_start_offset: int, record_count: int | None, headers: list,
+                 log_start_offset: int, record_count: int | None, headers: list[Any],
                  duplicate: bool = False, assigned_epoch: int | None = None):
         """``record_count`` None: the sum over ``headers``. ``assigned_epoch`` not None:
         ``headers`` are the batches as received, and the log gave them offsets from
@@ -148,7 +148,7 @@ class AppendInfo:
         return self._record_count
 
     @property
-    def headers(self) -> list:
+    def headers(self) -> list[Any]:
         if self._assigned_epoch is not None:
             self._headers = _with_offsets(self._headers, self.first_offset,
                                           self._assigned_epoch)
@@ -162,7 +162,7 @@ class AppendInfo:
                 f"duplicate={self.duplicate})")
 
 
-def _with_offsets(headers: list, first_offset: int, leader_epoch: int) -> list:
+def _with_offsets(headers: list[Any], first_offset: int, leader_epoch: int) -> list[Any]:
     """The headers as assign_offsets left the batches: base offsets running on from
     ``first_offset``, ``leader_epoch``; every other field (CRC included) unchanged."""
     out = []
@@ -333,7 +333,7 @@ class Log:
         os.makedirs(self.dir, exist_ok=True)
         segments = [self._open_segment(base) for base in self._clean_directory()]
         if clean_shutdown:
-            recovered = set()
+            recovered: set[int] = set()
         else:
             segments, recovered = self._recover(segments)
         for seg in segments:
@@ -506,7 +506,7 @@ class Log:
             self.scheduler.schedule(0, lambda: self.flush(new_base))
         return seg
 
-    def _roll_reason(self, seg: Segment, size: int, headers: list, log_append_time: bool,
+    def _roll_reason(self, seg: Segment, size: int, headers: list[Any], log_append_time: bool,
                      last_offset: int, now_ms: int | None) -> str | None:
         """Why the append must roll first, or None. ``now_ms`` None: the clock is read
         only if the decision needs it (a producer's timestamps usually decide)."""
@@ -607,6 +607,7 @@ class Log:
                 first_offset = self._log_end_offset
                 next_offset = core_records.assign_offsets(buf, first_offset, leader_epoch)
                 if log_append_time:
+                    assert now is not None  # read above whenever the topic uses LogAppendTime
                     # New max_timestamp and CRC in every batch: read the headers again.
                     core_records.set_log_append_time(buf, now)
                     headers = self._reparse_headers(buf, len(headers))
@@ -648,7 +649,7 @@ class Log:
                 info = AppendInfo(first_offset, next_offset - 1, -1, self._log_start_offset,
                                   next_offset - first_offset, headers, False, leader_epoch)
             else:
-                info = AppendInfo(first_offset, next_offset - 1, now if log_append_time else -1,
+                info = AppendInfo(first_offset, next_offset - 1, now if log_append_time and now is not None else -1,
                                   self._log_start_offset, None, headers)
         if flush_now:
             self.flush()
@@ -666,7 +667,7 @@ class Log:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
 
     @staticmethod
-    def _reparse_headers(buf: memoryview, count: int) -> list:
+    def _reparse_headers(buf: memoryview, count: int) -> list[Any]:
         headers, pos = [], 0
         for _ in range(count):
             h = core_records.parse_batch_header(buf, pos)
@@ -674,7 +675,7 @@ class Log:
             pos += h.size
         return headers
 
-    def _check_follower_offsets(self, headers: list) -> None:
+    def _check_follower_offsets(self, headers: list[Any]) -> None:
         expected = self._log_end_offset
         for h in headers:
             if h.base_offset < expected:
@@ -1100,7 +1101,7 @@ class Log:
             return target
 
 
-def _check_keys(buf: memoryview, headers: list) -> None:
+def _check_keys(buf: memoryview, headers: list[Any]) -> None:
     """Kafka's LogValidator rule for compacted topics: every record needs a key (the
     cleaner keeps records by key); a keyless one fails the batch with INVALID_RECORD.
     Costs a decode of the records (compressed ones decompressed), on compacted topics only."""

@@ -167,7 +167,7 @@ class LogManager:
         self._lock_fds: dict[str, int] = {}
         self._high_watermark_checkpoints: dict[TopicPartition, int] = {}
         self._pending_log_deletes: list[tuple[int, Log]] = []
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opened = False
         self._shut_down = False

@@ -32,9 +32,12 @@ import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from pykfk._core.records import BatchHeader
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -89,7 +92,7 @@ class ProducerBatch:
     is_control: bool = False
 
     @classmethod
-    def from_header(cls, header, first_offset: int = -1) -> ProducerBatch:
+    def from_header(cls, header: BatchHeader, first_offset: int = -1) -> ProducerBatch:
         """From a pykfk._core.records.BatchHeader; ``first_offset`` overrides the header's
         base_offset (used before offsets are written into the buffer)."""
         base = header.base_offset if first_offset < 0 else first_offset
@@ -319,6 +322,7 @@ class ProducerStateManager:
                     current = producers[pid] = (
                         _PendingProducer(NO_PRODUCER_EPOCH, NO_SEQUENCE) if entry is None
                         else _PendingProducer(entry.producer_epoch, entry.last_seq))
+            assert current is not None  # looked up or created when the producer changed
             first_seq = h.base_sequence
             if h.producer_epoch == current.epoch and first_seq == current.last_seq + 1:
                 # The common case, inline: same epoch, next sequence (not wrapping to 0).

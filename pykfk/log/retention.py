@@ -15,7 +15,7 @@ high watermark (consumers and followers may still need them).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pykfk.log.config import LogConfig
 
@@ -29,14 +29,16 @@ class SegmentFacts(Protocol):
     def max_timestamp(self) -> int: ...
 
 
+SegmentT = TypeVar("SegmentT", bound=SegmentFacts)
+
 def deletable_segments(
-    segments: Sequence[SegmentFacts],
+    segments: Sequence[SegmentT],
     config: LogConfig,
     *,
     now_ms: int,
     high_watermark: int,
     log_start_offset: int,
-    mtime_ms: Callable[[SegmentFacts], int] | None = None,
+    mtime_ms: Callable[[SegmentT], int] | None = None,
 ) -> tuple[int, str]:
     """How many segments from the oldest may go, and the rule that asked for the most
     (``"retention.ms"``, ``"retention.bytes"``, ``"log start offset"`` or ``""``)."""
@@ -71,8 +73,7 @@ def deletable_segments(
     return (count, reason) if count else (0, "")
 
 
-def _largest_timestamp(segment: SegmentFacts,
-                       mtime_ms: Callable[[SegmentFacts], int] | None) -> int:
+def _largest_timestamp(segment: SegmentT, mtime_ms: Callable[[SegmentT], int] | None) -> int:
     if segment.max_timestamp >= 0 or mtime_ms is None:
         return segment.max_timestamp
     return mtime_ms(segment)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .schema import Field, Schema
 
 Decoder = Callable[[memoryview, int], "tuple[Struct, int]"]
-Encoder = Callable[[bytearray, Any, list], None]
+Encoder = Callable[[bytearray, Any, list[Any]], None]
 
 _int8 = struct.Struct(">b")
 
@@ -104,8 +104,15 @@ def field_reader(field: Field, version: int, flexible: bool) -> t.Reader:
     return _scalar_reader(field.element, compact, nullable)  # type: ignore[arg-type]
 
 
+def _packed_struct(fields: list[Field]) -> struct.Struct:
+    """One struct.Struct for a run of fixed-size scalar fields (each has a ``fmt``)."""
+    formats = [getattr(f.element, "fmt", None) for f in fields]
+    assert all(isinstance(fmt, str) for fmt in formats), "a run holds fixed-size scalars only"
+    return struct.Struct(">" + "".join(str(fmt) for fmt in formats))
+
+
 def _run_step(fields: list[Field]) -> Callable[[memoryview, int, Struct], int]:
-    fmt = struct.Struct(">" + "".join(f.element.fmt for f in fields))  # type: ignore[union-attr]
+    fmt = _packed_struct(fields)
     unpack = fmt.unpack_from
     size = fmt.size
     names = tuple(f.name for f in fields)
@@ -228,7 +235,7 @@ def field_writer(field: Field, version: int, flexible: bool) -> t.Writer:
     if field.schema is not None:
         inner = encoder(field.schema, version, flexible)
 
-        def write_struct(out: bytearray, value: Any, extra: list) -> None:
+        def write_struct(out: bytearray, value: Any, extra: list[Any]) -> None:
             if nullable:
                 if value is None:
                     out.append(0xFF)
@@ -255,17 +262,17 @@ def encoder(schema: Schema, version: int, flexible: bool) -> Encoder:
     cached = schema.encoders.get(key)
     if cached is not None:
         return cached
-    steps: list[Callable[[bytearray, Any, list], None]] = []
+    steps: list[Callable[[bytearray, Any, list[Any]], None]] = []
     tagged: list[tuple[int, str, Any, t.Writer]] = []
     run: list[Field] = []
 
     def flush_run() -> None:
-        fmt = struct.Struct(">" + "".join(f.element.fmt for f in run))  # type: ignore[union-attr]
+        fmt = _packed_struct(run)
         pack = fmt.pack
         names = tuple(f.name for f in run)
         defaults = tuple(f.default for f in run)
 
-        def write_run(out: bytearray, body: Any, extra: list) -> None:
+        def write_run(out: bytearray, body: Any, extra: list[Any]) -> None:
             out += pack(*map(body.get, names, defaults))
 
         steps.append(write_run)
@@ -290,7 +297,7 @@ def encoder(schema: Schema, version: int, flexible: bool) -> Encoder:
         steps.append(_tagged_section_writer(tuple(tagged)))
     steps_t = tuple(steps)
 
-    def encode(out: bytearray, body: Any, extra: list) -> None:
+    def encode(out: bytearray, body: Any, extra: list[Any]) -> None:
         for step in steps_t:
             step(out, body, extra)
 
@@ -300,8 +307,8 @@ def encoder(schema: Schema, version: int, flexible: bool) -> Encoder:
 
 def _var_write_step(
     name: str, default: Any, write: t.Writer
-) -> Callable[[bytearray, Any, list], None]:
-    def step(out: bytearray, body: Any, extra: list) -> None:
+) -> Callable[[bytearray, Any, list[Any]], None]:
+    def step(out: bytearray, body: Any, extra: list[Any]) -> None:
         write(out, body.get(name, default), extra)
 
     return step
@@ -309,22 +316,22 @@ def _var_write_step(
 
 def _tagged_section_writer(
     tagged: tuple[tuple[int, str, Any, t.Writer], ...],
-) -> Callable[[bytearray, Any, list], None]:
+) -> Callable[[bytearray, Any, list[Any]], None]:
     if not tagged:
 
-        def write_empty(out: bytearray, body: Any, extra: list) -> None:
+        def write_empty(out: bytearray, body: Any, extra: list[Any]) -> None:
             out.append(0)
 
         return write_empty
 
-    def write_tagged(out: bytearray, body: Any, extra: list) -> None:
+    def write_tagged(out: bytearray, body: Any, extra: list[Any]) -> None:
         present = []
         for tag, name, default, write in tagged:
             value = body.get(name, default)
             if _is_default(value, default):
                 continue
             data = bytearray()
-            inner_extra: list = []
+            inner_extra: list[Any] = []
             write(data, value, inner_extra)
             if inner_extra:
                 raise ValueError(f"tagged field {name} cannot carry file regions or large buffers")
@@ -341,13 +348,13 @@ def _tagged_section_writer(
 # ---------------------------------------------------------------- chunk assembly
 
 
-def chunks_from(out: bytearray, extra: list, start: int = 0) -> list:
+def chunks_from(out: bytearray, extra: list[Any], start: int = 0) -> list[Any]:
     """Split ``out[start:]`` at the positions recorded in ``extra`` into a list of bytes
     and pass-through chunks (FileRegion, large buffers), in wire order. Adjacent inline
     data is one bytes chunk."""
     if not extra:
         return [bytes(out) if start == 0 else bytes(memoryview(out)[start:])]
-    chunks: list = []
+    chunks: list[Any] = []
     prev = start
     with memoryview(out) as view:
         for pos, chunk in extra:
@@ -360,5 +367,5 @@ def chunks_from(out: bytearray, extra: list, start: int = 0) -> list:
     return chunks
 
 
-def extra_size(extra: list) -> int:
+def extra_size(extra: list[Any]) -> int:
     return sum(t.records_size(chunk) for _, chunk in extra)

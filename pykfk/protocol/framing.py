@@ -112,7 +112,7 @@ def decode_request(frame: Any) -> tuple[RequestHeader, Struct]:
     return header, spec_for(header.api_key).decode_request(frame, offset, header.api_version)
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[Any]:
     """A whole response frame as chunks, in wire order: ``bytes`` with the 4-byte size
     prefix and header first, then body bytes interleaved with pass-through record chunks
     (FileRegion for sendfile, or large bytes/bytearray/memoryview given as records, not
@@ -123,7 +123,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     out = bytearray(_SIZE_AND_CORRELATION.pack(0, correlation_id))
     if spec.response_header_version(api_version):
         out.append(0)
-    extra: list = []
+    extra: list[Any] = []
     try:
         encode(out, body, extra)
     except (struct.error, TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -144,7 +144,7 @@ def encode_api_versions_fallback(
     if isinstance(api_ranges, Mapping):
         triples = [(k, lo, hi) for k, (lo, hi) in sorted(api_ranges.items())]
     else:
-        triples = [tuple(r) for r in api_ranges]
+        triples = [(r[0], r[1], r[2]) for r in api_ranges]
     body = bytearray(struct.pack(">ihi", correlation_id, UNSUPPORTED_VERSION, len(triples)))
     for key, lo, hi in triples:
         body += struct.pack(">hhh", key, lo, hi)

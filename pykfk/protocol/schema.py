@@ -250,17 +250,17 @@ class ApiSpec:
     def encode_request(self, body: Any, version: int) -> bytes:
         """The request body alone (no header, no size prefix)."""
         out = bytearray()
-        extra: list = []
+        extra: list[Any] = []
         _encode(self.request_encoder(version), out, body, extra, self.name, version)
         return b"".join(
             c if isinstance(c, bytes) else bytes(c) for c in codec.chunks_from(out, extra)
         )
 
-    def encode_response(self, body: Any, version: int) -> list:
+    def encode_response(self, body: Any, version: int) -> list[Any]:
         """The response body alone as chunks: bytes, and FileRegion / large buffers passed
         through uncopied, in wire order."""
         out = bytearray()
-        extra: list = []
+        extra: list[Any] = []
         _encode(self.response_encoder(version), out, body, extra, self.name, version)
         return codec.chunks_from(out, extra)
 
@@ -296,7 +296,7 @@ def _decode_whole(
 
 
 def _encode(
-    encode: codec.Encoder, out: bytearray, body: Any, extra: list, name: str, version: int
+    encode: codec.Encoder, out: bytearray, body: Any, extra: list[Any], name: str, version: int
 ) -> None:
     try:
         encode(out, body, extra)

@@ -32,7 +32,7 @@ from pykfk._core.regions import FileRegion
 __all__ = ["FileRegion"]  # re-exported: the codec sizes regions, the server sends them
 
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
-Writer = Callable[[bytearray, Any, list], None]
+Writer = Callable[[bytearray, Any, list[Any]], None]
 
 
 class ProtocolError(ValueError):
@@ -45,7 +45,7 @@ class UnsupportedVersionError(ProtocolError):
     """An api key or version this protocol layer has no declaration for."""
 
 
-class Struct(dict):
+class Struct(dict[str, Any]):
     """A decoded message or nested struct: a dict of snake_case field names with
     attribute access (``req.topic_data[0].name``). Decoded structs hold every field the
     declaration knows, with defaults for fields absent in the decoded version. Plain
@@ -189,7 +189,7 @@ def read_uuid(buf: memoryview, pos: int) -> tuple[uuid.UUID, int]:
     return uuid.UUID(bytes=_UUID.unpack_from(buf, pos)[0]), pos + 16
 
 
-def write_uuid(out: bytearray, value: uuid.UUID, extra: list) -> None:
+def write_uuid(out: bytearray, value: uuid.UUID, extra: list[Any]) -> None:
     out += value.bytes
 
 
@@ -212,7 +212,7 @@ def fixed_writer(prim: Primitive) -> Writer:
         return write_uuid
     pack = struct.Struct(">" + prim.fmt).pack  # type: ignore[operator]
 
-    def write(out: bytearray, value: Any, extra: list) -> None:
+    def write(out: bytearray, value: Any, extra: list[Any]) -> None:
         out += pack(value)
 
     return write
@@ -293,7 +293,7 @@ def string_reader(compact: bool, nullable: bool) -> Reader:
 
 
 def string_writer(compact: bool, nullable: bool) -> Writer:
-    def write(out: bytearray, value: str | None, extra: list) -> None:
+    def write(out: bytearray, value: str | None, extra: list[Any]) -> None:
         if value is None:
             if not nullable:
                 raise ValueError("None for a non-nullable string")
@@ -329,7 +329,7 @@ def bytes_reader(compact: bool, nullable: bool, view: bool) -> Reader:
 
 
 def bytes_writer(compact: bool, nullable: bool) -> Writer:
-    def write(out: bytearray, value: Any, extra: list) -> None:
+    def write(out: bytearray, value: Any, extra: list[Any]) -> None:
         if value is None:
             if not nullable:
                 raise ValueError("None for non-nullable bytes")
@@ -366,7 +366,7 @@ def records_size(value: Any) -> int:
     return _chunk_size(value)
 
 
-def _append_chunk(out: bytearray, chunk: Any, extra: list) -> None:
+def _append_chunk(out: bytearray, chunk: Any, extra: list[Any]) -> None:
     if type(chunk) is FileRegion:
         if chunk.size:
             extra.append((len(out), chunk))
@@ -381,7 +381,7 @@ def records_writer(compact: bool, nullable: bool) -> Writer:
     back as one records field). Only the length prefix is computed here; large buffers and
     file regions go to ``extra`` uncopied."""
 
-    def write(out: bytearray, value: Any, extra: list) -> None:
+    def write(out: bytearray, value: Any, extra: list[Any]) -> None:
         if value is None:
             if not nullable:
                 # Kafka sends an empty record set where records are not nullable.
@@ -423,7 +423,7 @@ def array_reader(
         if scalar_fmt is not None:
             fmt = struct.Struct(f">{n}{scalar_fmt}")
             return list(fmt.unpack_from(buf, pos)), pos + fmt.size
-        items = []
+        items: list[Any] = []
         append = items.append
         for _ in range(n):
             item, pos = elem(buf, pos)
@@ -434,7 +434,7 @@ def array_reader(
 
 
 def array_writer(elem: Writer, compact: bool, nullable: bool, scalar_fmt: str | None) -> Writer:
-    def write(out: bytearray, value: Any, extra: list) -> None:
+    def write(out: bytearray, value: Any, extra: list[Any]) -> None:
         if value is None:
             if not nullable:
                 raise ValueError("None for a non-nullable array")

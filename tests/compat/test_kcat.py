@@ -17,7 +17,7 @@ RECORDS = 300
 def kcat(broker, *args: str, stdin: str | None = None) -> str:
     result = subprocess.run(
         [KCAT, "-b", broker.bootstrap, *args], input=stdin, capture_output=True, text=True,
-        timeout=60,
+        timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -390,11 +390,11 @@ def test_first_use_from_many_threads_at_once() -> None:
         assert len(results) == 8
         assert all(r == (results[0][0], want32, want32c) for r in results), results
         print("ok")
-        """
+        """  # noqa: UP031 - braces in the script would need escaping
         % _oracle_crc32c(bytes(range(256)) * 300)
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

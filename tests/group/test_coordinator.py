@@ -24,12 +24,12 @@ TOPIC_PARTITIONS = {("t", p) for p in range(12)} | {("u", 0)}
 
 
 def small_config(**overrides) -> GroupConfig:
-    values = dict(
-        group_min_session_timeout_ms=1,
-        group_max_session_timeout_ms=60_000,
-        group_initial_rebalance_delay_ms=0,
-        offsets_topic_num_partitions=NUM_PARTITIONS,
-    )
+    values = {
+        "group_min_session_timeout_ms": 1,
+        "group_max_session_timeout_ms": 60_000,
+        "group_initial_rebalance_delay_ms": 0,
+        "offsets_topic_num_partitions": NUM_PARTITIONS,
+    }
     values.update(overrides)
     return GroupConfig(**values)
 

@@ -24,7 +24,7 @@ def region_bytes(data) -> bytes:
     return os.pread(region.fd, region.size, region.position)
 
 
-def read_records(log, offset: int = None, max_bytes: int = 1 << 30) -> list:
+def read_records(log, offset: int | None = None, max_bytes: int = 1 << 30) -> list:
     """(offset, value) of every record from ``offset`` (log start by default) to the end,
     following reads across segments as a consumer would."""
     out = []

@@ -390,7 +390,7 @@ def test_appends_and_reads_while_a_worker_flushes_and_deletes(tmp_path):
             while not stop.is_set():
                 log.flush()
                 log.delete_retained_segments()
-        except Exception as exc:  # reported below
+        except Exception as exc:  # reported below  # noqa: BLE001 - any failure of the thread is the finding
             errors.append(exc)
 
     t = threading.Thread(target=worker)

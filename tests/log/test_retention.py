@@ -32,7 +32,7 @@ def segs(*specs):
 def test_rules_on_segment_facts():
     s = segs((0, 100, T0), (10, 100, T0 + HOUR), (20, 100, T0 + 2 * HOUR), (30, 50, T0 + 3 * HOUR))
     by_time = LogConfig(retention_ms=HOUR, retention_bytes=-1)
-    kw = dict(high_watermark=40, log_start_offset=0)
+    kw = {"high_watermark": 40, "log_start_offset": 0}
     assert deletable_segments(s, by_time, now_ms=T0 + HOUR, **kw) == (0, "")
     assert deletable_segments(s, by_time, now_ms=T0 + HOUR + 1, **kw) == (1, "retention.ms")
     # Never the active (last) segment, however old.

@@ -31,7 +31,7 @@ _RELATED_BROKER_KEYS = {
 }
 
 
-def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list, kind: str) -> dict:
+def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[Any], kind: str) -> dict[str, Any]:
     return {
         "name": name,
         "value": value,
@@ -44,7 +44,7 @@ def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms:
     }
 
 
-def _topic_configs(broker: Any, info: Any, keys: Any, with_synonyms: bool) -> list[dict]:
+def _topic_configs(broker: Any, info: Any, keys: Any, with_synonyms: bool) -> list[dict[str, Any]]:
     config = broker.config
     defaults = config.topic_defaults()
     out = []
@@ -66,7 +66,7 @@ def _topic_configs(broker: Any, info: Any, keys: Any, with_synonyms: bool) -> li
     return out
 
 
-def _broker_configs(broker: Any, keys: Any, with_synonyms: bool) -> list[dict]:
+def _broker_configs(broker: Any, keys: Any, with_synonyms: bool) -> list[dict[str, Any]]:
     config = broker.config
     out = []
     for name, key in BROKER_KEYS.items():
@@ -79,7 +79,7 @@ def _broker_configs(broker: Any, keys: Any, with_synonyms: bool) -> list[dict]:
     return out
 
 
-async def handle(ctx: Any, request: Any) -> dict:
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     with_synonyms = bool(getattr(request, "include_synonyms", False)) and ctx.api_version >= 1
     results = []
