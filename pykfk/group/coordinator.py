@@ -4,7 +4,7 @@ Mirrors apache/kafka's classic ``GroupCoordinator`` + ``GroupMetadataManager``: 
 SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
 DeleteGroups, with group state and offsets kept in ``__consumer_offsets`` (see offsets.py).
 
-Loop affinity: every method runs on the broker's event loop; timers use ``loop.call_later``;
+Loop affinity: every method runs on the broker's event loop; timers use the injected clock;
 nothing here blocks or starts threads. A JoinGroup or SyncGroup that must wait for the rest of
 the group is a coroutine parked on a future; if the caller is cancelled (the client went away)
 the group carries on as Kafka's does when a response goes to a closed socket.
@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.group.group import Group, GroupState, Member
 from pykfk.group.offsets import (
@@ -146,10 +146,6 @@ def _storage_error(exc: BaseException, *, commit: bool) -> ErrorCode:
     return code
 
 
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class GroupCoordinator:
     """Consumer groups and committed offsets for the ``__consumer_offsets`` partitions this
     broker leads.
@@ -159,8 +155,9 @@ class GroupCoordinator:
     loss ``await unload_partition(p)``; ``await shutdown()`` at the end.
 
     ``partition_exists(topic, partition)`` answers whether a commit target exists
-    (UNKNOWN_TOPIC_OR_PARTITION otherwise). ``clock_ms`` gives wall-clock milliseconds for
-    commit and state timestamps (visible for testing: retention tests move it forward).
+    (UNKNOWN_TOPIC_OR_PARTITION otherwise). ``clock`` (``pykfk.clock``) gives every
+    timestamp and runs every timer: session, join, sync and pending-member timeouts and
+    the offset expiry loop (tests drive it with a ManualClock).
     """
 
     def __init__(
@@ -168,11 +165,11 @@ class GroupCoordinator:
         config: GroupConfig | None = None,
         *,
         partition_exists: Callable[[str, int], bool] = lambda topic, partition: True,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config or GroupConfig()
         self._partition_exists = partition_exists
-        self._clock_ms = clock_ms
+        self._clock = clock
         self._groups: dict[str, Group] = {}
         self._logs: dict[int, OffsetsLog] = {}
         self._loading: set[int] = set()
@@ -298,7 +295,7 @@ class GroupCoordinator:
         group.pending_members.clear()
         self._cancel_join_timer(group)
         self._cancel_sync_expiry(group)
-        group.transition_to(GroupState.DEAD, self._clock_ms())
+        group.transition_to(GroupState.DEAD, self._now_ms())
         if self._groups.get(group.group_id) is group:
             del self._groups[group.group_id]
 
@@ -321,7 +318,7 @@ class GroupCoordinator:
         return None
 
     def _now_ms(self) -> int:
-        return self._clock_ms()
+        return self._clock.time_ms()
 
     # == JoinGroup ==============================================================================
 
@@ -434,7 +431,7 @@ class GroupCoordinator:
                 session_timeout_ms, client_id, client_host, protocols)
         if require_known_member_id and group_instance_id is None:
             assert self._loop is not None
-            group.pending_members[new_member_id] = self._loop.call_later(
+            group.pending_members[new_member_id] = self._clock.call_later(
                 session_timeout_ms / 1000, self._on_pending_member_expired, group, new_member_id)
             return _join_error(new_member_id, E.MEMBER_ID_REQUIRED)
         return self._add_member_and_rebalance(
@@ -618,11 +615,11 @@ class GroupCoordinator:
             remaining = max(group.rebalance_timeout_ms - delay, 0)
             group.initial_join = True
             group.new_member_added = False
-            group.join_timer = self._loop.call_later(
+            group.join_timer = self._clock.call_later(
                 delay / 1000, self._on_initial_join_delay, group, delay, remaining)
         else:
             group.initial_join = False
-            group.join_timer = self._loop.call_later(
+            group.join_timer = self._clock.call_later(
                 group.rebalance_timeout_ms / 1000, self._on_join_timeout, group)
         log.info("group %r: preparing rebalance (generation %d)",
                  group.group_id, group.generation_id)
@@ -637,7 +634,7 @@ class GroupCoordinator:
             assert self._loop is not None
             group.new_member_added = False
             next_delay = min(delay, remaining)
-            group.join_timer = self._loop.call_later(
+            group.join_timer = self._clock.call_later(
                 next_delay / 1000, self._on_initial_join_delay, group, delay,
                 max(remaining - delay, 0))
             return
@@ -668,7 +665,7 @@ class GroupCoordinator:
             return
         if not group.elect_joined_leader() and group.members:
             # Only static members that have not rejoined are left: give them another round.
-            group.join_timer = self._loop.call_later(
+            group.join_timer = self._clock.call_later(
                 group.rebalance_timeout_ms / 1000, self._on_join_timeout, group)
             return
         group.init_next_generation(self._now_ms())
@@ -685,7 +682,7 @@ class GroupCoordinator:
             member.is_new = False
         # Every member must now send SyncGroup within the rebalance timeout.
         group.pending_sync = set(group.members)
-        group.sync_timer = self._loop.call_later(
+        group.sync_timer = self._clock.call_later(
             group.rebalance_timeout_ms / 1000, self._on_sync_expired, group, group.generation_id)
 
     def _sync_received(self, group: Group, member_id: str) -> None:
@@ -745,9 +742,9 @@ class GroupCoordinator:
     ) -> None:
         assert self._loop is not None
         self._cancel_heartbeat(member)
-        member.last_heartbeat = self._loop.time()
+        member.last_heartbeat = self._clock.monotonic()
         timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        member.heartbeat_timer = self._loop.call_later(
+        member.heartbeat_timer = self._clock.call_later(
             timeout / 1000, self._on_session_expired, group, member)
 
     @staticmethod
@@ -1271,7 +1268,7 @@ class GroupCoordinator:
     async def _retention_loop(self) -> None:
         interval = self.config.offsets_retention_check_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            await self._clock.sleep(interval)
             try:
                 await self.expire_offsets()
             except Exception:

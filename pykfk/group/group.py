@@ -22,6 +22,7 @@ import enum
 from collections import Counter
 from typing import Any
 
+from pykfk.clock import TimerHandle
 from pykfk.errors import ErrorCode
 from pykfk.group.offsets import GroupMetadataRecord, MemberRecord, OffsetAndMetadata
 
@@ -96,7 +97,7 @@ class Member:
         self.is_new = False
         self.is_leaving = False
         self.last_heartbeat = 0.0  # loop.time() of the last sign of life
-        self.heartbeat_timer: asyncio.TimerHandle | None = None
+        self.heartbeat_timer: TimerHandle | None = None
 
     @property
     def is_static(self) -> bool:
@@ -145,7 +146,7 @@ class Group:
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}  # group_instance_id -> member_id
         # member_id -> pending-member expiry timer (JoinGroup v4+ MEMBER_ID_REQUIRED)
-        self.pending_members: dict[str, asyncio.TimerHandle | None] = {}
+        self.pending_members: dict[str, TimerHandle | None] = {}
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         # Offsets whose commit is being written (count per key): not expired, and deleted
         # with the group, so a reload cannot resurrect them.
@@ -153,13 +154,13 @@ class Group:
         self._protocol_counts: Counter[str] = Counter()
         # Rebalance bookkeeping (coordinator.py): the timer that completes the join phase,
         # whether it is Kafka's InitialDelayedJoin, and whether a member arrived during it.
-        self.join_timer: asyncio.TimerHandle | None = None
+        self.join_timer: TimerHandle | None = None
         self.initial_join: bool = False
         self.new_member_added = False
         # Members of this generation that have not sent SyncGroup yet, and the timer that
         # expels them after the rebalance timeout (Kafka's DelayedSync).
         self.pending_sync: set[str] = set()
-        self.sync_timer: asyncio.TimerHandle | None = None
+        self.sync_timer: TimerHandle | None = None
 
     def __repr__(self) -> str:
         return (

@@ -1,5 +1,6 @@
 """The group coordinator driven directly by simulated members (coroutines calling its API
-the way the broker's handlers do), with small timeouts so the suite stays fast."""
+the way the broker's handlers do), on a ManualClock: session, rebalance, sync and
+pending-member timeouts fire when a test advances time, never by waiting."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 
 import pytest
 
+from pykfk.clock import ManualClock
 from pykfk.errors import ErrorCode as E
 from pykfk.group.coordinator import GroupConfig, GroupCoordinator
 from pykfk.group.group import GroupState
@@ -18,6 +20,9 @@ from pykfk.group.offsets import (
     decode_offset_commit_value,
 )
 from pykfk.group.storage import MemoryOffsetsLog
+
+# Nothing here waits for real time: a test that hangs is a bug, reported quickly.
+pytestmark = pytest.mark.timeout(30)
 
 NUM_PARTITIONS = 4
 TOPIC_PARTITIONS = {("t", p) for p in range(12)} | {("u", 0)}
@@ -34,19 +39,11 @@ def small_config(**overrides) -> GroupConfig:
     return GroupConfig(**values)
 
 
-class Clock:
-    def __init__(self, now: int = 1_700_000_000_000):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 async def make_coordinator(config=None, logs=None, clock=None) -> tuple[GroupCoordinator, dict]:
     coordinator = GroupCoordinator(
         config or small_config(),
         partition_exists=lambda topic, partition: (topic, partition) in TOPIC_PARTITIONS,
-        clock_ms=clock or Clock(),
+        clock=clock or ManualClock(),
     )
     await coordinator.start(run_retention=False)
     logs = logs if logs is not None else {p: MemoryOffsetsLog() for p in range(NUM_PARTITIONS)}
@@ -111,6 +108,12 @@ class Client:
                 for t in result["topics"] for p in t["partitions"]}
 
 
+def clock_of(coord: GroupCoordinator) -> ManualClock:
+    clock = coord._clock
+    assert isinstance(clock, ManualClock)
+    return clock
+
+
 def committed(offset_fetch_result: dict) -> dict:
     """{(topic, partition): (offset, leader epoch, metadata)} of an offset_fetch result."""
     return {(t["name"], p["partition_index"]):
@@ -163,7 +166,7 @@ async def test_first_member_leads_and_followers_wait_for_the_assignment(coord):
     assert len(joins[0]["members"]) == 3 and joins[1]["members"] == joins[2]["members"] == []
     # Followers park in SyncGroup until the leader's assignment arrives.
     followers = asyncio.gather(c2.sync(), c3.sync())
-    await asyncio.sleep(0.02)
+    await clock_of(coord).tick(1000)
     assert not followers.done()
     await c1.sync([(c1.member_id, b"A"), (c2.member_id, b"B")])  # c3 omitted -> empty
     r2, r3 = await followers
@@ -213,7 +216,12 @@ async def test_initial_rebalance_delay_is_extended_as_members_arrive():
         tasks = []
         for c in clients:
             tasks.append(asyncio.create_task(c.join()))
-            await asyncio.sleep(0.06)
+            await clock_of(coord).tick(60)
+        # Each arrival within a delay buys one more delay: the last arrival (120 ms) is
+        # seen when the delay that began at 200 ms runs out at 300 ms.
+        await clock_of(coord).tick(119)
+        assert not any(t.done() for t in tasks)
+        await clock_of(coord).tick(1)
         joins = await asyncio.gather(*tasks)
         # One rebalance for all three: without the extension the third would have
         # needed a second generation.
@@ -231,7 +239,7 @@ async def test_initial_rebalance_delay_is_capped_by_the_rebalance_timeout():
         stream = []
         for i in range(12):  # a member every 40 ms for ~0.5 s
             stream.append(asyncio.create_task(Client(coord, f"s{i}", rebalance_ms=150).join()))
-            await asyncio.sleep(0.04)
+            await clock_of(coord).tick(40)
             if first_join.done():
                 break
         assert first_join.done(), "the join phase must end within the rebalance timeout"
@@ -247,7 +255,7 @@ async def test_join_group_is_never_answered_with_rebalance_in_progress(coord):
     await rebalance([c1, c2])
     c3 = Client(coord, "c3")
     late = asyncio.create_task(c3.join())
-    await asyncio.sleep(0.01)
+    await clock_of(coord).settle()
     assert not late.done()  # parked until the known members rejoin
     assert await c1.heartbeat() == E.REBALANCE_IN_PROGRESS
     assert await c2.heartbeat() == E.REBALANCE_IN_PROGRESS
@@ -264,7 +272,7 @@ async def test_late_joiner_triggers_rebalance_and_commits_during_preparing_are_k
     assert coord.group("g").generation_id == 1
     c3 = Client(coord, "c3")
     late = asyncio.create_task(c3.join())
-    await asyncio.sleep(0.01)
+    await clock_of(coord).settle()
     assert coord.group("g").state is GroupState.PREPARING_REBALANCE
     # The pre-rebalance commit from the current generation is accepted.
     assert await c1.commit({("t", 0): 10, ("t", 1): 11}) == {("t", 0): E.NONE, ("t", 1): E.NONE}
@@ -297,7 +305,7 @@ async def test_member_that_never_sends_sync_group_is_removed():
         for _ in range(20):
             if await c2.heartbeat() != E.NONE:
                 break
-            await asyncio.sleep(0.02)
+            await clock_of(coord).tick(20)
         assert await c2.heartbeat() == E.UNKNOWN_MEMBER_ID
         assert await c1.heartbeat() == E.REBALANCE_IN_PROGRESS
         join = await c1.join()
@@ -311,16 +319,14 @@ async def test_session_expiry_expels_member_and_the_rest_get_a_new_generation(co
     await rebalance([c1, c2, c3])
     seen: dict[str, E] = {}
 
-    async def keep_alive(c: Client):
-        for _ in range(100):
-            error = await c.heartbeat()
-            if error != E.NONE:
+    # c3 goes silent (kill -9); c1 and c2 keep heartbeating every 30 ms until told to rejoin.
+    for _ in range(100):
+        for c in (c1, c2):
+            if c.client_id not in seen and (error := await c.heartbeat()) != E.NONE:
                 seen[c.client_id] = error
-                return
-            await asyncio.sleep(0.03)
-
-    # c3 goes silent (kill -9); c1 and c2 keep heartbeating until told to rejoin.
-    await asyncio.wait_for(asyncio.gather(keep_alive(c1), keep_alive(c2)), 5)
+        if len(seen) == 2:
+            break
+        await clock_of(coord).tick(30)
     assert seen == {"c1": E.REBALANCE_IN_PROGRESS, "c2": E.REBALANCE_IN_PROGRESS}
     assert not coord.group("g").has(c3.member_id)
     joins = await rebalance([c1, c2])
@@ -334,7 +340,11 @@ async def test_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(c
     c1 = Client(coord, "c1", rebalance_ms=150, session_ms=5000)
     c2 = Client(coord, "c2", rebalance_ms=150, session_ms=5000)
     await rebalance([c1, c2])
-    joined = await asyncio.wait_for(c1.join(), 2)  # leader rejoins; c2 never does
+    rejoin = asyncio.create_task(c1.join())  # the leader rejoins; c2 never does
+    await clock_of(coord).tick(149)
+    assert not rejoin.done()
+    await clock_of(coord).tick(1)
+    joined = await rejoin
     assert joined["generation_id"] == 2
     assert [m["member_id"] for m in joined["members"]] == [c1.member_id]
 
@@ -362,7 +372,7 @@ async def test_leave_group_batch_and_unknown_members(coord):
     # Last member leaves: the group is Empty with a new generation.
     assert await c3.heartbeat() == E.REBALANCE_IN_PROGRESS
     await coord.leave_group("g", [(c3.member_id, None)])
-    await asyncio.sleep(0)
+    await clock_of(coord).settle()
     assert coord.group("g").state is GroupState.EMPTY
     assert coord.group("g").generation_id == 2
 
@@ -459,7 +469,9 @@ async def test_pending_member_that_never_returns_expires():
         first = await pending.join(require_known_member_id=True)
         assert first["error_code"] == E.MEMBER_ID_REQUIRED
         assert coord.group("g").pending_members
-        await asyncio.sleep(0.2)
+        await clock_of(coord).tick(99)
+        assert coord.group("g").pending_members
+        await clock_of(coord).tick(1)
         assert not coord.group("g").pending_members
     finally:
         await coord.shutdown()
@@ -490,7 +502,7 @@ async def test_unload_partition_answers_parked_requests_with_not_coordinator(coo
     c1, c2 = Client(coord, "c1"), Client(coord, "c2")
     await rebalance([c1, c2])
     parked = asyncio.create_task(c1.join())  # waits for c2 to rejoin
-    await asyncio.sleep(0.01)
+    await clock_of(coord).settle()
     await coord.unload_partition(coord.partition_for("g"))
     assert (await parked)["error_code"] == E.NOT_COORDINATOR
     assert coord.group("g") is None
@@ -501,7 +513,7 @@ async def test_cancelled_join_does_not_wedge_the_group(coord):
     c1, c2 = Client(coord, "c1"), Client(coord, "c2")
     await rebalance([c1, c2])
     lost = asyncio.create_task(c1.join())
-    await asyncio.sleep(0.01)
+    await clock_of(coord).settle()
     lost.cancel()  # the client's connection went away
     await asyncio.gather(lost, return_exceptions=True)
     # c2 rejoins; the rebalance completes with both (c1's join still counts, as in Kafka).
@@ -546,7 +558,7 @@ async def test_static_member_with_changed_protocols_triggers_rebalance(coord):
     assert coord.group("g").protocol_name == "range"
     restarted = Client(coord, "s1", instance_id="i1", protocols=[("roundrobin", b"")])
     parked = asyncio.create_task(restarted.join())
-    await asyncio.sleep(0.01)
+    await clock_of(coord).settle()
     assert coord.group("g").state is GroupState.PREPARING_REBALANCE
     assert await s2.heartbeat() == E.REBALANCE_IN_PROGRESS
     joins = await asyncio.gather(parked, s2.join())
@@ -691,7 +703,9 @@ async def test_loaded_members_that_never_heartbeat_are_expelled():
     await coord.shutdown()
     again, _ = await make_coordinator(logs=logs)
     try:
-        await asyncio.sleep(0.25)
+        await clock_of(again).tick(99)
+        assert again.group("g").members != {}
+        await clock_of(again).tick(1)
         assert again.group("g").members == {}
         assert again.group("g").state is GroupState.EMPTY
     finally:
@@ -755,31 +769,36 @@ async def test_delete_groups():
 
 
 async def test_offset_retention_for_empty_and_simple_groups():
-    clock = Clock()
-    config = small_config(offsets_retention_minutes=60)
+    clock = ManualClock()
+    hour = 3_600_000
+    # The active member's session outlasts the test: it stays a member while hours pass.
+    config = small_config(offsets_retention_minutes=60, group_max_session_timeout_ms=1000 * hour)
     coord, logs = await make_coordinator(config, clock=clock)
     try:
-        hour = 3_600_000
         await coord.offset_commit("simple", -1, "", [("t", [(0, 1, -1, "")])])
-        active, gone = Client(coord, "a", group="active"), Client(coord, "b", group="left")
+        active = Client(coord, "a", group="active", session_ms=500 * hour)
+        gone = Client(coord, "b", group="left")
         await rebalance([active])
         await rebalance([gone])
         await active.commit({("t", 0): 10})
         await gone.commit({("t", 0): 20})
-        clock.now += hour // 2
+        await gone.heartbeat()
+        clock.advance(hour // 2 - 1000)  # "b" heartbeats within its 5 s session
+        await gone.heartbeat()
+        clock.advance(1000)
         await coord.leave_group("left", [(gone.member_id, None)])  # empty from now on
-        await asyncio.sleep(0)
+        await clock.settle()
 
-        clock.now += hour // 2  # simple: 1 h after its commit -> expires; "left": only 30 min empty
+        clock.advance(hour // 2)  # simple: 1 h after its commit -> expires; "left": only 30 min empty
         assert await coord.expire_offsets() == 1
         assert coord.group("simple") is None
         assert coord.group("left").offsets
 
-        clock.now += hour // 2  # "left" has now been empty for an hour
+        clock.advance(hour // 2)  # "left" has now been empty for an hour
         assert await coord.expire_offsets() == 1
         assert coord.group("left") is None
         # The active group keeps its offsets however old they are.
-        clock.now += 100 * hour
+        clock.advance(100 * hour)
         assert await active.heartbeat() == E.NONE
         assert await coord.expire_offsets() == 0
         assert coord.group("active").offsets[("t", 0)].offset == 10
@@ -795,33 +814,32 @@ async def test_offset_retention_for_empty_and_simple_groups():
 
 
 async def test_explicit_retention_time_from_offset_commit_v2():
-    clock = Clock()
+    clock = ManualClock()
     coord, _ = await make_coordinator(clock=clock)
     try:
         await coord.offset_commit("s", -1, "", [("t", [(0, 1, -1, "")])], retention_time_ms=1000)
-        clock.now += 999
+        clock.advance(999)
         assert await coord.expire_offsets() == 0
-        clock.now += 1
+        clock.advance(1)
         assert await coord.expire_offsets() == 1
     finally:
         await coord.shutdown()
 
 
 async def test_retention_task_runs_periodically():
-    clock = Clock()
+    clock = ManualClock()
     coord = GroupCoordinator(
         small_config(offsets_retention_minutes=1, offsets_retention_check_interval_ms=20),
-        clock_ms=clock)
+        clock=clock)
     await coord.start()
     try:
         for p in range(NUM_PARTITIONS):
             await coord.load_partition(p, MemoryOffsetsLog())
         await coord.offset_commit("s", -1, "", [("t", [(0, 1, -1, "")])])
-        clock.now += 60_000
-        for _ in range(50):
-            if coord.group("s") is None:
-                break
-            await asyncio.sleep(0.02)
+        await clock.tick(59_990)  # the check runs every 20 ms: not expired yet
+        assert coord.group("s") is not None
+        for _ in range(3):  # the next checks find it one minute old
+            await clock.tick(20)
         assert coord.group("s") is None
     finally:
         await coord.shutdown()
@@ -836,3 +854,17 @@ def test_group_config_from_kafka_properties():
     assert config.group_max_size == 10
     assert config.offsets_retention_ms == 300_000
     assert config.offsets_topic_num_partitions == 50
+
+
+async def test_heartbeats_keep_a_session_and_it_ends_one_timeout_after_the_last(coord):
+    c1 = Client(coord, "c1", session_ms=300)
+    await rebalance([c1])
+    clock = clock_of(coord)
+    for _ in range(5):  # 1.25 s of 250 ms heartbeats: more than four session timeouts
+        await clock.tick(250)
+        assert await c1.heartbeat() == E.NONE
+    await clock.tick(299)
+    assert coord.group("g").has(c1.member_id)
+    await clock.tick(1)
+    assert not coord.group("g").has(c1.member_id)
+    assert await c1.heartbeat() == E.UNKNOWN_MEMBER_ID
