@@ -40,11 +40,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pykfk._core import records as core_records
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState
@@ -61,10 +61,6 @@ OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 3
 BATCH_HEADER_SIZE = 61  # magic-2 batch header (src/_core/batch.h)
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
-
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _fail(future: asyncio.Future[None], code: ErrorCode) -> None:
@@ -143,7 +139,7 @@ class Partition:
         self.state = state
         self.needs_truncation = False
         self.epochs.assign(state.leader_epoch, self.log.log_end_offset)
-        now = now_ms()
+        now = self.manager.now_ms()
         # Followers in the ISR get a fresh lag clock: they were in sync a moment ago.
         self.remote = {r: RemoteReplica(now if r in self.isr else 0) for r in self.replicas if r != me}
         if not self.remote:
@@ -240,11 +236,10 @@ class Partition:
         if self.role != LEADER:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark < required_offset:
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[None] = loop.create_future()
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             entry = (required_offset, future)
             self.waiters.append(entry)
-            timer = loop.call_later(timeout_s, _fail, future, ErrorCode.REQUEST_TIMED_OUT)
+            timer = self.manager.clock.call_later(timeout_s, _fail, future, ErrorCode.REQUEST_TIMED_OUT)
             try:
                 await future
             except KafkaError as exc:
@@ -297,7 +292,7 @@ class Partition:
         remote = self.remote.get(replica_id)
         if remote is None:
             return  # not a replica of this partition: served, not tracked
-        now = now_ms()
+        now = self.manager.now_ms()
         leo = self.log.log_end_offset
         if fetch_offset > leo:
             return  # a divergent tail the follower still has to truncate
@@ -322,7 +317,7 @@ class Partition:
     def shrink_isr_if_lagging(self) -> None:
         if self.role != LEADER:
             return
-        now = now_ms()
+        now = self.manager.now_ms()
         lag = self.manager.settings.replica_lag_time_max_ms
         me = self.manager.broker_id
         out = {
@@ -364,7 +359,7 @@ class Partition:
         self.isr = frozenset(state.isr)
         for r in self.isr:
             if r not in self.remote and r != self.manager.broker_id:
-                self.remote[r] = RemoteReplica(now_ms())
+                self.remote[r] = RemoteReplica(self.manager.now_ms())
         self.maybe_advance_high_watermark()
 
     # -- follower: truncation ----------------------------------------------------------
@@ -427,8 +422,10 @@ class ReplicaManager:
         settings: ReplicaSettings,
         *,
         log_config_for: Callable[[str], Any],
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self.broker_id = broker_id
+        self.clock = clock
         self.store = store
         self.log_manager = log_manager
         self.settings = settings
@@ -453,7 +450,7 @@ class ReplicaManager:
 
     async def _isr_checks(self, interval_s: float) -> None:
         while True:
-            await asyncio.sleep(interval_s)
+            await self.clock.sleep(interval_s)
             for partition in list(self.partitions.values()):
                 try:
                     partition.shrink_isr_if_lagging()
@@ -565,6 +562,10 @@ class ReplicaManager:
                 listener(partition.topic, partition.partition, leader)
             except Exception:
                 log.exception("leadership listener failed for %s", partition)
+
+    def now_ms(self) -> int:
+        """Monotonic milliseconds: follower lag and fetch back-off."""
+        return int(self.clock.monotonic() * 1000)
 
     def high_watermark_moved(self, partition: Partition) -> None:
         self.high_watermark_waiters.notify(partition.topic, partition.partition)
@@ -717,15 +718,15 @@ class ReplicaFetcher:
                 await self._truncate(channel)
                 fetched = await self._fetch(channel)
                 if not fetched:
-                    await asyncio.sleep(min(backoff, 0.1))
+                    await self.manager.clock.sleep(min(backoff, 0.1))
             except asyncio.CancelledError:
                 raise
             except (ChannelError, KafkaError) as exc:
                 log.info("fetcher for leader %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
-                await asyncio.sleep(backoff)
+                await self.manager.clock.sleep(backoff)
             except Exception:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
-                await asyncio.sleep(backoff)
+                await self.manager.clock.sleep(backoff)
 
     def _connect(self) -> BrokerChannel:
         broker = self.manager.store.get_broker(self.leader_id)
@@ -783,7 +784,7 @@ class ReplicaFetcher:
 
     async def _fetch(self, channel: BrokerChannel) -> bool:
         settings = self.manager.settings
-        now = now_ms()
+        now = self.manager.now_ms()
         sent: list[tuple[Partition, int]] = []
         topics: dict[str, list[dict[str, int]]] = {}
         for p in self.partitions.values():
@@ -825,7 +826,7 @@ class ReplicaFetcher:
             except KafkaError as exc:
                 log.warning("%s-%d: cannot append fetched data: %s", p.topic, p.partition, exc)
                 p.needs_truncation = True
-                p.fetch_paused_until = now_ms() + settings.fetch_backoff_ms
+                p.fetch_paused_until = self.manager.now_ms() + settings.fetch_backoff_ms
         return True
 
     def _handle_partition(self, p: Partition, result: Any) -> None:
@@ -848,4 +849,4 @@ class ReplicaFetcher:
         else:
             # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: the new state is on
             # its way through ZooKeeper; ask again a little later.
-            p.fetch_paused_until = now_ms() + min(self.manager.settings.fetch_backoff_ms, 200)
+            p.fetch_paused_until = self.manager.now_ms() + min(self.manager.settings.fetch_backoff_ms, 200)

@@ -1,0 +1,194 @@
+"""ReplicaManager and Partition on an injected clock: the high watermark, acks=all,
+ISR shrink and expand, leader epochs and fencing, a cluster of one. Real logs in a temp
+dir, an in-memory store (tests/cluster/fakes.py), time moved by a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pykfk._core.records import build_batch
+
+from pykfk.clock import ManualClock
+from pykfk.cluster.embedded import EmbeddedMetadataStore
+from pykfk.cluster.metadata import BrokerInfo
+from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log import LogConfig, LogManager
+
+from .fakes import FakeStore
+
+pytestmark = pytest.mark.timeout(30)
+
+ME, F1, F2 = 0, 1, 2
+LAG_MS = 1_000
+
+
+def batch(count: int = 1) -> bytearray:
+    return bytearray(build_batch([(None, b"v%d" % i, 1_700_000_000_000, []) for i in range(count)]))
+
+
+class Harness:
+    def __init__(self, tmp_path: Any, store: Any, clock: ManualClock):
+        self.clock = clock
+        self.store = store
+        self.log_manager = LogManager([str(tmp_path / "logs")], LogConfig(), broker_id=ME)
+        self.log_manager.open()
+        self.manager = ReplicaManager(
+            ME, store, self.log_manager, ReplicaSettings(replica_lag_time_max_ms=LAG_MS),
+            log_config_for=lambda topic: LogConfig(), clock=clock)
+        # What ClusterNode does: store events reach the replica manager.
+        store.add_listener(lambda kind, key: self.manager.apply_state(*key) if kind == "partition" else None)
+
+    def partition(self, topic: str = "t", index: int = 0) -> Any:
+        return self.manager.partitions[(topic, index)]
+
+    async def close(self) -> None:
+        await self.manager.shutdown()
+        self.log_manager.shutdown()
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    """Broker 0 leads t-0, replicated to 1 and 2, all in sync, at leader epoch 5."""
+    store = FakeStore(ME, [ME, F1, F2])
+    store.add_topic("t", {0: [ME, F1, F2]})
+    harness = Harness(tmp_path, store, ManualClock())
+    harness.manager.start()
+    store.set_state("t", 0, ME, 5, [ME, F1, F2])
+    yield harness
+    await harness.close()
+
+
+async def test_high_watermark_is_the_lowest_isr_position_and_acks_all_waits_for_it(cluster):
+    leader = cluster.partition()
+    info, wait = leader.append_records(batch(3), -1, 5_000)
+    assert (info.first_offset, info.last_offset) == (0, 2)
+    assert wait is not None and leader.high_watermark == 0
+    pending = asyncio.create_task(wait)
+    leader.follower_fetched(F1, 3)
+    await cluster.clock.settle()
+    assert leader.high_watermark == 0 and not pending.done()
+    leader.follower_fetched(F2, 2)  # one record short
+    assert leader.high_watermark == 2
+    leader.follower_fetched(F2, 3)
+    assert leader.high_watermark == 3
+    assert await pending == ErrorCode.NONE
+    # acks=1 answers at once, whatever the followers do.
+    info, wait = leader.append_records(batch(), 1, 5_000)
+    assert wait is None and info.first_offset == 3 and leader.high_watermark == 3
+
+
+async def test_acks_all_times_out_on_the_clock(cluster):
+    _info, wait = cluster.partition().append_records(batch(), -1, 500)
+    pending = asyncio.create_task(wait)
+    await cluster.clock.tick(499)
+    assert not pending.done()
+    await cluster.clock.tick(1)
+    assert await pending == ErrorCode.REQUEST_TIMED_OUT
+
+
+async def test_a_lagging_follower_leaves_the_isr_and_the_high_watermark_moves_on(cluster):
+    leader = cluster.partition()
+    _info, wait = leader.append_records(batch(), -1, 60_000)
+    pending = asyncio.create_task(wait)
+    for _ in range(4):  # F1 keeps up; F2 is silent
+        await cluster.clock.tick(LAG_MS // 4)
+        leader.follower_fetched(F1, 1)
+    assert leader.isr == {ME, F1, F2}  # not more than replica.lag.time.max.ms yet
+    await cluster.clock.tick(LAG_MS // 2)  # past it: the periodic check shrinks the ISR
+    assert cluster.store.isr_writes == [("t", 0, (ME, F1))]
+    assert leader.isr == {ME, F1}
+    assert leader.high_watermark == 1
+    assert await pending == ErrorCode.NONE
+
+
+async def test_a_follower_that_caught_up_rejoins_the_isr(cluster):
+    leader = cluster.partition()
+    cluster.store.set_state("t", 0, ME, 5, [ME, F1])  # F2 was out
+    leader.append_records(batch(2), 1, 1_000)
+    leader.follower_fetched(F1, 2)
+    assert leader.high_watermark == 2
+    leader.follower_fetched(F2, 1)  # behind the high watermark: stays out
+    await cluster.clock.settle()
+    assert leader.isr == {ME, F1}
+    leader.follower_fetched(F2, 2)
+    await cluster.clock.settle()
+    assert cluster.store.isr_writes == [("t", 0, (ME, F1, F2))]
+    assert leader.isr == {ME, F1, F2}
+
+
+async def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(tmp_path):
+    store = FakeStore(ME, [ME, F1, F2])
+    store.add_topic("t", {0: [ME, F1, F2]}, {"min.insync.replicas": "3"})
+    harness = Harness(tmp_path, store, ManualClock())
+    try:
+        store.set_state("t", 0, ME, 1, [ME, F1])
+        leader = harness.partition()
+        with pytest.raises(KafkaError) as refused:
+            leader.append_records(batch(), -1, 1_000)
+        assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+        info, wait = leader.append_records(batch(), 1, 1_000)  # acks=1 is not held back
+        assert wait is None and info.first_offset == 0
+    finally:
+        await harness.close()
+
+
+async def test_leader_epochs_fence_stale_and_future_fetchers(cluster):
+    manager = cluster.manager
+    cluster.partition().append_records(batch(), 1, 1_000)
+    assert manager.log_for_fetch("t", 0, -1, 0, 5)[1] == 0  # consumers read to the high watermark
+    with pytest.raises(KafkaError) as stale:
+        manager.log_for_fetch("t", 0, -1, 0, 4)
+    assert stale.value.code == ErrorCode.FENCED_LEADER_EPOCH
+    with pytest.raises(KafkaError) as future:
+        manager.log_for_fetch("t", 0, -1, 0, 6)
+    assert future.value.code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert manager.end_offset_for_epoch("t", 0, 5, 5) == (5, 1)
+    # A follower reads to the log end offset.
+    assert manager.log_for_fetch("t", 0, F1, 0, 5)[1] == 1
+
+
+async def test_an_older_state_never_replaces_a_newer_one(cluster):
+    cluster.store.set_state("t", 0, ME, 7, [ME, F1])
+    cluster.store.set_state("t", 0, F1, 6, [F1])  # delayed write of a deposed controller
+    leader = cluster.partition()
+    assert (leader.role, leader.leader_epoch, leader.isr) == ("leader", 7, {ME, F1})
+
+
+async def test_losing_leadership_fails_acks_all_waiters_and_new_appends(cluster):
+    leader = cluster.partition()
+    _info, wait = leader.append_records(batch(), -1, 60_000)
+    pending = asyncio.create_task(wait)
+    await cluster.clock.settle()
+    cluster.store.set_state("t", 0, F1, 6, [F1, F2])
+    assert await pending == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert leader.role == "follower" and leader.leader_id == F1
+    with pytest.raises(KafkaError) as refused:
+        cluster.manager.append_records("t", 0, batch(), 1, 1_000)
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # Its high watermark no longer follows its own log end offset.
+    leader.log.append(batch(), assign_offsets=True)
+    assert leader.high_watermark == 0
+
+
+async def test_a_cluster_of_one_leads_everything_and_acks_all_never_waits(tmp_path):
+    store = EmbeddedMetadataStore(str(tmp_path / "meta"), BrokerInfo(ME, "127.0.0.1", 9092))
+    harness = Harness(tmp_path, store, ManualClock())
+    store.add_listener(lambda kind, key: harness.manager.apply_topic(key, range(4)) if kind == "topic" else None)
+    try:
+        await store.create_topic("solo", 4, 1, {})
+        manager = harness.manager
+        assert {p.role for p in manager.partitions.values()} == {"leader"}
+        leader = harness.partition("solo", 2)
+        assert (leader.leader_epoch, leader.isr) == (0, {ME})
+        _info, wait = leader.append_records(batch(2), -1, 1_000)
+        assert wait is None and leader.high_watermark == 2 == leader.log.log_end_offset
+        with pytest.raises(KafkaError) as unknown:
+            manager.append_records("nope", 0, batch(), 1, 1_000)
+        assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await store.delete_topic("solo")
+        assert not manager.partitions and harness.log_manager.get_log("solo", 2) is None
+    finally:
+        await harness.close()
