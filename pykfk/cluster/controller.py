@@ -40,6 +40,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.metadata import NO_LEADER, PartitionState
 
 log = logging.getLogger("pykfk.cluster")
@@ -59,10 +60,11 @@ class ControllerSettings:
 class Controller:
     """Loop-affine. ``start()`` after the broker registered; ``stop()`` at shutdown."""
 
-    def __init__(self, broker_id: int, store: Any, settings: ControllerSettings):
+    def __init__(self, broker_id: int, store: Any, settings: ControllerSettings, *, clock: Clock = SYSTEM_CLOCK):
         self.broker_id = broker_id
         self.store = store
         self.settings = settings
+        self.clock = clock
         self.epoch = -1
         self.epoch_version = -1
         self.active = False
@@ -124,7 +126,7 @@ class Controller:
                 raise
             except Exception:
                 log.exception("controller event %s %r failed", kind, key)
-                await asyncio.sleep(0.5)
+                await self.clock.sleep(0.5)
                 if kind == "elect":
                     self.post("elect")
                 elif self.active and kind != "resign":
@@ -172,7 +174,7 @@ class Controller:
 
     async def _rebalance_timer(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.imbalance_check_interval_s)
+            await self.clock.sleep(self.settings.imbalance_check_interval_s)
             if self.active:
                 self.post("rebalance")
 
@@ -217,7 +219,7 @@ class Controller:
             # Either a leader changed its ISR meanwhile (try again on the fresh view) or
             # the epoch check failed because another controller took over (stop).
             if await self._still_controller():
-                await asyncio.sleep(0.05)
+                await self.clock.sleep(0.05)
                 self.post("brokers")
             else:
                 log.info("broker %d lost the controller epoch %d", self.broker_id, self.epoch)

@@ -28,6 +28,11 @@ class FakeStore:
         self._listeners: list[Callable[[str, Any], None]] = []
         self.isr_writes: list[tuple[str, int, tuple[int, ...]]] = []
         self._zxid = 1
+        self._controller = -1
+        self.controller_epoch_value = 0
+        self.controller_epoch_version = 0
+        self._delete_requests: set[str] = set()
+        self.processed_shutdowns: dict[int, int] = {}
 
     # -- test controls -----------------------------------------------------------------
 
@@ -35,6 +40,16 @@ class FakeStore:
         replicas = {p: tuple(r) for p, r in assignment.items()}
         self._topics[name] = TopicInfo(name, len(replicas), len(next(iter(replicas.values()))),
                                        dict(configs or {}), name, replicas)
+        self._notify("topic", name)
+
+    def request_deletion(self, name: str) -> None:
+        self._delete_requests.add(name)
+        self._notify("delete_topic", name)
+
+    def request_shutdown(self, broker_id: int) -> None:
+        self._shutdown_requests[broker_id] = b"{}"
+        self._notify("controlled_shutdown", broker_id)
+
 
     def set_state(self, topic: str, partition: int, leader: int, leader_epoch: int, isr: Sequence[int],
                   controller_epoch: int = 1) -> PartitionState:
@@ -67,7 +82,59 @@ class FakeStore:
         return dict(self._shutdown_requests)
 
     def controller_id(self) -> int:
-        return -1
+        return self._controller
+
+    def broker_epoch(self, broker_id: int) -> int:
+        return 0 if broker_id in self._brokers else -1
+
+    def partition_states(self) -> dict[tuple[str, int], PartitionState]:
+        return dict(self._states)
+
+    def delete_requests(self) -> set[str]:
+        return set(self._delete_requests)
+
+    # -- the controller's znodes ---------------------------------------------------------
+
+    async def try_become_controller(self) -> tuple[int, int] | None:
+        if self._controller != -1:
+            return None
+        self._controller = self.broker.node_id
+        self.controller_epoch_value += 1
+        self.controller_epoch_version += 1
+        return self.controller_epoch_value, self.controller_epoch_version
+
+    async def controller_epoch(self) -> int:
+        return self.controller_epoch_value
+
+    async def resign_controller(self) -> None:
+        if self._controller == self.broker.node_id:
+            self._controller = -1
+
+    async def write_states_as_controller(
+        self, changes: Sequence[tuple[str, int, PartitionState, int | None]], epoch_version: int
+    ) -> dict[tuple[str, int], PartitionState | BaseException]:
+        """Each write checks the controller epoch's version and the state's version."""
+        results: dict[tuple[str, int], PartitionState | BaseException] = {}
+        for topic, partition, state, expected in changes:
+            current = self._states.get((topic, partition))
+            if epoch_version != self.controller_epoch_version or (
+                    expected is not None and (current is None or current.version != expected)):
+                results[(topic, partition)] = BadVersionError()
+                continue
+            results[(topic, partition)] = self.set_state(
+                topic, partition, state.leader, state.leader_epoch, state.isr, state.controller_epoch)
+        return results
+
+    async def delete_topic_znodes(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+        self._delete_requests.discard(topic)
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
+        self._notify("topic", topic)
+
+    async def mark_shutdown_processed(self, broker_id: int, remaining: int) -> None:
+        self.processed_shutdowns[broker_id] = remaining
+        self._shutdown_requests[broker_id] = b'{"remaining": %d}' % remaining
 
     def topics(self) -> Mapping[str, TopicInfo]:
         return dict(self._topics)
