@@ -202,7 +202,7 @@ def test_whitelist_sees_new_matching_topics(env):
         eventually(
             lambda: {b"two-%d" % i for i in range(10)} <= collector.values(), what="the new topic"
         )
-        time.sleep(0.5)
+        time.sleep(0.5)  # a window for a wrongly subscribed topic to show up
         assert not any(v.startswith(b"other") for v in collector.values())
         assert {t for t, *_ in collector.items} == {f"{prefix}-one", f"{prefix}-two"}
     finally:
@@ -230,7 +230,7 @@ def test_blacklist_sees_new_topics_except_excluded(own_broker_env):
         produce(env.bootstrap, "keep-2", [b"k2-%d" % i for i in range(5)])
         produce(env.bootstrap, "skip-2", [b"s2-%d" % i for i in range(5)])
         eventually(lambda: {b"k2-%d" % i for i in range(5)} <= collector.values(), what="keep-2")
-        time.sleep(0.5)
+        time.sleep(0.5)  # a window for a blacklisted topic to show up
         topics = {t for t, *_ in collector.items}
         assert topics == {"keep-1", "keep-2"}  # no skip-*, no internal __consumer_offsets
     finally:
@@ -273,7 +273,7 @@ def test_committed_offsets_resume(env, topic):
             lambda: again.extend(m.value for m in stream) or len(again) >= 20,
             what="the new records",
         )
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window for an old record to come again
         again.extend(m.value for m in stream)
         assert sorted(again) == sorted(b"new-%d" % i for i in range(20))  # nothing old again
     finally:

@@ -114,7 +114,7 @@ def test_acks_all_survives_leader_kills(cluster_factory):
     sender.start()
     kills = 0
     while sender.is_alive() and kills < 6:
-        time.sleep(1.5)
+        time.sleep(1.5)  # pacing: leader kills spread over the produce run
         if not sender.is_alive():
             break
         victim = cluster.leader(topic, kills % partitions)
@@ -232,7 +232,7 @@ def test_appends_wake_follower_fetches_and_the_high_watermark_wakes_consumers(cl
         try:
             started = time.monotonic()
             parked = asyncio.ensure_future(channel.request(1, 11, fetch, timeout_s=60))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the window in which the fetch must stay parked
             assert not parked.done(), "the consumer fetch should wait for data"
             delivered, produce_s = await asyncio.get_running_loop().run_in_executor(None, produce_one)
             response = await parked

@@ -44,7 +44,7 @@ def test_produce_list_consume(shared_broker, topic_name, codec):
 
 def test_offsets_by_timestamp(shared_broker, topic_name):
     kcat(shared_broker, "-P", "-t", topic_name, "-p", "0", stdin="first\n")
-    time.sleep(0.05)
+    time.sleep(0.05)  # distinct wall-clock milliseconds before and after ``middle``
     middle = int(time.time() * 1000)
     time.sleep(0.05)
     kcat(shared_broker, "-P", "-t", topic_name, "-p", "0", stdin="second\nthird\n")

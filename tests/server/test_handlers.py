@@ -281,7 +281,7 @@ def test_fetch_long_poll_wakes_on_append(raw, broker):
     other = raw.connect()
 
     def produce_later():
-        time.sleep(0.3)
+        time.sleep(0.3)  # the delay under test: the fetch is parked when the record comes
         produce(other, "poll", 0, build_batch([(b"k", b"late", 1, [])]))
 
     thread = threading.Thread(target=produce_later)
