@@ -32,7 +32,7 @@ bench-fast: compile ## one quick pass of every bench so they never rot
 	$(PYTHON) -m pytest bench -q --benchmark-disable
 
 lint:
-	$(PYTHON) -m ruff check pykfk src tests bench spark
+	$(PYTHON) -m ruff check pykfk src tests bench pykfk_spark tools
 
 clean:
 	rm -rf build dist *.egg-info src/_core/*.so src/_core/*.html

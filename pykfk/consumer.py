@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import DecodedRecords, decode_records
-from pykfk.client.cluster import ClusterMetadata
+from pykfk.client.cluster_view import ClusterMetadata
 from pykfk.client.connection import BrokerConnection, parse_hostport
 from pykfk.client.fetcher import (
     EARLIEST,
@@ -39,7 +39,7 @@ from pykfk.client.fetcher import (
     fetch_body,
     list_offsets,
 )
-from pykfk.client.group import BrokerGroupMembership, new_consumer_id
+from pykfk.client.group_member import BrokerGroupMembership, new_consumer_id
 from pykfk.errors import ErrorCode, KafkaError, error_code
 
 __all__ = [

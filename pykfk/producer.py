@@ -21,7 +21,7 @@ from concurrent.futures import _base as _futures_base
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import build_batch
-from pykfk.client.cluster import REFRESH_ERRORS, ClusterMetadata
+from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection
 from pykfk.client.partitioner import DefaultPartitioner, Partitioner
 from pykfk.errors import ErrorCode, KafkaError, error_code

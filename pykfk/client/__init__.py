@@ -2,7 +2,7 @@
 broker connections, cluster metadata (bootstrap list or ZooKeeper), partitioning,
 serializers, and the ZooKeeper consumer-group mode."""
 
-from pykfk.client.cluster import ClusterMetadata, TopicInfo
+from pykfk.client.cluster_view import ClusterMetadata, TopicInfo
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.client.partitioner import DefaultPartitioner, murmur2, partition_for_key
 

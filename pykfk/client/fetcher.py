@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pykfk._core.records import DecodedRecords, decode_records
-from pykfk.client.cluster import REFRESH_ERRORS, ClusterMetadata
+from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection
 from pykfk.errors import ErrorCode, KafkaError, error_code
 

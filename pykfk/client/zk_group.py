@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pykfk.client.cluster import ClusterMetadata
+from pykfk.client.cluster_view import ClusterMetadata
 
 log = logging.getLogger("pykfk.consumer")
 

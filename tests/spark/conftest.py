@@ -2,41 +2,20 @@
 the whole session, since each costs seconds to start (Spark ~10-15 s).
 
 Spark's Python workers import ``pykfk_spark`` by name to unpickle readers and writers,
-so it must be importable in every process, not only here. When pykfk is installed with
-the ``spark/`` package mapped (see spark/PACKAGING.txt) that is already true; otherwise
-``spark/`` is exposed as ``pykfk_spark`` through a symlink in a temp dir that goes on
-PYTHONPATH before the JVM (and so the workers) start.
+so it must be importable in every process: the pip install (editable or wheel) provides
+it to every interpreter.
 """
 
 from __future__ import annotations
 
-import atexit
-import importlib.util
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow  # noqa: F401 - the workers need it: fail here, not in a Spark task
 import pyspark  # noqa: F401
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _expose_package() -> None:
-    if importlib.util.find_spec("pykfk_spark") is not None:
-        return
-    shim = tempfile.mkdtemp(prefix="pykfk-spark-path-")
-    atexit.register(shutil.rmtree, shim, True)
-    os.symlink(REPO / "spark", os.path.join(shim, "pykfk_spark"))
-    sys.path.insert(0, shim)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, os.environ.get("PYTHONPATH")) if p)
-
-
-_expose_package()
 # Spark listeners on loopback only; workers run this interpreter (zk-spark.md pitfalls 1, 3).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,8 +26,9 @@ FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    import pykfk_spark
     from pyspark.sql import SparkSession
+
+    import pykfk_spark
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from pykfk.client.cluster import ClusterMetadata
+from pykfk.client.cluster_view import ClusterMetadata
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError, error_code
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pykfk._core.records import decode_records
 
-from pykfk.client.cluster import REFRESH_ERRORS, ClusterMetadata
+from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError
 
