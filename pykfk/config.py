@@ -5,9 +5,12 @@ Mirrors the broker and topic settings of apache/kafka (``KafkaConfig``, ``Server
 ``--override key=value`` > ``server.properties`` > defaults. Every value is validated when
 the config is built; a bad one raises :class:`ConfigError` naming the key.
 
-Topic-level settings (``retention.ms``, ``segment.bytes``, ...) are declared once in
-``TOPIC_CONFIGS`` with the broker-level synonym that supplies their default, which is how
-Kafka's DescribeConfigs reports them.
+Every setting is declared once, like Kafka's ``ConfigDef``: broker settings in
+``BROKER_KEYS`` (name, parser and validator, default, type, doc, dynamic or not) and
+topic settings in ``TOPIC_KEYS`` (name, parser, the broker synonyms that supply their
+default, the LogConfig attribute). Broker config, topic validation, ``LogConfig``,
+DescribeConfigs and ``docs/configuration.md`` (``python -m pykfk.config --markdown``)
+all read these two tables.
 """
 
 from __future__ import annotations
@@ -127,6 +130,11 @@ class ConfigKey:
     # does not act on (thread counts, replication settings of internal topics, ...).
     ignored: bool = False
 
+    @property
+    def dynamic(self) -> bool:
+        """Updatable without a restart in Kafka (DescribeConfigs: not read-only)."""
+        return self.name in DYNAMIC_BROKER_KEYS
+
 
 def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str, kind: str, **kw: Any) -> ConfigKey:
     return ConfigKey(name, parse, default, doc, kind, **kw)
@@ -235,6 +243,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 }
 
 
+# Kafka's dynamically updatable broker settings (DynamicBrokerConfig): the log settings
+# that are topic defaults, the cleaner's, the thread pools', the listeners'. DescribeConfigs
+# reports every other broker setting read-only.
+DYNAMIC_BROKER_KEYS = frozenset({
+    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.index.size.max.bytes",
+    "log.index.interval.bytes", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
+    "log.segment.delete.delay.ms", "log.cleanup.policy", "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.preallocate",
+    "log.message.timestamp.type", "message.max.bytes", "min.insync.replicas",
+    "unclean.leader.election.enable", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "listeners",
+    "advertised.listeners", "listener.security.protocol.map",
+})
+BROKER_DEFAULTS: dict[str, Any] = {name: key.default for name, key in BROKER_KEYS.items()}
+
+
 # Settings of the group coordinator (pykfk.group.GroupConfig reads them by these names).
 GROUP_COORDINATOR_KEYS = (
     "group.min.session.timeout.ms",
@@ -251,52 +277,100 @@ GROUP_COORDINATOR_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class TopicKey:
-    """A topic-level setting and the broker setting that supplies its default."""
+    """A topic-level setting (Kafka's ``TopicConfig``), declared once for every user:
+    broker defaults, per-topic validation, ``pykfk.log.LogConfig``, DescribeConfigs and
+    the configuration reference page.
+
+    ``synonyms`` are the broker settings that supply the default, in Kafka's precedence
+    order, each with the factor that turns its unit into this key's (``retention.ms`` <-
+    ``log.retention.ms`` x1, ``log.retention.minutes`` x60000, ``log.retention.hours``
+    x3600000): the first one with a value wins. ``attr`` is the LogConfig attribute that
+    holds the setting (None for settings the replica layer reads). Every topic setting
+    is dynamic: a change applies to the topic's logs without a restart.
+    """
 
     name: str
     parse: Callable[[Any], Any]
-    broker_synonym: str | None
+    synonyms: tuple[tuple[str, int], ...]
     kind: str
     doc: str
+    attr: str | None = None
+    # retention.ms / retention.bytes: any negative broker value means "unlimited" (-1).
+    negative_is_unlimited: bool = False
+    dynamic: bool = True
+
+    @property
+    def broker_synonym(self) -> str:
+        return self.synonyms[0][0]
+
+    def value_from(self, broker_values: Mapping[str, Any]) -> Any:
+        """This setting's default under the (parsed) broker settings ``broker_values``."""
+        for name, factor in self.synonyms:
+            value = broker_values.get(name)
+            if value is None:
+                continue
+            if factor != 1:
+                value = value * factor
+            if self.negative_is_unlimited and value < 0:
+                return -1
+            return value
+        return None
+
+    def synonym_with_value(self, broker_values: Mapping[str, Any]) -> str:
+        """The broker setting that supplies the default (for DescribeConfigs)."""
+        for name, _factor in self.synonyms:
+            if broker_values.get(name) is not None:
+                return name
+        return self.broker_synonym
+
+    @property
+    def default(self) -> Any:
+        """The default with every broker setting at its own default."""
+        return self.value_from(BROKER_DEFAULTS)
+
+
+def _topic(name: str, parse: Callable[[Any], Any], synonyms: str | tuple[tuple[str, int], ...], kind: str,
+           doc: str, attr: str | None = None, **kw: Any) -> TopicKey:
+    return TopicKey(name, parse, ((synonyms, 1),) if isinstance(synonyms, str) else synonyms, kind, doc, attr, **kw)
 
 
 TOPIC_KEYS: dict[str, TopicKey] = {
     k.name: k
     for k in [
-        TopicKey("cleanup.policy", _cleanup_policy, "log.cleanup.policy", "list", "delete and/or compact"),
-        TopicKey("retention.ms", LONG, "log.retention.ms", "long", "retention time (-1 = unlimited)"),
-        TopicKey("retention.bytes", LONG, "log.retention.bytes", "long", "retention size (-1 = unlimited)"),
-        TopicKey("segment.bytes", _at_least(14), "log.segment.bytes", "int", "segment size"),
-        TopicKey("segment.ms", _at_least(1, big=True), "log.roll.ms", "long", "segment age before rolling"),
-        TopicKey("segment.index.bytes", _at_least(4), "log.index.size.max.bytes", "int", "max index size"),
-        TopicKey("index.interval.bytes", _at_least(0), "log.index.interval.bytes", "int", "index density"),
-        TopicKey("flush.messages", _at_least(1, big=True), "log.flush.interval.messages", "long", "fsync period"),
-        TopicKey("flush.ms", _at_least(0, big=True), "log.flush.interval.ms", "long", "fsync period (ms)"),
-        TopicKey("max.message.bytes", _at_least(0), "message.max.bytes", "int", "largest batch"),
-        TopicKey(
-            "message.timestamp.type",
-            _choice_parser("CreateTime", "LogAppendTime"),
-            "log.message.timestamp.type",
-            "string",
-            "timestamp kept in batches",
-        ),
-        TopicKey("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long", "delete delay"),
-        TopicKey("preallocate", _parse_bool, "log.preallocate", "bool", "preallocate segment files"),
-        TopicKey(
-            "min.cleanable.dirty.ratio", _ratio, "log.cleaner.min.cleanable.ratio", "double", "dirty share to clean"
-        ),
-        TopicKey("delete.retention.ms", _at_least(0, big=True), "log.cleaner.delete.retention.ms", "long", "tombstone life"),
-        TopicKey(
-            "min.compaction.lag.ms", _at_least(0, big=True), "log.cleaner.min.compaction.lag.ms", "long", "compaction lag"
-        ),
-        TopicKey("min.insync.replicas", _at_least(1), "min.insync.replicas", "int", "ISR size acks=all needs"),
-        TopicKey(
-            "unclean.leader.election.enable",
-            _parse_bool,
-            "unclean.leader.election.enable",
-            "bool",
-            "elect a leader outside the ISR",
-        ),
+        _topic("cleanup.policy", _cleanup_policy, "log.cleanup.policy", "list", "delete and/or compact",
+               "cleanup_policy"),
+        _topic("retention.ms", LONG,
+               (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+               "long", "retention time (-1 = unlimited)", "retention_ms", negative_is_unlimited=True),
+        _topic("retention.bytes", LONG, "log.retention.bytes", "long", "retention size (-1 = unlimited)",
+               "retention_bytes", negative_is_unlimited=True),
+        _topic("segment.bytes", _at_least(14), "log.segment.bytes", "int", "segment size", "segment_bytes"),
+        _topic("segment.ms", _at_least(1, big=True), (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)), "long",
+               "segment age before rolling", "segment_ms"),
+        _topic("segment.index.bytes", _at_least(4), "log.index.size.max.bytes", "int", "max index size",
+               "max_index_bytes"),
+        _topic("index.interval.bytes", _at_least(0), "log.index.interval.bytes", "int", "index density",
+               "index_interval_bytes"),
+        _topic("flush.messages", _at_least(1, big=True), "log.flush.interval.messages", "long", "fsync period",
+               "flush_interval_messages"),
+        _topic("flush.ms", _at_least(0, big=True),
+               (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)), "long", "fsync period (ms)",
+               "flush_interval_ms"),
+        _topic("max.message.bytes", _at_least(0), "message.max.bytes", "int", "largest batch", "max_message_bytes"),
+        _topic("message.timestamp.type", _choice_parser("CreateTime", "LogAppendTime"), "log.message.timestamp.type",
+               "string", "timestamp kept in batches", "message_timestamp_type"),
+        _topic("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long",
+               "delete delay", "file_delete_delay_ms"),
+        _topic("preallocate", _parse_bool, "log.preallocate", "bool", "preallocate segment files", "preallocate"),
+        _topic("min.cleanable.dirty.ratio", _ratio, "log.cleaner.min.cleanable.ratio", "double",
+               "dirty share to clean", "min_cleanable_dirty_ratio"),
+        _topic("delete.retention.ms", _at_least(0, big=True), "log.cleaner.delete.retention.ms", "long",
+               "tombstone life", "delete_retention_ms"),
+        _topic("min.compaction.lag.ms", _at_least(0, big=True), "log.cleaner.min.compaction.lag.ms", "long",
+               "compaction lag", "min_compaction_lag_ms"),
+        _topic("min.insync.replicas", _at_least(1), "min.insync.replicas", "int", "ISR size acks=all needs"),
+        _topic("unclean.leader.election.enable", _parse_bool, "unclean.leader.election.enable", "bool",
+               "elect a leader outside the ISR"),
     ]
 }
 
@@ -421,25 +495,13 @@ class BrokerConfig:
         self.message_max_bytes: int = v["message.max.bytes"]
         self.socket_request_max_bytes: int = v["socket.request.max.bytes"]
         self.log_segment_bytes: int = v["log.segment.bytes"]
-        self.log_roll_ms: int = (
-            v["log.roll.ms"] if v["log.roll.ms"] is not None else v["log.roll.hours"] * 3_600_000
-        )
+        self.log_roll_ms: int = TOPIC_KEYS["segment.ms"].value_from(v)
         self.log_index_interval_bytes: int = v["log.index.interval.bytes"]
         self.log_index_size_max_bytes: int = v["log.index.size.max.bytes"]
         self.log_flush_interval_messages: int = v["log.flush.interval.messages"]
         # Kafka: log.flush.interval.ms defaults to log.flush.scheduler.interval.ms.
-        self.log_flush_interval_ms: int = (
-            v["log.flush.interval.ms"]
-            if v["log.flush.interval.ms"] is not None
-            else v["log.flush.scheduler.interval.ms"]
-        )
-        if v["log.retention.ms"] is not None:
-            retention_ms = v["log.retention.ms"]
-        elif v["log.retention.minutes"] is not None:
-            retention_ms = v["log.retention.minutes"] * 60_000
-        else:
-            retention_ms = v["log.retention.hours"] * 3_600_000
-        self.log_retention_ms: int = retention_ms if retention_ms >= 0 else -1
+        self.log_flush_interval_ms: int = TOPIC_KEYS["flush.ms"].value_from(v)
+        self.log_retention_ms: int = TOPIC_KEYS["retention.ms"].value_from(v)
         self.log_retention_bytes: int = v["log.retention.bytes"]
         self.log_retention_check_interval_ms: int = v["log.retention.check.interval.ms"]
         self.log_segment_delete_delay_ms: int = v["log.segment.delete.delay.ms"]
@@ -457,6 +519,11 @@ class BrokerConfig:
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
 
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """Every broker setting by Kafka name, parsed (defaults included)."""
+        return self._values
+
     def is_explicit(self, name: str) -> bool:
         """True when ``name`` was given in server.properties or an override."""
         return name in self.originals
@@ -472,27 +539,8 @@ class BrokerConfig:
     # -- topic-level view --------------------------------------------------------------
 
     def topic_defaults(self) -> dict[str, Any]:
-        """Topic-level settings (Kafka topic names) as this broker's defaults give them."""
-        return {
-            "cleanup.policy": list(self.log_cleanup_policy),
-            "retention.ms": self.log_retention_ms,
-            "retention.bytes": self.log_retention_bytes,
-            "segment.bytes": self.log_segment_bytes,
-            "segment.ms": self.log_roll_ms,
-            "segment.index.bytes": self.log_index_size_max_bytes,
-            "index.interval.bytes": self.log_index_interval_bytes,
-            "flush.messages": self.log_flush_interval_messages,
-            "flush.ms": self.log_flush_interval_ms,
-            "max.message.bytes": self.message_max_bytes,
-            "message.timestamp.type": self.log_message_timestamp_type,
-            "file.delete.delay.ms": self.log_segment_delete_delay_ms,
-            "preallocate": self.log_preallocate,
-            "min.cleanable.dirty.ratio": self._values["log.cleaner.min.cleanable.ratio"],
-            "delete.retention.ms": self._values["log.cleaner.delete.retention.ms"],
-            "min.compaction.lag.ms": self._values["log.cleaner.min.compaction.lag.ms"],
-            "min.insync.replicas": self._values["min.insync.replicas"],
-            "unclean.leader.election.enable": self._values["unclean.leader.election.enable"],
-        }
+        """Topic-level settings (Kafka topic names) as this broker's settings give them."""
+        return {name: key.value_from(self._values) for name, key in TOPIC_KEYS.items()}
 
     def topic_config(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Broker defaults merged with validated per-topic overrides."""
@@ -545,3 +593,54 @@ def format_config_value(value: Any) -> str | None:
     if isinstance(value, (list, tuple)):
         return ",".join(str(item) for item in value)
     return str(value)
+
+
+# ---------------------------------------------------------------------------------------
+# The configuration reference page (docs/configuration.md), generated from the tables.
+
+
+def _cell(value: Any) -> str:
+    text = format_config_value(value)
+    return "(unset)" if text is None else f"`{text}`"
+
+
+def config_reference_markdown() -> str:
+    """``docs/configuration.md``: every broker and topic setting from the declaration."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated by `python -m pykfk.config --markdown` from `pykfk/config.py`; do not edit.",
+        "Broker settings go in `server.properties` or `--override key=value`; topic settings",
+        "come with CreateTopics (or later AlterConfigs) and default to their broker synonyms.",
+        "",
+        "## Broker settings",
+        "",
+        "| name | type | default | dynamic | description |",
+        "|---|---|---|---|---|",
+    ]
+    for name, key in sorted(BROKER_KEYS.items()):
+        doc = key.doc + (" (accepted, no effect)" if key.ignored else "")
+        lines.append(f"| `{name}` | {key.kind} | {_cell(key.default)} | {'yes' if key.dynamic else 'no'} | {doc} |")
+    lines += [
+        "",
+        "## Topic settings",
+        "",
+        "| name | type | default | broker synonyms | description |",
+        "|---|---|---|---|---|",
+    ]
+    for name, tkey in sorted(TOPIC_KEYS.items()):
+        synonyms = ", ".join(f"`{s}`" + (f" (x{f})" if f != 1 else "") for s, f in tkey.synonyms)
+        lines.append(f"| `{name}` | {tkey.kind} | {_cell(tkey.default)} | {synonyms} | {tkey.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m pykfk.config", description="pykfk's settings")
+    parser.add_argument("--markdown", action="store_true", help="print the configuration reference page")
+    if parser.parse_args().markdown:
+        sys.stdout.write(config_reference_markdown())
+    else:
+        parser.print_help()

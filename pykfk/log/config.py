@@ -1,7 +1,8 @@
 """Per-log configuration: Kafka's topic-level log settings (apache/kafka ``LogConfig``).
 
-Topic-level names (``segment.bytes``) map to attributes (``segment_bytes``). The broker's
-defaults come from ``pykfk.config.BrokerConfig``: ``LogConfig.from_properties(
+Topic-level names (``segment.bytes``) map to attributes (``segment_bytes``); names,
+parsers, defaults and attributes come from the one declaration, ``pykfk.config.TOPIC_KEYS``.
+The broker's defaults come from ``pykfk.config.BrokerConfig``: ``LogConfig.from_properties(
 broker_config.topic_config(overrides))``. Defaults here are Kafka's.
 """
 
@@ -11,6 +12,8 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any
+
+from pykfk.config import TOPIC_KEYS, ConfigError, TopicKey
 
 # Kafka uses Long.MAX_VALUE for "never" in flush.messages / flush.ms.
 NEVER = 2**63 - 1
@@ -22,28 +25,41 @@ _TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 _CLEANUP_POLICIES = ("delete", "compact")
 
 
+def _field_value(key: TopicKey, value: Any) -> Any:
+    """A parsed topic setting as LogConfig holds it (cleanup.policy as one string)."""
+    return ",".join(value) if isinstance(value, list) else value
+
+
+def _default(name: str) -> Any:
+    return _field_value(TOPIC_KEYS[name], TOPIC_KEYS[name].default)
+
+
+# The topic settings that are log settings: topic-level name -> declaration.
+LOG_KEYS: dict[str, TopicKey] = {name: key for name, key in TOPIC_KEYS.items() if key.attr is not None}
+
+
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
     """Settings of one partition's log. Immutable: replace it with ``dataclasses.replace``
     or ``with_overrides`` and hand the new one to ``Log.update_config``."""
 
-    segment_bytes: int = 1024 * 1024 * 1024  # segment.bytes (1 GiB)
-    segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms (7 days)
-    index_interval_bytes: int = 4096  # index.interval.bytes
-    max_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
-    flush_interval_messages: int = NEVER  # flush.messages
-    flush_interval_ms: int = NEVER  # flush.ms
-    retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms (-1 = keep forever)
-    retention_bytes: int = -1  # retention.bytes (-1 = no size limit)
-    max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (1048588)
-    message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
-    cleanup_policy: str = "delete"  # cleanup.policy ("delete", "compact" or both)
-    file_delete_delay_ms: int = 60000  # file.delete.delay.ms
-    preallocate: bool = False  # preallocate
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    max_index_bytes: int = _default("segment.index.bytes")
+    flush_interval_messages: int = _default("flush.messages")
+    flush_interval_ms: int = _default("flush.ms")
+    retention_ms: int = _default("retention.ms")  # -1 = keep forever
+    retention_bytes: int = _default("retention.bytes")  # -1 = no size limit
+    max_message_bytes: int = _default("max.message.bytes")
+    message_timestamp_type: str = _default("message.timestamp.type")
+    cleanup_policy: str = _default("cleanup.policy")  # "delete", "compact" or both
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
+    preallocate: bool = _default("preallocate")
     # Log compaction (cleanup.policy=compact; pykfk.log.cleaner).
-    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
-    delete_retention_ms: int = 86_400_000  # delete.retention.ms (tombstones, 1 day)
-    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    delete_retention_ms: int = _default("delete.retention.ms")  # tombstones
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
 
     def __post_init__(self) -> None:
         # Lower bounds are Kafka's (TopicConfig validators): segment.bytes >= 14 (one legacy
@@ -105,76 +121,23 @@ class LogConfig:
         return (base or cls()).with_overrides(props)
 
     def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
-        """A copy with the topic-level properties in ``props`` applied."""
+        """A copy with the topic-level properties in ``props`` applied; ConfigError (a
+        ValueError) names the first bad one."""
         values = {}
-        for key, value in props.items():
-            attr = _TOPIC_KEYS.get(key)
-            if attr is not None and value is not None:
-                values[attr] = _parse(key, attr, value)
-        return dataclasses.replace(self, **values) if values else self
+        for name, raw in props.items():
+            key = LOG_KEYS.get(name)
+            if key is None or raw is None:
+                continue
+            try:
+                values[key.attr] = _field_value(key, key.parse(raw))
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
+        return dataclasses.replace(self, **values) if values else self  # type: ignore[arg-type]
 
     def to_properties(self) -> dict[str, str]:
         """Topic-level names and string values (DescribeConfigs, persisted overrides)."""
         out = {}
-        for key, attr in _TOPIC_KEYS.items():
-            value = getattr(self, attr)
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        for name, key in LOG_KEYS.items():
+            value = getattr(self, str(key.attr))
+            out[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
-
-
-# topic-level name -> attribute
-_TOPIC_KEYS = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "index.interval.bytes": "index_interval_bytes",
-    "segment.index.bytes": "max_index_bytes",
-    "flush.messages": "flush_interval_messages",
-    "flush.ms": "flush_interval_ms",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "max.message.bytes": "max_message_bytes",
-    "message.timestamp.type": "message_timestamp_type",
-    "cleanup.policy": "cleanup_policy",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "preallocate": "preallocate",
-    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
-    "delete.retention.ms": "delete_retention_ms",
-    "min.compaction.lag.ms": "min_compaction_lag_ms",
-}
-
-_STRING_ATTRS = {"message_timestamp_type", "cleanup_policy"}
-
-
-def _parse(key: str, attr: str, value: Any) -> Any:
-    if attr in _STRING_ATTRS:
-        if isinstance(value, (list, tuple)):
-            return ",".join(str(v).strip() for v in value)
-        return str(value).strip()
-    if attr == "preallocate":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text not in ("true", "false"):
-            raise ValueError(f"{key} must be true or false, got {value!r}")
-        return text == "true"
-    if attr == "min_cleanable_dirty_ratio":
-        return _parse_float(key, value)
-    return _parse_int(key, value)
-
-
-def _parse_float(key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{key} must be a number, got {value!r}")  # noqa: TRY004 - a bool given as a number is a bad value, reported like any other
-    try:
-        return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
-    except ValueError:
-        raise ValueError(f"{key} must be a number, got {value!r}") from None
-
-
-def _parse_int(key: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{key} must be an integer, got {value!r}")  # noqa: TRY004 - a bool given as a number is a bad value, reported like any other
-    try:
-        return int(str(value).strip()) if not isinstance(value, int) else value
-    except ValueError:
-        raise ValueError(f"{key} must be an integer, got {value!r}") from None

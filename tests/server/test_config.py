@@ -1,11 +1,18 @@
 """BrokerConfig: Kafka names, precedence rules, validation and the command line."""
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
-from pykfk.config import BrokerConfig, ConfigError, parse_properties, validate_topic_configs
+from pykfk.config import (
+    BrokerConfig,
+    ConfigError,
+    format_config_value,
+    parse_properties,
+    validate_topic_configs,
+)
 
 
 def test_defaults_are_a_loopback_developer_broker():
@@ -142,3 +149,32 @@ def test_command_line_cluster_mode_without_zookeeper_fails_clearly(tmp_path):
     )
     assert result.returncode != 0
     assert f"cannot use ZooKeeper at {unreachable}" in result.stderr
+
+
+def test_the_committed_configuration_reference_is_up_to_date():
+    from pathlib import Path
+
+    from pykfk.config import config_reference_markdown
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert page.read_text(encoding="utf-8") == config_reference_markdown(), (
+        "docs/configuration.md is stale: python -m pykfk.config --markdown > docs/configuration.md")
+
+
+def test_every_topic_setting_is_declared_once_and_defaults_from_its_broker_synonyms():
+    from pykfk.config import BROKER_KEYS, TOPIC_KEYS
+    from pykfk.log import LogConfig
+
+    for name, key in TOPIC_KEYS.items():
+        assert all(s in BROKER_KEYS for s, _factor in key.synonyms), name
+        assert key.parse(format_config_value(key.default)) == key.default, name  # defaults parse
+    # LogConfig's fields are exactly the log settings of the declaration, with its defaults.
+    log_attrs = {key.attr for key in TOPIC_KEYS.values() if key.attr}
+    assert log_attrs == {f.name for f in dataclasses.fields(LogConfig)}
+    assert LogConfig().to_properties()["retention.ms"] == str(TOPIC_KEYS["retention.ms"].default)
+    broker = BrokerConfig({"log.retention.minutes": "5", "log.roll.hours": "2", "log.retention.bytes": "-7"})
+    defaults = broker.topic_defaults()
+    assert (defaults["retention.ms"], defaults["segment.ms"], defaults["retention.bytes"]) == (300_000, 7_200_000, -1)
+    with pytest.raises(ConfigError) as bad:
+        LogConfig().with_overrides({"segment.bytes": "ten"})
+    assert bad.value.key == "segment.bytes"

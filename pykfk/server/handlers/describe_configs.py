@@ -1,20 +1,35 @@
-"""DescribeConfigs (key 32): topic and broker settings with their sources (KIP-226).
+"""DescribeConfigs (key 32): topic and broker settings with their sources (KIP-226), all
+read from the one declaration of settings (``pykfk.config``).
 
-Topic resources list every topic-level setting: the topic's override (source
-DYNAMIC_TOPIC_CONFIG) or the value the broker config gives it (STATIC_BROKER_CONFIG when
-set in server.properties/--override, DEFAULT_CONFIG otherwise). Broker resources list
-the broker settings; they are read-only (no dynamic broker config yet).
+A topic setting's value is the topic's override (source DYNAMIC_TOPIC_CONFIG) or the
+default its broker synonyms give (STATIC_BROKER_CONFIG when one of them was set in
+server.properties/--override, DEFAULT_CONFIG otherwise); topic settings are never
+read-only. Synonyms come in Kafka's order: the topic override, each broker synonym that
+was set, then the default. A broker setting is read-only unless Kafka updates it
+dynamically. v1 adds synonyms and sources, v3 the type and the documentation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pykfk.config import BROKER_KEYS, CONFIG_TYPE_CODES, TOPIC_KEYS, format_config_value
+from pykfk.cluster.metadata import TopicInfo
+from pykfk.config import (
+    BROKER_DEFAULTS,
+    BROKER_KEYS,
+    CONFIG_TYPE_CODES,
+    TOPIC_KEYS,
+    BrokerConfig,
+    TopicKey,
+    format_config_value,
+)
 from pykfk.errors import ErrorCode
+from pykfk.protocol.types import Struct
+from pykfk.server.dispatch import RequestContext
 
 API_KEY = 32
-VERSIONS = (0, 2)
+VERSIONS = (0, 4)
 
 TOPIC = 2
 BROKER = 4
@@ -23,15 +38,9 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
-# Broker keys whose explicit setting feeds a derived topic default.
-_RELATED_BROKER_KEYS = {
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-}
 
-
-def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[Any], kind: str) -> dict[str, Any]:
+def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[dict[str, Any]],
+           kind: str, doc: str) -> dict[str, Any]:
     return {
         "name": name,
         "value": value,
@@ -41,47 +50,60 @@ def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms:
         "is_sensitive": False,
         "synonyms": synonyms,
         "config_type": CONFIG_TYPE_CODES.get(kind, 0),
+        "documentation": doc,
     }
 
 
-def _topic_configs(broker: Any, info: Any, keys: Any, with_synonyms: bool) -> list[dict[str, Any]]:
-    config = broker.config
-    defaults = config.topic_defaults()
-    out = []
-    for name, key in TOPIC_KEYS.items():
-        if keys is not None and name not in keys:
-            continue
-        synonym_name = key.broker_synonym or name
-        related = _RELATED_BROKER_KEYS.get(name, (synonym_name,))
-        broker_source = STATIC_BROKER_CONFIG if any(config.is_explicit(k) for k in related) else DEFAULT_CONFIG
-        broker_value = format_config_value(defaults[name])
-        synonyms = []
-        if name in info.configs:
-            value, source = info.configs[name], DYNAMIC_TOPIC_CONFIG
-            synonyms.append({"name": name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
-        else:
-            value, source = broker_value, broker_source
-        synonyms.append({"name": synonym_name, "value": broker_value, "source": broker_source})
-        out.append(_entry(name, value, source, False, synonyms if with_synonyms else [], key.kind))
-    return out
+def _synonym(name: str, value: Any, source: int) -> dict[str, Any]:
+    return {"name": name, "value": format_config_value(value), "source": source}
 
 
-def _broker_configs(broker: Any, keys: Any, with_synonyms: bool) -> list[dict[str, Any]]:
-    config = broker.config
+def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, str]) -> dict[str, Any]:
+    synonyms = []
+    if key.name in overrides:
+        synonyms.append(_synonym(key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
+    synonyms += [_synonym(name, config[name], STATIC_BROKER_CONFIG)
+                 for name, _factor in key.synonyms if config.is_explicit(name)]
+    default_name = key.synonym_with_value(BROKER_DEFAULTS)
+    synonyms.append(_synonym(default_name, BROKER_DEFAULTS[default_name], DEFAULT_CONFIG))
+    source = synonyms[0]["source"]
+    value: str | None
+    if source == DYNAMIC_TOPIC_CONFIG:
+        value = overrides[key.name]
+    else:
+        value = format_config_value(key.value_from(config.values))
+    return _entry(key.name, value, source, False, synonyms, key.kind, key.doc)
+
+
+def _topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) -> list[dict[str, Any]]:
+    return [_topic_entry(config, key, info.configs) for name, key in TOPIC_KEYS.items()
+            if keys is None or name in keys]
+
+
+def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[str, Any]]:
     out = []
     for name, key in BROKER_KEYS.items():
         if keys is not None and name not in keys:
             continue
         source = STATIC_BROKER_CONFIG if config.is_explicit(name) else DEFAULT_CONFIG
         value = format_config_value(config[name])
-        synonyms = [{"name": name, "value": value, "source": source}] if with_synonyms else []
-        out.append(_entry(name, value, source, True, synonyms, key.kind))
+        out.append(_entry(name, value, source, not key.dynamic, [_synonym(name, config[name], source)],
+                          key.kind, key.doc))
     return out
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+def _shaped(configs: list[dict[str, Any]], request: Struct, version: int) -> list[dict[str, Any]]:
+    """Drop what the request did not ask for: synonyms (v1+ flag) and documentation."""
+    for entry in configs:
+        if not (version >= 1 and request.include_synonyms):
+            entry["synonyms"] = []
+        if not (version >= 3 and request.include_documentation):
+            entry["documentation"] = None
+    return configs
+
+
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
-    with_synonyms = bool(getattr(request, "include_synonyms", False)) and ctx.api_version >= 1
     results = []
     for resource in request.resources:
         keys = None if resource.configuration_keys is None else set(resource.configuration_keys)
@@ -91,13 +113,13 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             if info is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist"
             else:
-                configs = _topic_configs(broker, info, keys, with_synonyms)
+                configs = _topic_configs(broker.config, info, keys)
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.broker_id)):
                 code = ErrorCode.INVALID_REQUEST
                 message = f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {resource.resource_name}"
             else:
-                configs = _broker_configs(broker, keys, with_synonyms)
+                configs = _broker_configs(broker.config, keys)
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
         results.append(
@@ -106,7 +128,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                 "error_message": message,
                 "resource_type": resource.resource_type,
                 "resource_name": resource.resource_name,
-                "configs": configs,
+                "configs": _shaped(configs, request, ctx.api_version),
             }
         )
     return {"throttle_time_ms": 0, "results": results}
