@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from concurrent.futures import _base as _futures_base
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pykfk._core.records import build_batch
+from pykfk._core.records import BATCH_HEADER_SIZE, build_batch
 from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection
 from pykfk.client.partitioner import DefaultPartitioner, Partitioner
@@ -44,7 +44,7 @@ CODECS = {None: 0, "none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 # DefaultRecord.MAX_RECORD_OVERHEAD). An estimate is enough to decide when a batch is full.
 RECORD_OVERHEAD = 21
 # Magic-2 batch header (apache/kafka DefaultRecordBatch.RECORD_BATCH_OVERHEAD).
-BATCH_OVERHEAD = 61
+BATCH_OVERHEAD = BATCH_HEADER_SIZE
 
 
 class RecordMetadata(NamedTuple):

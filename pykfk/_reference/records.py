@@ -23,7 +23,9 @@ from pykfk._reference.crc import crc32c
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-# field offsets inside a batch (batch.h)
+# Field offsets inside a batch (batch.h). Declared again on purpose: this module is the
+# independent oracle the core is tested against, so it shares no code with it;
+# tests/core/test_records.py checks these numbers against the core's export.
 BASE_OFFSET, LENGTH, LEADER_EPOCH, MAGIC, CRC, ATTRIBUTES = 0, 8, 12, 16, 17, 21
 LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORDS_COUNT, HEADER_SIZE, LOG_OVERHEAD = 23, 35, 57, 61, 12
 _HEADER = struct.Struct(">qiibIhiqqqhii")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 INDEX_ENTRY_SIZE = 8
 TIMEINDEX_ENTRY_SIZE = 12
+# The independent oracle's own copy of the layout (checked against the core's export in
+# tests/core/test_records.py).
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + batch_length, the bytes batch_length does not count
 INT32_MAX = 2**31 - 1

@@ -58,7 +58,6 @@ log = logging.getLogger("pykfk.cluster")
 
 FETCH_KEY, FETCH_VERSION = 1, 11
 OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 3
-BATCH_HEADER_SIZE = 61  # magic-2 batch header (src/_core/batch.h)
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
 
@@ -188,7 +187,7 @@ class Partition:
     def min_insync_replicas(self) -> int:
         return self.manager.min_insync_replicas_for(self.topic)
 
-    def append_as_leader(self, records: Any, acks: int) -> Any:
+    def append_as_leader(self, records: Any, acks: int, *, require_single_batch: bool = False) -> Any:
         if self.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
@@ -196,7 +195,7 @@ class Partition:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                              f"min.insync.replicas={self.min_insync_replicas()}")
-        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
         if self.remote:
             self.maybe_advance_high_watermark()
         else:  # the high watermark moved with the log end offset
@@ -204,14 +203,16 @@ class Partition:
         return info
 
     def append_records(
-        self, records: Any, acks: int, timeout_ms: int
+        self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False
     ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
         """Append as leader (Kafka's ``appendRecords``). Returns the AppendInfo and, when
         acks=all must still wait for the ISR, a coroutine giving the final error code
         (None when the answer is known now: acks 0/1, or the high watermark already
         passed the batch, as it always does with no follower). Raises KafkaError with
-        the produce error code, or a pykfk._core error for bad bytes."""
-        info = self.append_as_leader(records, acks)
+        the produce error code, or a pykfk._core error for bad bytes.
+        ``require_single_batch``: Produce v3+ (exactly one batch, checked in the same
+        pass that validates the bytes)."""
+        info = self.append_as_leader(records, acks, require_single_batch=require_single_batch)
         # Consumers were woken if the high watermark moved (no follower to wait for).
         self.manager.log_end_waiters.notify(self.topic, self.partition)
         if acks != -1 or info.last_offset < 0:
@@ -382,7 +383,7 @@ class Partition:
         # Skip batches below the log end offset (a fetch that started inside a batch).
         leo = self.log.log_end_offset
         pos = 0
-        while pos + BATCH_HEADER_SIZE <= len(buf):
+        while pos + core_records.BATCH_HEADER_SIZE <= len(buf):
             header = core_records.parse_batch_header(buf, pos)
             if header.last_offset >= leo:
                 break

@@ -94,7 +94,7 @@ class LogOffsetsLog:
             await asyncio.get_running_loop().run_in_executor(None, self.log.flush)
 
     def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
-        from pykfk._core.records import iter_records, parse_batch_header
+        from pykfk._core.records import BATCH_HEADER_SIZE, iter_records, parse_batch_header
 
         offset = self.log.log_start_offset
         while offset < self.log.log_end_offset:
@@ -111,7 +111,7 @@ class LogOffsetsLog:
             # batches); a partial batch at the end of the region is read again next round.
             pos = 0
             next_offset = offset
-            while pos + 61 <= len(buf):  # 61 = magic-2 batch header size
+            while pos + BATCH_HEADER_SIZE <= len(buf):
                 header = parse_batch_header(buf, pos)
                 if pos + header.size > len(buf):
                     break

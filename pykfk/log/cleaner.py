@@ -65,12 +65,14 @@ DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
 OFFSET_MAP_ENTRY_BYTES = 128
 # Bytes read from a segment at a time (a batch larger than this is read whole).
 READ_CHUNK_BYTES = 1024 * 1024
-# Magic-2 batch header (see log.py _BATCH_HEADER); records_count is its last field.
-BATCH_HEADER_SIZE = 61
-_HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. records_count
-_HEADER_BEFORE_CRC = struct.Struct(">qiib")  # base_offset, batch_length, epoch, magic
-_CONTROL_FLAG = 0x20
-_CODEC_MASK = 0x07
+# The v2 batch header, from the core's one declaration of it: the fields before the CRC
+# (base_offset .. magic) and the CRC-covered ones (attributes .. records_count).
+BATCH_HEADER_SIZE = core_records.BATCH_HEADER_SIZE
+_CRC_AT = core_records.BATCH_FIELD_OFFSETS["crc"]
+_HEADER_BEFORE_CRC = struct.Struct(core_records.BATCH_HEADER_FORMAT[:5])  # ">qiib"
+_HEADER_AFTER_CRC = struct.Struct(">" + core_records.BATCH_HEADER_FORMAT[6:])  # ">hiqqqhii"
+_CONTROL_FLAG = core_records.ATTR_CONTROL
+_CODEC_MASK = core_records.ATTR_CODEC_MASK
 
 
 class CleanerAborted(Exception):
@@ -143,11 +145,10 @@ def empty_batch(header: core_records.BatchHeader) -> bytes:
     ``DefaultRecordBatch.writeEmptyHeader``): keeps an idempotent producer's last sequence
     in the log after compaction removed every record of its last batch."""
     attributes = header.attributes & ~_CODEC_MASK  # no records: nothing compressed
-    tail = _HEADER_AFTER_CRC.pack(attributes - 0x10000 if attributes > 0x7FFF else attributes,
-                                  header.last_offset_delta, header.base_timestamp,
+    tail = _HEADER_AFTER_CRC.pack(attributes, header.last_offset_delta, header.base_timestamp,
                                   header.max_timestamp, header.producer_id,
                                   header.producer_epoch, header.base_sequence, 0)
-    head = _HEADER_BEFORE_CRC.pack(header.base_offset, len(tail) + 9,
+    head = _HEADER_BEFORE_CRC.pack(header.base_offset, BATCH_HEADER_SIZE - core_records.LOG_OVERHEAD,
                                    header.partition_leader_epoch, 2)
     return head + struct.pack(">I", crc32c(tail)) + tail
 

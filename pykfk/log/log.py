@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import shutil
-import struct
 import threading
 import time
 import uuid
@@ -67,7 +66,7 @@ EARLIEST_TIMESTAMP = -2
 # Index entries store offsets relative to the segment base as int32.
 INT32_MAX = 2**31 - 1
 # Size of the fixed magic-2 batch header (see src/_core/batch.h).
-BATCH_HEADER_SIZE = 61
+BATCH_HEADER_SIZE = core_records.BATCH_HEADER_SIZE  # the v2 batch header (src/_core/batch.h)
 # Producer snapshots kept per log; older ones are deleted when a new one is written.
 SNAPSHOTS_TO_KEEP = 2
 # Without a snapshot, producer state is rebuilt from this many trailing segments.
@@ -107,31 +106,28 @@ _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
 _RECORDS_COUNT = attrgetter("records_count")
 
-# The magic-2 batch header (Kafka DefaultRecordBatch), big-endian:
-#   0 base_offset q | 8 batch_length i | 12 partition_leader_epoch i | 16 magic b |
-#   17 crc I | 21 attributes H | 23 last_offset_delta i | 27 base_timestamp q |
-#   35 max_timestamp q | 43 producer_id q | 51 producer_epoch h | 53 base_sequence i |
-#   57 records_count i  (61 bytes)
-_BATCH_HEADER = struct.Struct(">qiibIHiqqqhii")
+
+def _has_producers(headers: list[Any]) -> bool:
+    """Kafka keeps producer state only for batches that carry a producer id."""
+    if len(headers) == 1:
+        return bool(headers[0].producer_id >= 0)
+    return bool(max(map(_PRODUCER_ID, headers)) >= 0)
 
 
 class AppendInfo:
     """What an append did. For a duplicate batch (an idempotent producer's retry) the
     offsets are those of the original write and nothing was appended.
 
-    ``headers`` (a BatchHeader per appended batch, with its final offsets) and
-    ``record_count`` are worked out on first use: the produce path reads neither, and
-    building them costs a Python object per batch."""
+    ``headers`` has a BatchHeader per appended batch, with its final offsets (the
+    core's validate-and-assign step made them); ``record_count`` is summed on first use."""
 
-    __slots__ = ("_assigned_epoch", "_headers", "_record_count", "duplicate", "first_offset",
+    __slots__ = ("_headers", "_record_count", "duplicate", "first_offset",
                  "last_offset", "log_append_time_ms", "log_start_offset")
 
     def __init__(self, first_offset: int, last_offset: int, log_append_time_ms: int,
                  log_start_offset: int, record_count: int | None, headers: list[Any],
-                 duplicate: bool = False, assigned_epoch: int | None = None):
-        """``record_count`` None: the sum over ``headers``. ``assigned_epoch`` not None:
-        ``headers`` are the batches as received, and the log gave them offsets from
-        ``first_offset`` on and this partition leader epoch."""
+                 duplicate: bool = False):
+        """``record_count`` None: the sum over ``headers``."""
         self.first_offset = first_offset
         self.last_offset = last_offset
         self.log_append_time_ms = log_append_time_ms  # -1 unless LogAppendTime
@@ -139,7 +135,6 @@ class AppendInfo:
         self.duplicate = duplicate
         self._record_count = record_count
         self._headers = headers
-        self._assigned_epoch = assigned_epoch
 
     @property
     def record_count(self) -> int:
@@ -149,10 +144,7 @@ class AppendInfo:
 
     @property
     def headers(self) -> list[Any]:
-        if self._assigned_epoch is not None:
-            self._headers = _with_offsets(self._headers, self.first_offset,
-                                          self._assigned_epoch)
-            self._assigned_epoch = None
+        """The appended batches' headers, with their final offsets and leader epoch."""
         return self._headers
 
     def __repr__(self) -> str:
@@ -160,21 +152,6 @@ class AppendInfo:
                 f"log_append_time_ms={self.log_append_time_ms}, "
                 f"log_start_offset={self.log_start_offset}, record_count={self.record_count}, "
                 f"duplicate={self.duplicate})")
-
-
-def _with_offsets(headers: list[Any], first_offset: int, leader_epoch: int) -> list[Any]:
-    """The headers as assign_offsets left the batches: base offsets running on from
-    ``first_offset``, ``leader_epoch``; every other field (CRC included) unchanged."""
-    out = []
-    offset = first_offset
-    for h in headers:
-        raw = _BATCH_HEADER.pack(offset, h.batch_length, leader_epoch, h.magic, h.crc,
-                                 h.attributes, h.last_offset_delta, h.base_timestamp,
-                                 h.max_timestamp, h.producer_id, h.producer_epoch,
-                                 h.base_sequence, h.records_count)
-        out.append(core_records.parse_batch_header(raw))
-        offset += h.last_offset_delta + 1
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -545,115 +522,127 @@ class Log:
     # -- append ----------------------------------------------------------------------------
 
     def append(self, records: Any, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               now_ms: int | None = None) -> AppendInfo:
+               now_ms: int | None = None, require_single_batch: bool = False) -> AppendInfo:
         """Appends whole magic-2 batches (a Produce payload; legacy magic 0/1 message sets
         are converted first).
 
-        With ``assign_offsets`` (a leader) the batches get offsets from the log end offset
-        and ``leader_epoch`` in place, in the caller's buffer, and idempotent producers are
-        checked; without it (a follower) the batches keep their offsets, which must start
-        at or after the log end offset and increase. Raises pykfk._core errors for bad
-        bytes (CorruptBatchError, InvalidRecordError, RecordTooLargeError) and KafkaError
-        for producer-state violations and RECORD_LIST_TOO_LARGE.
-
-        Cost per batch: validation in C, plus one pass in C over the header objects to see
-        whether any batch carries a producer id (and one for the largest timestamp when a
-        time roll is possible); producer state costs a Python step per producer batch.
+        With ``assign_offsets`` (a leader) one pass of the core validates the batches the
+        way Kafka's LogValidator does and writes offsets from the log end offset and
+        ``leader_epoch`` into them in place (LogAppendTime and its CRC too, for topics
+        that use it), and idempotent producers are checked; the segment write is the
+        second and last time the bytes are touched. ``require_single_batch`` (Produce v3+)
+        refuses anything but one batch. Without ``assign_offsets`` (a follower) the
+        batches keep their offsets, which must start at or after the log end offset and
+        increase. Raises pykfk._core errors for bad bytes (CorruptBatchError,
+        InvalidRecordError, RecordTooLargeError) and KafkaError for producer-state
+        violations and RECORD_LIST_TOO_LARGE.
         """
         buf = records if type(records) is memoryview else memoryview(records)
-        if assign_offsets and len(buf) > 16 and core_records.is_legacy(buf):
-            buf = memoryview(core_records.convert_legacy(buf))
-        config = self._config
-        # A leader checks what producers send as Kafka's LogValidator does, compressed
-        # record framing included; a follower copies batches its leader already checked.
-        headers = core_records.validate_batches(
-            buf, config.max_message_bytes, from_client=assign_offsets,
-            decompress=assign_offsets and self.validate_compressed)
+        if assign_offsets:
+            if len(buf) > 16 and core_records.is_legacy(buf):
+                buf = memoryview(core_records.convert_legacy(buf))
+            elif buf.readonly:
+                buf = memoryview(bytearray(buf))  # offsets are written in place
+            return self._append_as_leader(buf, leader_epoch, now_ms, require_single_batch)
+        # A follower copies batches its leader already checked (no record walk).
+        headers = core_records.validate_batches(buf, self._config.max_message_bytes)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
-        if assign_offsets and self._compacts:
-            _check_keys(buf, headers)
-        size = len(buf)
-        if size > config.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                             f"{size} bytes do not fit in a segment of "
-                             f"{config.segment_bytes} bytes")
-        log_append_time = assign_offsets and self._log_append_time
-        # The clock only when the batches get it; a roll decision reads it if it needs it.
-        now = time_ms() if now_ms is None and log_append_time else now_ms
-        if assign_offsets and buf.readonly:
-            buf = memoryview(bytearray(buf))  # offsets are written in place
-        # Kafka keeps producer state only for batches that carry a producer id.
-        if len(headers) == 1:
-            has_producers = headers[0].producer_id >= 0
-        else:
-            has_producers = max(map(_PRODUCER_ID, headers)) >= 0
-        flush_now = False
+        self._check_size(len(buf))
         with self._lock:
             if self._closed:
                 self._check_open()
+            first_offset = headers[0].base_offset
+            if first_offset < self._log_end_offset:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"batch at offset {first_offset} is below the next "
+                                 f"expected offset {self._log_end_offset}")
             state = self.producer_state
-            producers = (state.prepare_append(headers, check=assign_offsets)
-                         if has_producers else None)
-            if assign_offsets:
-                if producers is not None and producers.duplicate is not None:
-                    duplicate = producers.duplicate
-                    if logger.isEnabledFor(logging.DEBUG):
-                        logger.debug("%s Duplicate batch of an idempotent producer, offsets "
-                                     "%d-%d", self._prefix(), duplicate.first_offset,
-                                     duplicate.last_offset)
-                    return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
-                                      self._log_start_offset, 0, [], duplicate=True)
-                first_offset = self._log_end_offset
-                next_offset = core_records.assign_offsets(buf, first_offset, leader_epoch)
-                if log_append_time:
-                    assert now is not None  # read above whenever the topic uses LogAppendTime
-                    # New max_timestamp and CRC in every batch: read the headers again.
-                    core_records.set_log_append_time(buf, now)
-                    headers = self._reparse_headers(buf, len(headers))
-                    if producers is not None:
-                        producers = state.prepare_append(headers, check=False)
-            else:
-                first_offset = headers[0].base_offset
-                next_offset = headers[-1].next_offset
-                if first_offset < self._log_end_offset:
-                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                     f"batch at offset {first_offset} is below the next "
-                                     f"expected offset {self._log_end_offset}")
-            segment = self._view.segments[-1]
-            reason = self._roll_reason(segment, size, headers, log_append_time,
-                                       next_offset - 1, now)
-            if reason is None and first_offset - segment.base_offset > INT32_MAX:
-                reason = "relative offset overflow"
-            if reason is not None:
-                if not assign_offsets:
-                    # Segment.append checks the order inside the batches too, but only once
-                    # the roll is done: check first, so a bad append changes nothing.
-                    self._check_follower_offsets(headers)
-                segment = self.roll(first_offset, now_ms=now, reason=reason)
-            try:
-                segment.append(buf)  # leaves no partial batch behind when the write fails
-            except (OSError, ValueError) as exc:
-                self._append_failed(segment, exc, assign_offsets)
-            self._log_end_offset = next_offset
-            if producers is None:
-                # commit_append's whole work for an append without producer batches.
-                if next_offset > state.map_end_offset:  # noqa: PLR1730 (a max() call costs more)
-                    state.map_end_offset = next_offset
-            else:
-                state.commit_append(producers, headers, next_offset,
-                                    offsets_assigned=assign_offsets and not log_append_time)
-            if next_offset - self._recovery_point >= config.flush_interval_messages:
-                flush_now = self._request_flush()
-            if assign_offsets and not log_append_time:
-                info = AppendInfo(first_offset, next_offset - 1, -1, self._log_start_offset,
-                                  next_offset - first_offset, headers, False, leader_epoch)
-            else:
-                info = AppendInfo(first_offset, next_offset - 1, now if log_append_time and now is not None else -1,
-                                  self._log_start_offset, None, headers)
+            producers = state.prepare_append(headers, check=False) if _has_producers(headers) else None
+            info, flush_now = self._write_locked(buf, headers, first_offset, producers, False, now_ms,
+                                                 leader=False)
         if flush_now:
             self.flush()
         return info
+
+    def _append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int | None,
+                          single_batch: bool) -> AppendInfo:
+        config = self._config
+        log_append_time = self._log_append_time
+        # The clock only when the batches get it; a roll decision reads it if it needs it.
+        now = time_ms() if now_ms is None and log_append_time else now_ms
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            first_offset = self._log_end_offset
+            headers = core_records.validate_and_assign(
+                buf, first_offset, leader_epoch, config.max_message_bytes,
+                decompress=self.validate_compressed,
+                log_append_time_ms=now if log_append_time and now is not None else -1,
+                max_batches=1 if single_batch else 0)
+            if not headers:
+                return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+            if self._compacts:
+                _check_keys(buf, headers)
+            self._check_size(len(buf))
+            state = self.producer_state
+            producers = state.prepare_append(headers, check=True) if _has_producers(headers) else None
+            if producers is not None and producers.duplicate is not None:
+                duplicate = producers.duplicate
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
+                                 self._prefix(), duplicate.first_offset, duplicate.last_offset)
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
+                                  self._log_start_offset, 0, [], duplicate=True)
+            info, flush_now = self._write_locked(buf, headers, first_offset, producers,
+                                                 log_append_time, now, leader=True)
+        if flush_now:
+            self.flush()
+        return info
+
+    def _check_size(self, size: int) -> None:
+        if size > self._config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{size} bytes do not fit in a segment of "
+                             f"{self._config.segment_bytes} bytes")
+
+    def _write_locked(self, buf: memoryview, headers: list[Any], first_offset: int, producers: Any,
+                      log_append_time: bool, now: int | None, *, leader: bool) -> tuple[AppendInfo, bool]:
+        """The segment write and what follows it, under the lock: roll if needed, append,
+        move the log end offset, commit producer state, schedule a flush. Returns the
+        AppendInfo and whether the caller must flush now (after releasing the lock)."""
+        config = self._config
+        size = len(buf)
+        next_offset = headers[-1].next_offset
+        segment = self._view.segments[-1]
+        reason = self._roll_reason(segment, size, headers, log_append_time, next_offset - 1, now)
+        if reason is None and first_offset - segment.base_offset > INT32_MAX:
+            reason = "relative offset overflow"
+        if reason is not None:
+            if not leader:
+                # Segment.append checks the order inside the batches too, but only once
+                # the roll is done: check first, so a bad append changes nothing.
+                self._check_follower_offsets(headers)
+            segment = self.roll(first_offset, now_ms=now, reason=reason)
+        try:
+            segment.append(buf)  # leaves no partial batch behind when the write fails
+        except (OSError, ValueError) as exc:
+            self._append_failed(segment, exc, leader)
+        self._log_end_offset = next_offset
+        state = self.producer_state
+        if producers is None:
+            # commit_append's whole work for an append without producer batches.
+            if next_offset > state.map_end_offset:  # noqa: PLR1730 (a max() call costs more)
+                state.map_end_offset = next_offset
+        else:
+            state.commit_append(producers, headers, next_offset, offsets_assigned=False)
+        flush_now = (next_offset - self._recovery_point >= config.flush_interval_messages
+                     and self._request_flush())
+        info = AppendInfo(first_offset, next_offset - 1,
+                          now if log_append_time and now is not None else -1,
+                          self._log_start_offset, next_offset - first_offset if leader else None,
+                          headers)
+        return info, flush_now
 
     def _append_failed(self, segment: Segment, exc: OSError | ValueError, leader: bool) -> None:
         """Raises what a failed Segment.append means to the caller."""
@@ -665,15 +654,6 @@ class Log:
             raise exc
         # A follower's batches whose offsets do not increase (checked before any write).
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
-
-    @staticmethod
-    def _reparse_headers(buf: memoryview, count: int) -> list[Any]:
-        headers, pos = [], 0
-        for _ in range(count):
-            h = core_records.parse_batch_header(buf, pos)
-            headers.append(h)
-            pos += h.size
-        return headers
 
     def _check_follower_offsets(self, headers: list[Any]) -> None:
         expected = self._log_end_offset

@@ -49,7 +49,8 @@ class BatchHeader:
     def crc(self) -> int: ...
     @property
     def attributes(self) -> int:
-        """Unsigned 16-bit attributes field."""
+        """The attributes field, Kafka's int16 (codec, timestamp type, transactional,
+        control bits)."""
     @property
     def last_offset_delta(self) -> int: ...
     @property
@@ -204,6 +205,38 @@ def validate_batches(
     from_client adds the rules for batches straight from a producer (Kafka's LogValidator):
     at least one record, offset deltas exactly 0..n-1, last_offset_delta = n - 1.
     """
+
+def validate_and_assign(
+    buf: Buffer,
+    base_offset: int,
+    partition_leader_epoch: int,
+    max_batch_size: int = 0,
+    *,
+    decompress: bool = False,
+    log_append_time_ms: int = -1,
+    max_batches: int = 0,
+    max_decompressed_size: int = ...,
+) -> list[BatchHeader]:
+    """The leader's one pass over a producer's batches (Kafka's LogValidator): the checks
+    of ``validate_batches(..., from_client=True)`` and, batch by batch as each passes,
+    base_offset (running from ``base_offset``) and partition_leader_epoch written in
+    place, plus LogAppendTime and a new CRC-32C when ``log_append_time_ms`` >= 0. Returns
+    the headers as patched. ``max_batches`` > 0 raises InvalidRecordError beyond that
+    many batches (Produce v3+ allows one). The buffer must be writable; on error nothing
+    is to be written (earlier batches may be patched already)."""
+
+BATCH_HEADER_SIZE: int
+"""61: the fixed v2 batch header (batch.h)."""
+LOG_OVERHEAD: int
+"""12: base_offset and batch_length, the bytes batch_length does not count."""
+BATCH_HEADER_FORMAT: str
+"""The struct format of the 61 header bytes (attributes as Kafka's int16)."""
+BATCH_FIELD_OFFSETS: dict[str, int]
+"""Header field -> byte offset in the batch (batch.h's table)."""
+ATTR_CODEC_MASK: int
+ATTR_TIMESTAMP_TYPE: int
+ATTR_TRANSACTIONAL: int
+ATTR_CONTROL: int
 
 def assign_offsets(buf: Buffer, base_offset: int, partition_leader_epoch: int = -1) -> int:
     """In place, for every batch of the writable buffer: base_offset (running) and

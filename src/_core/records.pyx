@@ -28,6 +28,27 @@ import cramjam
 
 from pykfk._core.errors import CorruptBatchError, InvalidRecordError, RecordTooLargeError
 
+# The v2 batch header as Python sees it, from batch.h's declaration (the one owner of
+# the layout: see the field table there). BATCH_HEADER_FORMAT packs and unpacks the 61
+# bytes with struct: base_offset q, batch_length i, partition_leader_epoch i, magic b,
+# crc I, attributes h (Kafka's int16), last_offset_delta i, base_timestamp q,
+# max_timestamp q, producer_id q, producer_epoch h, base_sequence i, records_count i.
+BATCH_HEADER_SIZE = PK_BATCH_HEADER_SIZE
+LOG_OVERHEAD = PK_BATCH_LOG_OVERHEAD
+BATCH_HEADER_FORMAT = ">qiibIhiqqqhii"
+BATCH_FIELD_OFFSETS = {
+    "base_offset": PK_BATCH_BASE_OFFSET, "batch_length": PK_BATCH_LENGTH,
+    "partition_leader_epoch": PK_BATCH_LEADER_EPOCH, "magic": PK_BATCH_MAGIC, "crc": PK_BATCH_CRC,
+    "attributes": PK_BATCH_ATTRIBUTES, "last_offset_delta": PK_BATCH_LAST_OFFSET_DELTA,
+    "base_timestamp": PK_BATCH_BASE_TIMESTAMP, "max_timestamp": PK_BATCH_MAX_TIMESTAMP,
+    "producer_id": PK_BATCH_PRODUCER_ID, "producer_epoch": PK_BATCH_PRODUCER_EPOCH,
+    "base_sequence": PK_BATCH_BASE_SEQUENCE, "records_count": PK_BATCH_RECORDS_COUNT,
+}
+ATTR_CODEC_MASK = PK_ATTR_CODEC_MASK
+ATTR_TIMESTAMP_TYPE = PK_ATTR_TIMESTAMP_TYPE
+ATTR_TRANSACTIONAL = PK_ATTR_TRANSACTIONAL
+ATTR_CONTROL = PK_ATTR_CONTROL
+
 # Compression codec ids (attributes bits 0-2), as in apache/kafka CompressionType.
 CODEC_NONE = 0
 CODEC_GZIP = 1
@@ -133,7 +154,7 @@ cdef BatchHeader _header_object(const pk_batch_header *h):
     o.partition_leader_epoch = h.partition_leader_epoch
     o.magic = h.magic
     o.crc = h.crc
-    o.attributes = <uint16_t>h.attributes
+    o.attributes = h.attributes
     o.last_offset_delta = h.last_offset_delta
     o.base_timestamp = h.base_timestamp
     o.max_timestamp = h.max_timestamp
@@ -198,12 +219,41 @@ cdef enum:
     _HEADERS_PER_TRIP = 64
 
 
+cdef struct _Assignment:
+    # In-place patches a leader makes while validating (Kafka's LogValidator): the next
+    # offset to give (-1: no patching, a follower's or a reader's validation), the leader
+    # epoch, and the LogAppendTime timestamp (-1: the topic keeps CreateTime).
+    int64_t next_offset
+    int32_t leader_epoch
+    int64_t append_time
+
+
+cdef inline void _patch(uint8_t *b, pk_batch_header *h, Py_ssize_t total, _Assignment *a) noexcept nogil:
+    """The leader's patches of one validated batch, mirrored into its header. base_offset
+    and partition_leader_epoch sit before the CRC-covered bytes; LogAppendTime changes
+    attributes and max_timestamp, which the CRC covers, so it is recomputed."""
+    pk_store_u64(b + PK_BATCH_BASE_OFFSET, <uint64_t>a.next_offset)
+    pk_store_u32(b + PK_BATCH_LEADER_EPOCH, <uint32_t>a.leader_epoch)
+    h.base_offset = a.next_offset
+    h.partition_leader_epoch = a.leader_epoch
+    a.next_offset += <int64_t>h.last_offset_delta + 1
+    if a.append_time >= 0:
+        h.attributes = <int16_t>(h.attributes | PK_ATTR_TIMESTAMP_TYPE)
+        h.max_timestamp = a.append_time
+        pk_store_u16(b + PK_BATCH_ATTRIBUTES, <uint16_t>h.attributes)
+        pk_store_u64(b + PK_BATCH_MAX_TIMESTAMP, <uint64_t>a.append_time)
+        h.crc = pk_crc32c(0, b + PK_BATCH_ATTRIBUTES, <size_t>(total - PK_BATCH_ATTRIBUTES))
+        pk_store_u32(b + PK_BATCH_CRC, h.crc)
+
+
 cdef Py_ssize_t _validate_trip(const uint8_t *p, Py_ssize_t length, Py_ssize_t pos,
                                size_t max_batch_size, int checks, bint stop_at_compressed,
-                               pk_batch_header *hs, int *count, int *rc, pk_batch_error *err) noexcept nogil:
+                               pk_batch_header *hs, int *count, int *rc, pk_batch_error *err,
+                               _Assignment *assign) noexcept nogil:
     """Validates batches from pos until _HEADERS_PER_TRIP are done, the buffer ends, a
     batch fails (*rc) or, with stop_at_compressed, right after a compressed batch; returns
-    the position after the last valid batch."""
+    the position after the last valid batch. With ``assign`` (next_offset >= 0) each valid
+    batch is patched in place right after its check, so the bytes are walked once."""
     cdef Py_ssize_t total
     count[0] = 0
     rc[0] = PK_BATCH_OK
@@ -213,6 +263,8 @@ cdef Py_ssize_t _validate_trip(const uint8_t *p, Py_ssize_t length, Py_ssize_t p
         if rc[0] != PK_BATCH_OK:
             break
         total = <Py_ssize_t>hs[count[0]].batch_length + PK_BATCH_LOG_OVERHEAD
+        if assign.next_offset >= 0:
+            _patch(<uint8_t *>(p + pos), &hs[count[0]], total, assign)
         count[0] += 1
         pos += total
         if stop_at_compressed and (hs[count[0] - 1].attributes & PK_ATTR_CODEC_MASK):
@@ -227,6 +279,38 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
 
     See records.pyi for the rules. One Python object per batch, none per record.
     """
+    cdef _Assignment none
+    none.next_offset = -1
+    none.leader_epoch = -1
+    none.append_time = -1
+    return _validate(buf, PyBUF_SIMPLE, max_batch_size, check_records, from_client, decompress,
+                     max_decompressed_size, &none, 0)
+
+
+def validate_and_assign(buf, int64_t base_offset, int32_t partition_leader_epoch,
+                        Py_ssize_t max_batch_size=0, *, bint decompress=False,
+                        int64_t log_append_time_ms=-1, Py_ssize_t max_batches=0,
+                        Py_ssize_t max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE):
+    """The leader's one step over a producer's batches (Kafka's LogValidator): validate
+    as ``validate_batches(..., from_client=True)`` and, batch by batch in the same pass,
+    write base offsets from ``base_offset`` and ``partition_leader_epoch`` in place (and
+    LogAppendTime with a new CRC when ``log_append_time_ms`` >= 0). Returns the headers
+    as patched. ``max_batches`` > 0 refuses more batches than that (InvalidRecordError).
+    On error nothing is to be written: batches before the bad one may be patched already.
+    """
+    cdef _Assignment assign
+    if base_offset < 0:
+        raise ValueError("base_offset must be >= 0")
+    assign.next_offset = base_offset
+    assign.leader_epoch = partition_leader_epoch
+    assign.append_time = log_append_time_ms
+    return _validate(buf, PyBUF_WRITABLE, max_batch_size, True, True, decompress,
+                     max_decompressed_size, &assign, max_batches)
+
+
+cdef list _validate(buf, int flags, Py_ssize_t max_batch_size, bint check_records,
+                    bint from_client, bint decompress, Py_ssize_t max_decompressed_size,
+                    _Assignment *assign, Py_ssize_t max_batches):
     cdef Py_buffer view
     cdef pk_batch_header hs[_HEADERS_PER_TRIP]
     cdef pk_batch_error err
@@ -238,7 +322,7 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
     cdef list headers = []
     if max_batch_size < 0:
         raise ValueError("max_batch_size must be >= 0 (0 = no limit)")
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    PyObject_GetBuffer(buf, &view, flags)
     try:
         p = <const uint8_t *>view.buf
         while pos < view.len:
@@ -247,12 +331,16 @@ def validate_batches(buf, Py_ssize_t max_batch_size=0, bint check_records=True, 
             if view.len - pos >= _GIL_RELEASE_BYTES:
                 with nogil:
                     pos = _validate_trip(p, view.len, pos, <size_t>max_batch_size, checks, inflate,
-                                         hs, &count, &rc, &err)
+                                         hs, &count, &rc, &err, assign)
             else:
                 pos = _validate_trip(p, view.len, pos, <size_t>max_batch_size, checks, inflate,
-                                     hs, &count, &rc, &err)
+                                     hs, &count, &rc, &err, assign)
             for k in range(count):
                 headers.append(_header_object(&hs[k]))
+            if max_batches > 0 and len(headers) > max_batches:
+                raise InvalidRecordError(
+                    f"Produce v3+ requires exactly one record batch per partition, got more than "
+                    f"{max_batches}", "batch_length", 0, 0)
             # A trip ends right after a compressed batch whose records are to be checked, so
             # errors come in the order of the bytes (and a failing batch never follows it).
             if count and inflate and (hs[count - 1].attributes & PK_ATTR_CODEC_MASK):

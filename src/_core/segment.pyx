@@ -58,8 +58,6 @@ cdef extern from "<unistd.h>" nogil:
 cdef enum:
     INDEX_ENTRY_SIZE = 8
     TIMEINDEX_ENTRY_SIZE = 12
-    # Header bytes read per batch when walking the log (batch.h's fixed header).
-    HEADER_SIZE = 61
     # Header window of a scan. A lookup's first read is small (512 B: a random position
     # costs the copy of what is read, mostly from DRAM, so a 4 KiB read costs ~2x a
     # 512 B one); a scan that runs on past its window reads a page at a time, since
@@ -693,9 +691,9 @@ cdef class Segment:
         cdef size_t want
         cdef pk_batch_error err
         cdef int rc
-        if pos < 0 or avail < HEADER_SIZE:
+        if pos < 0 or avail < _batch.PK_BATCH_HEADER_SIZE:
             return _batch.PK_BATCH_INCOMPLETE
-        if not (pos >= self._win_pos and pos + HEADER_SIZE <= self._win_pos + self._win_len):
+        if not (pos >= self._win_pos and pos + _batch.PK_BATCH_HEADER_SIZE <= self._win_pos + self._win_len):
             if self._win_len and self._win_pos <= pos < self._win_pos + self._win_len + WINDOW_BYTES:
                 want = WINDOW_BYTES       # a walk running on past the window
             else:
@@ -709,9 +707,9 @@ cdef class Segment:
                 return -2
             self._win_pos = pos
             self._win_len = got
-            if got < HEADER_SIZE:
+            if got < _batch.PK_BATCH_HEADER_SIZE:
                 return _batch.PK_BATCH_INCOMPLETE
-        rc = _batch.pk_batch_parse_header(self._window + (pos - self._win_pos), HEADER_SIZE, h, &err)
+        rc = _batch.pk_batch_parse_header(self._window + (pos - self._win_pos), _batch.PK_BATCH_HEADER_SIZE, h, &err)
         if rc != _batch.PK_BATCH_OK:
             return _batch.PK_BATCH_CORRUPT
         if h.last_offset_delta < 0:
@@ -796,7 +794,7 @@ cdef class Segment:
         if tail_max > self.max_timestamp:
             self.max_timestamp = tail_max
             self._offset_of_max_timestamp = tail_max_off
-        if self.size >= HEADER_SIZE and self._read_header(0, &h) == _batch.PK_BATCH_OK:
+        if self.size >= _batch.PK_BATCH_HEADER_SIZE and self._read_header(0, &h) == _batch.PK_BATCH_OK:
             self.first_batch_timestamp = h.max_timestamp
         return None
 

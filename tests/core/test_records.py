@@ -377,8 +377,38 @@ def test_snappy_raw_and_xerial_both_read():
 
 
 def test_header_checks_struct_layout():
-    """BatchHeader's attributes are the unsigned 16-bit field as stored."""
+    """BatchHeader's attributes are Kafka's int16, as BATCH_HEADER_FORMAT reads them."""
     batch = bytearray(core.build_batch(SAMPLE))
     struct.pack_into(">H", batch, 21, 0x8000)
     h = core.parse_batch_header(batch)
-    assert h.attributes == 0x8000 and h.compression == 0
+    assert h.attributes == -0x8000 == struct.unpack_from(core.BATCH_HEADER_FORMAT, batch)[5]
+    assert h.compression == 0
+
+
+def test_the_batch_layout_has_one_owner_and_the_oracle_agrees():
+    import struct
+
+    from pykfk._core import records as core
+
+    from pykfk._reference import records as oracle
+    from pykfk._reference import segment as oracle_segment
+
+    assert core.BATCH_HEADER_SIZE == struct.calcsize(core.BATCH_HEADER_FORMAT) == oracle.HEADER_SIZE == 61
+    assert core.LOG_OVERHEAD == oracle.LOG_OVERHEAD == oracle_segment.LOG_OVERHEAD == 12
+    assert oracle_segment.HEADER_SIZE == core.BATCH_HEADER_SIZE
+    assert core.BATCH_HEADER_FORMAT == oracle._HEADER.format
+    offsets = core.BATCH_FIELD_OFFSETS
+    assert (offsets["base_offset"], offsets["batch_length"], offsets["partition_leader_epoch"], offsets["magic"],
+            offsets["crc"], offsets["attributes"]) == (oracle.BASE_OFFSET, oracle.LENGTH, oracle.LEADER_EPOCH,
+                                                       oracle.MAGIC, oracle.CRC, oracle.ATTRIBUTES)
+    assert (offsets["last_offset_delta"], offsets["max_timestamp"], offsets["records_count"]) == (
+        oracle.LAST_OFFSET_DELTA, oracle.MAX_TIMESTAMP, oracle.RECORDS_COUNT)
+    assert (core.ATTR_CODEC_MASK, core.ATTR_TIMESTAMP_TYPE, core.ATTR_TRANSACTIONAL, core.ATTR_CONTROL) == (
+        oracle.ATTR_CODEC_MASK, oracle.ATTR_TIMESTAMP_TYPE, oracle.ATTR_TRANSACTIONAL, oracle.ATTR_CONTROL)
+    # The struct format reads a header field for field as the core's parser does.
+    batch = core.build_batch([(b"k", b"v", 1_700_000_000_000, [])], producer_id=7, producer_epoch=2, base_sequence=5)
+    fields = struct.unpack_from(core.BATCH_HEADER_FORMAT, batch)
+    h = core.parse_batch_header(batch)
+    assert fields == (h.base_offset, h.batch_length, h.partition_leader_epoch, h.magic, h.crc, h.attributes,
+                      h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+                      h.base_sequence, h.records_count)

@@ -57,24 +57,17 @@ def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> 
     return [encode_produce_response(version, correlation_id, body)]
 
 
-def _check_v3_records(buf: Any) -> None:
-    if len(buf) < 17:
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
-    if core_records.is_legacy(buf):
-        raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
-    count, _complete = core_records.scan_batches(buf)
-    if count != 1:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            f"Produce v3+ requires exactly one record batch per partition, got {count}",
-        )
-
-
 def _checked_records(records: Any, version: int) -> Any:
+    """What the log's single validating pass cannot tell: no data at all, and (v3+) a
+    legacy message set, which is INVALID_RECORD there, not a corrupt batch. Both read a
+    byte or two; v0-2 legacy message sets are converted to a v2 batch here."""
     if records is None or len(records) == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
     if version >= 3:
-        _check_v3_records(records)
+        if len(records) < 17:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
+        if core_records.is_legacy(records):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
     elif core_records.is_legacy(records):
         records = core_records.convert_legacy(records)
     return records
@@ -119,7 +112,8 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                     # refuses client writes to its internal topics the same way.
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
                 leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
-                info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms)
+                info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
+                                                   require_single_batch=version >= 3)
                 result = _success(info, index)
                 if wait is not None:
                     pending = pending or []
