@@ -220,3 +220,77 @@ def test_produce_request(benchmark, report, tmp_path, idempotent) -> None:  # ty
         benchmark.pedantic(one_round, rounds=1, iterations=1)
     finally:
         harness.close()
+
+
+# -- Fetch ----------------------------------------------------------------------------------
+
+FETCH = 1
+FETCH_VERSION = 11
+
+
+def _fetch_frame(correlation_id: int, offset: int) -> bytes:
+    """A consumer's Fetch v11 for one partition from ``offset``, answered at once
+    (min_bytes 1, data there): one 200-byte record batch comes back through sendfile."""
+    body = {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                     "fetch_offset": offset, "log_start_offset": -1,
+                                                     "partition_max_bytes": 1}]}],
+    }
+    return framing.encode_request(FETCH, FETCH_VERSION, correlation_id, "rdkafka", body)
+
+
+# Requests in flight at once: a pipelining consumer, well under queued.max.requests.
+FETCH_WINDOW = 100
+
+
+async def _fetch_all(harness: Any, frames: list[bytes]) -> int:
+    """Feed the frames as socket reads, FETCH_WINDOW at a time, and wait for every
+    response; returns the bytes received."""
+    received = 0
+    for start in range(0, len(frames), FETCH_WINDOW):
+        received += await _fetch_window(harness, frames[start : start + FETCH_WINDOW])
+    return received
+
+
+async def _fetch_window(harness: Any, frames: list[bytes]) -> int:
+    loop = asyncio.get_running_loop()
+    conn = harness.conn
+    for frame in frames:
+        n = len(frame)
+        conn.get_buffer(n)[:n] = frame
+        conn.buffer_updated(n)
+    received, answered, pending = 0, 0, b""
+    while answered < len(frames):
+        chunk = await loop.sock_recv(harness.peer, 1 << 20)
+        received += len(chunk)
+        pending += chunk
+        while len(pending) >= 4 and len(pending) >= 4 + _SIZE.unpack_from(pending, 0)[0]:
+            pending = pending[4 + _SIZE.unpack_from(pending, 0)[0]:]
+            answered += 1
+    return received
+
+
+@pytest.mark.benchmark(group="fetch-request")
+def test_fetch_request(benchmark, report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    disabled = getattr(benchmark, "disabled", False)
+    calls, rounds = (100, 2) if disabled else (2000, 15)
+    harness = _Harness(str(tmp_path / "data"))
+    try:
+        harness.send_kept(_frames(calls, idempotent=False))  # the records to fetch
+        frames = [_fetch_frame(i, i) for i in range(calls)]
+        received = harness.run(_fetch_all(harness, frames[:10]))
+        assert received > 10 * len(RECORD_VALUE)  # record bytes came back
+        times = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            harness.run(_fetch_all(harness, frames))
+            times.append((time.perf_counter() - start) / calls)
+        best, median = min(times) * 1e6, statistics.median(times) * 1e6
+        benchmark.extra_info["us_per_request"] = round(best, 3)
+        report(f"Fetch v11, one partition, one 200 B record batch per request: {best:.2f} us/request "
+               f"best-of-{rounds}, {median:.2f} us median")
+        benchmark.pedantic(lambda: harness.run(_fetch_all(harness, frames)), rounds=1, iterations=1)
+    finally:
+        harness.close()

@@ -47,10 +47,14 @@ class Broker:
         self.server: KafkaServer | None = None
         self.host = ""
         self.port = 0
-        self._stopping = False
+        # BrokerServices, set by start() (plain attributes: handlers read them per request).
+        self.metadata: MetadataStore
+        self.replica_manager: ReplicaManager
+        self.topics: TopicManager
+        self.group_coordinator: GroupCoordinator
+        self.stopping = False
         self._started = False
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
-        self._topics: TopicManager | None = None
         self._group_coordinator: GroupCoordinator | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -64,8 +68,10 @@ class Broker:
         cfg = self.config
         for directory in cfg.log_dirs:
             os.makedirs(directory, exist_ok=True)
-        store = await self.cluster.connect()
-        self._topics = TopicManager(cfg, store, self._default_log_config)
+        store = self.metadata = await self.cluster.connect()
+        assert self.cluster.replica_manager is not None
+        self.replica_manager = self.cluster.replica_manager
+        self.topics = TopicManager(cfg, store, self._default_log_config)
         self.log_manager = self._new_log_manager(store.cluster_id)
         # Recovery after an unclean stop can take a while: keep the loop free meanwhile.
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)
@@ -110,9 +116,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Hand leaderships over, answer in-flight requests, flush and checkpoint."""
-        if self._stopping:
+        if self.stopping:
             return
-        self._stopping = True
+        self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
         await self.cluster.controlled_shutdown()
         if self._group_coordinator is not None:
@@ -138,7 +144,7 @@ class Broker:
             # As in Kafka, an existing topic's partition count wins over the setting: the
             # group -> partition mapping must not move under committed offsets.
             props["offsets.topic.num.partitions"] = info.partitions
-        self._group_coordinator = GroupCoordinator(
+        self._group_coordinator = self.group_coordinator = GroupCoordinator(
             GroupConfig.from_properties(props), partition_exists=self.partition_exists
         )
         await self._group_coordinator.start()
@@ -148,32 +154,6 @@ class Broker:
     @property
     def broker_id(self) -> int:
         return self.config.broker_id
-
-    @property
-    def metadata(self) -> MetadataStore:
-        store = self.cluster.store
-        assert store is not None, "the broker has not started"
-        return store
-
-    @property
-    def replica_manager(self) -> ReplicaManager:
-        manager = self.cluster.replica_manager
-        assert manager is not None, "the broker has not started"
-        return manager
-
-    @property
-    def topics(self) -> TopicManager:
-        assert self._topics is not None, "the broker has not started"
-        return self._topics
-
-    @property
-    def group_coordinator(self) -> GroupCoordinator:
-        assert self._group_coordinator is not None, "the broker has not started"
-        return self._group_coordinator
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
 
     async def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use (Kafka does so on the first

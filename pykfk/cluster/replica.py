@@ -187,21 +187,6 @@ class Partition:
     def min_insync_replicas(self) -> int:
         return self.manager.min_insync_replicas_for(self.topic)
 
-    def append_as_leader(self, records: Any, acks: int, *, require_single_batch: bool = False) -> Any:
-        if self.role != LEADER:
-            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                             f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
-        if acks == -1 and len(self.isr) < self.min_insync_replicas():
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
-                             f"min.insync.replicas={self.min_insync_replicas()}")
-        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
-        if self.remote:
-            self.maybe_advance_high_watermark()
-        else:  # the high watermark moved with the log end offset
-            self.manager.high_watermark_moved(self)
-        return info
-
     def append_records(
         self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False
     ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
@@ -212,9 +197,20 @@ class Partition:
         the produce error code, or a pykfk._core error for bad bytes.
         ``require_single_batch``: Produce v3+ (exactly one batch, checked in the same
         pass that validates the bytes)."""
-        info = self.append_as_leader(records, acks, require_single_batch=require_single_batch)
-        # Consumers were woken if the high watermark moved (no follower to wait for).
-        self.manager.log_end_waiters.notify(self.topic, self.partition)
+        if self.role != LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
+        if acks == -1 and len(self.isr) < self.min_insync_replicas():
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
+                             f"min.insync.replicas={self.min_insync_replicas()}")
+        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
+        manager = self.manager
+        if self.remote:
+            self.maybe_advance_high_watermark()
+        else:  # no follower: the high watermark moved with the log end offset
+            manager.high_watermark_waiters.notify(self.topic, self.partition)
+        manager.log_end_waiters.notify(self.topic, self.partition)
         if acks != -1 or info.last_offset < 0:
             return info, None
         required = info.last_offset + 1
@@ -625,13 +621,17 @@ class ReplicaManager:
         """(log, read limit) for a Fetch: consumers read up to the high watermark,
         followers up to the log end offset; a follower's ``fetch_offset`` is its position
         (once per request: ``report_position`` is False when a parked fetch reads again)."""
-        found = self.leader_partition(topic, partition)
-        found.check_leader_epoch(current_leader_epoch)
+        found = self.partitions.get((topic, partition))
+        if found is None or found.role != LEADER:
+            found = self.leader_partition(topic, partition)  # raises the right error
+        if current_leader_epoch >= 0 and current_leader_epoch != found.leader_epoch:
+            found.check_leader_epoch(current_leader_epoch)
+        plog = found.log
         if replica_id >= 0:
             if report_position:
                 found.follower_fetched(replica_id, fetch_offset)
-            return found.log, found.log.log_end_offset
-        return found.log, found.high_watermark
+            return plog, plog.log_end_offset
+        return plog, plog.high_watermark
 
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, current_leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch on the leader: (epoch, end offset)."""

@@ -538,13 +538,49 @@ class Log:
         violations and RECORD_LIST_TOO_LARGE.
         """
         buf = records if type(records) is memoryview else memoryview(records)
-        if assign_offsets:
-            if len(buf) > 16 and core_records.is_legacy(buf):
-                buf = memoryview(core_records.convert_legacy(buf))
-            elif buf.readonly:
-                buf = memoryview(bytearray(buf))  # offsets are written in place
-            return self._append_as_leader(buf, leader_epoch, now_ms, require_single_batch)
-        # A follower copies batches its leader already checked (no record walk).
+        if not assign_offsets:
+            return self._append_as_follower(buf, now_ms)
+        if len(buf) > 16 and core_records.is_legacy(buf):
+            buf = memoryview(core_records.convert_legacy(buf))
+        elif buf.readonly:
+            buf = memoryview(bytearray(buf))  # offsets are written in place
+        config = self._config
+        log_append_time = self._log_append_time
+        # The clock only when the batches get it; a roll decision reads it if it needs it.
+        now = time_ms() if now_ms is None and log_append_time else now_ms
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            first_offset = self._log_end_offset
+            headers = core_records.validate_and_assign(
+                buf, first_offset, leader_epoch, config.max_message_bytes,
+                decompress=self.validate_compressed,
+                log_append_time_ms=now if log_append_time and now is not None else -1,
+                max_batches=1 if require_single_batch else 0)
+            if not headers:
+                return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+            if self._compacts:
+                _check_keys(buf, headers)
+            if len(buf) > config.segment_bytes:
+                self._check_size(len(buf))
+            producers = (self.producer_state.prepare_append(headers, check=True)
+                         if _has_producers(headers) else None)
+            if producers is not None and producers.duplicate is not None:
+                duplicate = producers.duplicate
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
+                                 self._prefix(), duplicate.first_offset, duplicate.last_offset)
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
+                                  self._log_start_offset, 0, [], duplicate=True)
+            info, flush_now = self._write_locked(buf, headers, first_offset, producers,
+                                                 log_append_time, now, leader=True)
+        if flush_now:
+            self.flush()
+        return info
+
+    def _append_as_follower(self, buf: memoryview, now_ms: int | None) -> AppendInfo:
+        """Batches fetched from the leader keep their offsets; validated without the
+        record walk (the leader checked them)."""
         headers = core_records.validate_batches(buf, self._config.max_message_bytes)
         if not headers:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
@@ -561,41 +597,6 @@ class Log:
             producers = state.prepare_append(headers, check=False) if _has_producers(headers) else None
             info, flush_now = self._write_locked(buf, headers, first_offset, producers, False, now_ms,
                                                  leader=False)
-        if flush_now:
-            self.flush()
-        return info
-
-    def _append_as_leader(self, buf: memoryview, leader_epoch: int, now_ms: int | None,
-                          single_batch: bool) -> AppendInfo:
-        config = self._config
-        log_append_time = self._log_append_time
-        # The clock only when the batches get it; a roll decision reads it if it needs it.
-        now = time_ms() if now_ms is None and log_append_time else now_ms
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            first_offset = self._log_end_offset
-            headers = core_records.validate_and_assign(
-                buf, first_offset, leader_epoch, config.max_message_bytes,
-                decompress=self.validate_compressed,
-                log_append_time_ms=now if log_append_time and now is not None else -1,
-                max_batches=1 if single_batch else 0)
-            if not headers:
-                return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
-            if self._compacts:
-                _check_keys(buf, headers)
-            self._check_size(len(buf))
-            state = self.producer_state
-            producers = state.prepare_append(headers, check=True) if _has_producers(headers) else None
-            if producers is not None and producers.duplicate is not None:
-                duplicate = producers.duplicate
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug("%s Duplicate batch of an idempotent producer, offsets %d-%d",
-                                 self._prefix(), duplicate.first_offset, duplicate.last_offset)
-                return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1,
-                                  self._log_start_offset, 0, [], duplicate=True)
-            info, flush_now = self._write_locked(buf, headers, first_offset, producers,
-                                                 log_append_time, now, leader=True)
         if flush_now:
             self.flush()
         return info

@@ -76,7 +76,8 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool) -> tuple[l
                 partitions.append(_partition_error(part.partition, exc.code))
                 error = True
                 continue
-            high_watermark = plog.high_watermark
+            # A consumer's read limit is the high watermark already; a follower's the end.
+            high_watermark = max_offset if request.replica_id < 0 else plog.high_watermark
             limit = min(part.partition_max_bytes, remaining)
             records: Any = b""
             try:
@@ -136,9 +137,6 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-    # A follower waits for the leader's log to grow; a consumer for the high watermark.
-    waiters = broker.replica_manager.fetch_waiters(request.replica_id)
     first_pass = True
     while True:
         responses, available, error = _read_all(ctx, request, first_pass)
@@ -147,7 +145,9 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
         _release_fds(ctx)
-        await waiters.wait(keys, remaining)
+        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        # A follower waits for the leader's log to grow; a consumer for the high watermark.
+        await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
 
 
 def _release_fds(ctx: RequestContext) -> None:
