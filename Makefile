@@ -31,8 +31,8 @@ bench: compile      ## pytest-benchmark suites (figures printed against their ba
 bench-fast: compile ## one quick pass of every bench so they never rot
 	$(PYTHON) -m pytest bench -q --benchmark-disable
 
-lint:
-	$(PYTHON) -m ruff check pykfk src tests bench pykfk_spark tools
+lint:               ## ruff on the tree, mypy --strict on the broker packages
+	$(PYTHON) -m pytest -q tests/test_sourcecode.py
 
 clean:
 	rm -rf build dist *.egg-info src/_core/*.so src/_core/*.html

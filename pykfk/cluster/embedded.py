@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -36,9 +35,8 @@ from pykfk.cluster.metadata import (
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
+    notify_listeners,
 )
-
-log = logging.getLogger("pykfk.cluster")
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
@@ -131,11 +129,7 @@ class EmbeddedMetadataStore:
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: Any) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(kind, key)
-            except Exception:
-                log.exception("metadata listener failed on %s %r", kind, key)
+        notify_listeners(self._listeners, kind, key)
 
     async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Every change is applied before its call returns: nothing to wait for."""

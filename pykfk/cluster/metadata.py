@@ -9,6 +9,7 @@ ensemble. Nothing above ``pykfk/cluster/`` knows which backend runs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,6 +73,18 @@ class UnknownTopicError(Exception):
 # A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
 # "partition" (key: (topic, partition)), "broker", "controller" or "session".
 StoreListener = Callable[[str, Any], None]
+
+log = logging.getLogger("pykfk.cluster")
+
+
+def notify_listeners(listeners: list[StoreListener], kind: str, key: Any) -> None:
+    """Tell every listener of a change; one failing listener does not stop the others
+    (the copy lets a listener remove itself)."""
+    for listener in list(listeners):
+        try:
+            listener(kind, key)
+        except Exception:
+            log.exception("metadata listener failed on %s %r", kind, key)
 
 
 @runtime_checkable

@@ -46,6 +46,7 @@ from pykfk.cluster.metadata import (
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
+    notify_listeners,
 )
 
 log = logging.getLogger("pykfk.cluster")
@@ -292,11 +293,7 @@ class ZooKeeperMetadataStore:
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: Any) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(kind, key)
-            except Exception:
-                log.exception("metadata listener failed on %s %r", kind, key)
+        notify_listeners(self._listeners, kind, key)
 
     async def _wait(self, async_result: Any, timeout: float | None = None) -> Any:
         """Await a kazoo IAsyncResult on the loop."""

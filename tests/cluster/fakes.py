@@ -9,7 +9,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError
 
-from pykfk.cluster.metadata import BrokerInfo, PartitionState, TopicInfo
+from pykfk.cluster.metadata import BrokerInfo, PartitionState, TopicInfo, notify_listeners
 
 
 class FakeStore:
@@ -159,5 +159,4 @@ class FakeStore:
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: Any) -> None:
-        for listener in list(self._listeners):
-            listener(kind, key)
+        notify_listeners(self._listeners, kind, key)
