@@ -32,6 +32,7 @@ from pykfk.log import LogConfig, LogManager
 
 if TYPE_CHECKING:
     from pykfk.group import GroupCoordinator
+    from pykfk.group.leadership import CoordinatorLeadership
     from pykfk.server.connection import KafkaServer
 
 log = logging.getLogger("pykfk.broker")
@@ -56,6 +57,7 @@ class Broker:
         self._started = False
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
         self._group_coordinator: GroupCoordinator | None = None
+        self._coordinator_leadership: CoordinatorLeadership | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -121,6 +123,8 @@ class Broker:
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
         await self.cluster.controlled_shutdown()
+        if self._coordinator_leadership is not None:
+            await self._coordinator_leadership.stop()
         if self._group_coordinator is not None:
             # Parked JoinGroup/SyncGroup calls answer NOT_COORDINATOR while the server
             # can still send them; pending offset writes finish before the logs close.
@@ -137,6 +141,7 @@ class Broker:
         """Start the coordinator before joining: it loads the ``__consumer_offsets``
         partitions this broker leads as leaderships arrive."""
         from pykfk.group import GroupConfig, GroupCoordinator
+        from pykfk.group.leadership import CoordinatorLeadership
 
         props = self.config.group_properties()
         info = self.metadata.get_topic(OFFSETS_TOPIC)
@@ -148,6 +153,9 @@ class Broker:
             GroupConfig.from_properties(props), partition_exists=self.partition_exists
         )
         await self._group_coordinator.start()
+        # It loads the __consumer_offsets partitions this broker comes to lead.
+        self._coordinator_leadership = CoordinatorLeadership(
+            self.group_coordinator, self.replica_manager, self.config["offsets.commit.timeout.ms"])
 
     # -- BrokerServices --------------------------------------------------------------
 
@@ -164,6 +172,7 @@ class Broker:
 
         configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
         await self.cluster.ensure_offsets_topic(self.group_coordinator.config.offsets_topic_num_partitions, configs)
+        await self._coordinator_leadership.settled()
 
     def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
         return self.cluster.leader_node(OFFSETS_TOPIC, offsets_partition)

@@ -36,7 +36,6 @@ from pykfk.cluster.metadata import (
 )
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
 from pykfk.cluster.topics import OFFSETS_TOPIC
-from pykfk.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -51,9 +50,7 @@ class ClusterNode:
         self.store: MetadataStore | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: Controller | None = None
-        self._coordinator_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._coordinator_moves: set[asyncio.Task[Any]] = set()
         self._known_partitions: dict[str, int] = {}
         self._stopping = False
         self._shutdown_requested = False
@@ -114,7 +111,6 @@ class ClusterNode:
         )
         assert self.replica_manager is not None
         self.replica_manager.log_manager = broker.log_manager
-        self.replica_manager.leadership_listeners.append(self._on_leadership)
         self.replica_manager.start()
         store.add_listener(self._on_store_event)
         self._delete_stray_logs()
@@ -268,46 +264,12 @@ class ClusterNode:
             log.info("deleting log %s-%d: the topic no longer exists", topic, partition)
             self.broker.log_manager.delete_log(topic, partition)
 
-    # -- group coordinator follows __consumer_offsets leadership -----------------------
-
-    def _on_leadership(self, topic: str, partition: int, leader: bool) -> None:
-        if topic == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
-            task = asyncio.get_running_loop().create_task(self._move_coordinator(partition, leader))
-            for tasks in (self._tasks, self._coordinator_moves):
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-
-    async def coordinator_moves_done(self) -> None:
-        """Wait for the group coordinator to load or unload the ``__consumer_offsets``
-        partitions whose leadership changed so far."""
-        if self._coordinator_moves:
-            await asyncio.gather(*list(self._coordinator_moves), return_exceptions=True)
-
-    async def _move_coordinator(self, partition: int, leader: bool) -> None:
-        coordinator = self.broker.group_coordinator
-        async with self._coordinator_lock:
-            manager = self.replica_manager
-            assert manager is not None
-            current = manager.partitions.get((OFFSETS_TOPIC, partition))
-            is_leader = current is not None and current.role == "leader"
-            if is_leader != leader:
-                return  # moved again meanwhile; the later event does the work
-            try:
-                if leader:
-                    await coordinator.load_partition(partition, ReplicatedOffsetsLog(self, partition))
-                else:
-                    await coordinator.unload_partition(partition)
-            except Exception:
-                log.exception("group coordinator %s of %s-%d failed", "load" if leader else "unload",
-                              OFFSETS_TOPIC, partition)
-
     async def ensure_offsets_topic(self, partitions: int, configs: dict[str, str]) -> None:
         """Create ``__consumer_offsets`` on first use, replicated
         ``offsets.topic.replication.factor`` times (fewer when fewer brokers are up)."""
         assert self.store is not None
         if self.store.get_topic(OFFSETS_TOPIC) is None:
             await self._create_offsets_topic(partitions, configs)
-        await self.coordinator_moves_done()
 
     async def _create_offsets_topic(self, partitions: int, configs: dict[str, str]) -> None:
         assert self.store is not None
@@ -327,38 +289,3 @@ class ClusterNode:
         if broker is None:
             return None
         return broker.node_id, broker.host, broker.port
-
-
-class ReplicatedOffsetsLog:
-    """The coordinator's storage for one ``__consumer_offsets`` partition this broker
-    leads: appends return once the ISR has them (acks=all)."""
-
-    def __init__(self, node: ClusterNode, partition: int):
-        from pykfk.group import LogOffsetsLog
-
-        manager = node.replica_manager
-        assert manager is not None
-        self.node = node
-        self.partition = partition
-        self._reader = LogOffsetsLog(manager.partitions[(OFFSETS_TOPIC, partition)].log)
-
-    async def append(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        if not records:
-            return
-        from pykfk._core.records import build_batch
-
-        manager = self.node.replica_manager
-        if manager is None:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR)
-        now_ms = int(time.time() * 1000)
-        batch = bytearray(build_batch([(k, v, now_ms, ()) for k, v in records]))
-        timeout_ms = self.node.config["offsets.commit.timeout.ms"]
-        try:
-            await manager.append(OFFSETS_TOPIC, self.partition, batch, -1, timeout_ms)
-        except KafkaError as exc:
-            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                raise KafkaError(ErrorCode.NOT_COORDINATOR, str(exc)) from None
-            raise
-
-    def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
-        return self._reader.read_all()

@@ -1,0 +1,100 @@
+"""The group coordinator follows ``__consumer_offsets`` leadership: a partition is
+loaded when this broker becomes its leader and unloaded when it stops being it (Kafka's
+``GroupCoordinator.onElection`` / ``onResignation``). A standalone broker leads every
+partition, so it loads them all; in a cluster they move with leadership.
+
+Storage for a loaded partition is a ``ReplicatedOffsetsLog``: appends go through the
+replica manager with acks=all, so a commit is acknowledged once the ISR has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.group.coordinator import GroupCoordinator
+from pykfk.group.offsets import OFFSETS_TOPIC
+from pykfk.group.storage import LogOffsetsLog
+
+if TYPE_CHECKING:
+    from pykfk.cluster.replica import ReplicaManager
+
+log = logging.getLogger("pykfk.group")
+
+
+class ReplicatedOffsetsLog:
+    """The coordinator's storage for one ``__consumer_offsets`` partition this broker
+    leads: appends return once the ISR has them (acks=all)."""
+
+    def __init__(self, replicas: ReplicaManager, partition: int, commit_timeout_ms: int, clock_ms: Any):
+        self.replicas = replicas
+        self.partition = partition
+        self.commit_timeout_ms = commit_timeout_ms
+        self._clock_ms = clock_ms
+        self._reader = LogOffsetsLog(replicas.partitions[(OFFSETS_TOPIC, partition)].log)
+
+    async def append(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        from pykfk._core.records import build_batch
+
+        now_ms = self._clock_ms()
+        batch = bytearray(build_batch([(k, v, now_ms, ()) for k, v in records]))
+        try:
+            await self.replicas.append(OFFSETS_TOPIC, self.partition, batch, -1, self.commit_timeout_ms)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, str(exc)) from None
+            raise
+
+    def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
+        return self._reader.read_all()
+
+
+class CoordinatorLeadership:
+    """Loads and unloads the coordinator's partitions as the replica manager reports
+    leadership changes (``leadership_listeners``). Loop-affine."""
+
+    def __init__(self, coordinator: GroupCoordinator, replicas: ReplicaManager, commit_timeout_ms: int):
+        self.coordinator = coordinator
+        self.replicas = replicas
+        self.commit_timeout_ms = commit_timeout_ms
+        self._lock = asyncio.Lock()
+        self._moves: set[asyncio.Task[None]] = set()
+        replicas.leadership_listeners.append(self.on_leadership)
+
+    def on_leadership(self, topic: str, partition: int, leader: bool) -> None:
+        if topic == OFFSETS_TOPIC:
+            task = asyncio.get_running_loop().create_task(self._move(partition, leader))
+            self._moves.add(task)
+            task.add_done_callback(self._moves.discard)
+
+    async def settled(self) -> None:
+        """Wait until the leadership changes seen so far are loaded or unloaded."""
+        if self._moves:
+            await asyncio.gather(*list(self._moves), return_exceptions=True)
+
+    async def stop(self) -> None:
+        for task in list(self._moves):
+            task.cancel()
+        await self.settled()
+
+    async def _move(self, partition: int, leader: bool) -> None:
+        async with self._lock:
+            current = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+            is_leader = current is not None and current.role == "leader"
+            if is_leader != leader:
+                return  # moved again meanwhile; the later event does the work
+            try:
+                if leader:
+                    storage = ReplicatedOffsetsLog(self.replicas, partition, self.commit_timeout_ms,
+                                                   self.replicas.clock.time_ms)
+                    await self.coordinator.load_partition(partition, storage)
+                else:
+                    await self.coordinator.unload_partition(partition)
+            except Exception:
+                log.exception("group coordinator %s of %s-%d failed", "load" if leader else "unload",
+                              OFFSETS_TOPIC, partition)
