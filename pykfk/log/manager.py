@@ -160,6 +160,9 @@ class LogManager:
         self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size)
                         if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
+        # Logs per dir, kept as logs come and go: choosing a dir for a new partition is
+        # O(1) in the number of partitions (counting them each time was quadratic).
+        self._dir_counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)
         self._lock = threading.RLock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="pykfk-log")
@@ -232,6 +235,7 @@ class LogManager:
                       log_start_offset=log_starts.get(tp, 0),
                       clean_shutdown=clean, scheduler=self._scheduler)
             self._logs[tp] = log
+            self._dir_counts[log_dir] += 1
             logger.info("Loaded log %s-%d (%d/%d, %d%%) in %s", topic, partition, i, len(names),
                         i * 100 // len(names), log_dir)
         # From here on a crash must trigger recovery.
@@ -329,17 +333,12 @@ class LogManager:
 
     def partition_counts(self) -> dict[str, int]:
         """Number of logs per log dir."""
-        counts = {d: 0 for d in self.log_dirs}
-        for log in self._logs.values():
-            parent = os.path.dirname(log.dir)
-            if parent in counts:
-                counts[parent] += 1
-        return counts
+        return dict(self._dir_counts)
 
     def next_log_dir(self) -> str:
         """The log dir with the fewest partitions (the first listed on a tie)."""
-        counts = self.partition_counts()
-        return min(self.log_dirs, key=lambda d: counts[d])
+        counts = self._dir_counts
+        return min(self.log_dirs, key=counts.__getitem__)
 
     def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The log of a partition, created empty in the least loaded log dir when it does
@@ -356,6 +355,7 @@ class LogManager:
                       config or self.config_for(topic), scheduler=self._scheduler,
                       clean_shutdown=True)
             self._logs[(topic, partition)] = log
+            self._dir_counts[log_dir] += 1
         logger.info("Created log %s-%d in %s", topic, partition, log_dir)
         return log
 
@@ -367,6 +367,9 @@ class LogManager:
             if log is None:
                 return False
             self._high_watermark_checkpoints.pop((topic, partition), None)
+            parent = os.path.dirname(log.dir)
+            if parent in self._dir_counts:
+                self._dir_counts[parent] -= 1
         log.rename_for_delete()
         delay = log.config.file_delete_delay_ms
         with self._lock:

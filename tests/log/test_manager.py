@@ -75,6 +75,24 @@ def test_new_partitions_go_to_the_dir_with_fewest(tmp_path):
     m.shutdown()
 
 
+def test_dir_counts_follow_deletes_and_a_restart(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    for p in range(4):
+        m.create_log("t", p)
+    assert m.partition_counts() == {str(dirs[0]): 2, str(dirs[1]): 2}
+    doomed = [p for p in range(4) if m.get_log("t", p).dir.startswith(str(dirs[0]))]
+    for p in doomed:
+        m.delete_log("t", p)
+    assert m.partition_counts() == {str(dirs[0]): 0, str(dirs[1]): 2}
+    assert m.create_log("u", 0).dir == str(dirs[0] / "u-0")  # the emptied dir comes first
+    m.shutdown()
+    again = manager(dirs)
+    assert again.partition_counts() == {str(dirs[0]): 1, str(dirs[1]): 2}
+    assert again.create_log("u", 1).dir == str(dirs[0] / "u-1")
+    again.shutdown()
+
+
 @pytest.mark.parametrize("topic", ["", "../evil", "a/b", "x" * 250, ".", "..", "sp ace"])
 def test_illegal_topic_names_never_become_paths(tmp_path, topic):
     m = manager([tmp_path / "a"])
