@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -69,7 +70,23 @@ def _write_ready_file(path: str, broker: Broker) -> None:
     os.replace(tmp, path)
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit of open files to its hard limit, as a broker
+    holding files for thousands of partitions needs; returns (before, after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, exc)
+        return soft, soft
+    log.info("open files limit raised from %d to %d", soft, hard)
+    return soft, hard
+
+
 async def _serve(config: BrokerConfig, ready_file: str | None) -> int:
+    raise_open_files_limit()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
