@@ -10,6 +10,9 @@ change before returning, ZooKeeper's waits for the controller to elect leaders).
 from __future__ import annotations
 
 import logging
+import math
+import os
+import resource
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -30,6 +33,12 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Upper bound per topic: a single request must not be able to create millions of
 # directories and open files on this broker.
 MAX_PARTITIONS_PER_TOPIC = 10000
+# Files a new partition keeps open on a broker holding it: its active segment's .log,
+# .index and .timeindex.
+FILES_PER_NEW_PARTITION = 3
+# Open files left for connections, fetch responses (one per partition with data), the
+# checkpoints and ZooKeeper when deciding whether new partitions fit under the limit.
+RESERVED_FILES = 256
 
 
 def is_internal_topic(name: str) -> bool:
@@ -78,7 +87,27 @@ class TopicManager:
                 f"Replication factor: {replication} larger than available brokers: {brokers}.",
             )
         self.validate_topic_configs(configs)
+        self._check_open_files(partitions, replication)
         return partitions, replication, {k: v for k, v in configs.items() if v is not None}
+
+    def _check_open_files(self, partitions: int, replication: int) -> None:
+        """INVALID_PARTITIONS when this broker's share of the new replicas would need more
+        open files than its limit allows: refused now, not failing fetches later."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        try:
+            in_use = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            return  # no count of open files on this platform
+        here = math.ceil(partitions * replication / max(len(self.store.brokers()), 1))
+        needed = in_use + FILES_PER_NEW_PARTITION * here + RESERVED_FILES
+        if needed > soft:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"{here} new partition replicas on broker {self.config.broker_id} would need about "
+                f"{needed} open files; its limit is {soft} (raise it with ulimit -n).",
+            )
 
     def validate_topic_configs(self, configs: Mapping[str, str | None]) -> None:
         """Raise KafkaError(INVALID_CONFIG) naming the first bad per-topic setting."""
@@ -137,6 +166,7 @@ class TopicManager:
                 f"or equal to the requested {total}.",
             )
         _check_partition_limit(total)
+        self._check_open_files(total - info.partitions, info.replication_factor)
         if validate_only:
             return
         try:
