@@ -42,7 +42,7 @@ def test_mypy_strict(tmp_path: Path) -> None:
 def test_ruff() -> None:
     paths = [p for p in LINTED if (REPO / p).exists()]
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", *paths],
+        [sys.executable, "-m", "ruff", "check", "--no-cache", *paths],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -17,7 +17,6 @@ from pykfk._core.records import (
     decode_records,
     iter_records,
 )
-from pykfk_spark.arrow import arrow_schema, to_record_batch
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -29,6 +28,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from pykfk_spark.arrow import arrow_schema, to_record_batch
 
 # Spark's Kafka source schema (KafkaRecordToRowConverter), headers last.
 SPARK_KAFKA_SCHEMA = StructType(

@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+from spark_helpers import create_topic, produce
+
 from pykfk_spark.ingest import (
     CRASH_ENV,
     PREPARED,
@@ -24,7 +26,6 @@ from pykfk_spark.ingest import (
     read_manifest,
     run_ingest,
 )
-from spark_helpers import create_topic, produce
 
 pytestmark = pytest.mark.slow  # a Spark session, broker processes, seconds per test
 

@@ -6,6 +6,7 @@ import itertools
 import pickle
 
 import pytest
+
 from pykfk_spark.datasource import rate_limit
 from pykfk_spark.options import (
     OffsetSpec,
