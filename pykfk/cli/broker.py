@@ -20,6 +20,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from pykfk._core.segment import set_open_sealed_segments_limit
 from pykfk.broker import Broker
 from pykfk.config import BrokerConfig, ConfigError
 
@@ -85,8 +86,17 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, hard
 
 
+def size_sealed_segment_lru(open_files_limit: int) -> int:
+    """Sealed segments whose .log stays open between uses: an eighth of the open-files
+    limit (between 64 and 4,096), the rest left to active segments and connections."""
+    limit = min(max(open_files_limit // 8, 64), 4096)
+    set_open_sealed_segments_limit(limit)
+    return limit
+
+
 async def _serve(config: BrokerConfig, ready_file: str | None) -> int:
-    raise_open_files_limit()
+    _before, open_files = raise_open_files_limit()
+    size_sealed_segment_lru(open_files if open_files != resource.RLIM_INFINITY else 1 << 20)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

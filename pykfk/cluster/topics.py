@@ -16,6 +16,7 @@ import resource
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from pykfk._core.segment import open_sealed_segments, open_sealed_segments_limit
 from pykfk.cluster.metadata import MetadataStore, TopicExistsError, TopicInfo, UnknownTopicError
 from pykfk.config import ConfigError, validate_topic_configs
 from pykfk.errors import ErrorCode, KafkaError
@@ -33,11 +34,10 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Upper bound per topic: a single request must not be able to create millions of
 # directories and open files on this broker.
 MAX_PARTITIONS_PER_TOPIC = 10000
-# Files a new partition keeps open on a broker holding it: its active segment's .log,
-# .index and .timeindex.
-FILES_PER_NEW_PARTITION = 3
-# Open files left for connections, fetch responses (one per partition with data), the
-# checkpoints and ZooKeeper when deciding whether new partitions fit under the limit.
+# Files a new partition keeps open on a broker holding it: its active segment's .log
+# (indexes are mappings without descriptors; sealed segments share a bounded LRU).
+FILES_PER_NEW_PARTITION = 1
+# Open files left for connections, the checkpoints and ZooKeeper when deciding whether new partitions fit under the limit.
 RESERVED_FILES = 256
 
 
@@ -101,7 +101,8 @@ class TopicManager:
         except OSError:
             return  # no count of open files on this platform
         here = math.ceil(partitions * replication / max(len(self.store.brokers()), 1))
-        needed = in_use + FILES_PER_NEW_PARTITION * here + RESERVED_FILES
+        lru_headroom = max(open_sealed_segments_limit() - open_sealed_segments(), 0)
+        needed = in_use + FILES_PER_NEW_PARTITION * here + RESERVED_FILES + lru_headroom
         if needed > soft:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,

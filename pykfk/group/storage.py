@@ -11,7 +11,6 @@ without a data directory). A replicated broker can supply its own implementation
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -102,7 +101,7 @@ class LogOffsetsLog:
             region = data.file_region
             if region is None or region.size == 0:
                 return
-            buf = os.pread(region.fd, region.size, region.position)
+            buf = region.read()
             for record in iter_records(buf):
                 if record.offset < offset or record.key is None or record.batch.is_control:
                     continue

@@ -114,23 +114,27 @@ class _Cleanable:
 
 def _batches(seg: Segment, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
     """(position, bytes of whole batches) chunks of a segment's .log, read with pread."""
-    fd = seg.fileno()
-    end = seg.size if end is None else end
-    position = start
-    while position < end:
-        want = min(READ_CHUNK_BYTES, end - position)
-        data = os.pread(fd, want, position)
-        count, complete = core_records.scan_batches(data)
-        if count == 0:
-            if len(data) < BATCH_HEADER_SIZE:
-                raise CleanerAborted(f"segment {seg.base_offset} ends in a torn batch")
-            size = core_records.parse_batch_header(data).size
-            if position + size > end:
-                raise CleanerAborted(f"segment {seg.base_offset} ends in a torn batch")
-            data = os.pread(fd, size, position)
-            complete = size
-        yield position, data[:complete] if complete < len(data) else data
-        position += complete
+    # Pinned: the open-file LRU must not close a sealed segment's .log under the read.
+    fd = seg.pin()
+    try:
+        end = seg.size if end is None else end
+        position = start
+        while position < end:
+            want = min(READ_CHUNK_BYTES, end - position)
+            data = os.pread(fd, want, position)
+            count, complete = core_records.scan_batches(data)
+            if count == 0:
+                if len(data) < BATCH_HEADER_SIZE:
+                    raise CleanerAborted(f"segment {seg.base_offset} ends in a torn batch")
+                size = core_records.parse_batch_header(data).size
+                if position + size > end:
+                    raise CleanerAborted(f"segment {seg.base_offset} ends in a torn batch")
+                data = os.pread(fd, size, position)
+                complete = size
+            yield position, data[:complete] if complete < len(data) else data
+            position += complete
+    finally:
+        seg.unpin()
 
 
 def _mtime_ms(path: str) -> int:

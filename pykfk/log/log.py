@@ -332,6 +332,7 @@ class Log:
         if not segments:
             segments.append(self._open_segment(self._log_start_offset))
         self._view = _View(segments)
+        self._seal_inactive()
         self._log_end_offset = segments[-1].next_offset
         self._log_start_offset = min(max(self._log_start_offset, segments[0].base_offset),
                                      self._log_end_offset)
@@ -475,6 +476,7 @@ class Log:
             seg = self._open_segment(new_base, now_ms)
             self._view = _View(self._view.segments + [seg])
             self._log_end_offset = new_base
+            self._seal(active)
             logger.info("%s Rolled new log segment at offset %d (%s) in %.1f ms",
                         self._prefix(), new_base, reason, (time.monotonic() - start) * 1000)
         # Kafka flushes the finished segment right after a roll, off the append path, so
@@ -717,7 +719,7 @@ class Log:
                 position, size = found
                 if not min_one_message and size > max_bytes:
                     size = max_bytes  # clients drop a partial trailing batch
-                return FetchData(FileRegion(seg.fileno(), position, size), log_start, log_end,
+                return FetchData(FileRegion(seg.fileno(), position, size, seg), log_start, log_end,
                                  high_watermark)
             i += 1
         return empty
@@ -783,6 +785,23 @@ class Log:
             with self._lock:
                 self._recovery_point = max(self._recovery_point, min(end, self._log_end_offset))
                 self._last_flush_ms = time_ms()
+                self._seal_inactive()
+
+    def _seal_inactive(self) -> None:
+        """Seals every segment but the active one (a roll seals the previous one at once
+        unless a flush held it; the flush after the roll finishes the job)."""
+        for seg in self._view.segments[:-1]:
+            if not seg.sealed:
+                self._seal(seg)
+
+    def _seal(self, seg: Segment) -> None:
+        try:
+            seg.seal()
+        except RuntimeError:
+            pass  # busy in another thread: the next flush seals it
+        except OSError as exc:
+            logger.warning("%s Could not trim the indexes of segment %d: %s", self._prefix(),
+                           seg.base_offset, exc)
 
     # -- truncation (followers) ---------------------------------------------------------------
 
@@ -867,6 +886,7 @@ class Log:
             os.rename(log_path + SWAP_SUFFIX, log_path)
             new = self._open_segment(base)
             self._view = _View(segments[:i] + [new] + segments[i + len(old):])
+            self._seal(new)
         fsync_dir(self.dir)
         if self.scheduler is not None:
             self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
@@ -1011,22 +1031,31 @@ class Log:
         for seg in self._view.segments:
             if seg.next_offset <= start:
                 continue
-            fd, size = seg.fileno(), seg.size
-            position = seg.position_of(start) if start > seg.base_offset else 0
-            while position + BATCH_HEADER_SIZE <= size:
-                raw = os.pread(fd, BATCH_HEADER_SIZE, position)
-                try:
-                    header = core_records.parse_batch_header(raw)
-                except ValueError as exc:
-                    logger.warning("%s Stopped replaying producer state in segment %d at "
-                                   "byte %d: %s", self._prefix(), seg.base_offset, position, exc)
-                    break
-                if header.last_offset >= start:
-                    state.commit_append(state.prepare_append((header,), check=False),
-                                        (header,), header.next_offset, offsets_assigned=False)
-                    count += 1
-                position += header.size
+            fd, size = seg.pin(), seg.size
+            try:
+                count += self._replay_segment(state, seg, fd, size, start)
+            finally:
+                seg.unpin()
         state.map_end_offset = max(state.map_end_offset, self._log_end_offset)
+        return count
+
+    def _replay_segment(self, state: ProducerStateManager, seg: Segment, fd: int, size: int,
+                        start: int) -> int:
+        count = 0
+        position = seg.position_of(start) if start > seg.base_offset else 0
+        while position + BATCH_HEADER_SIZE <= size:
+            raw = os.pread(fd, BATCH_HEADER_SIZE, position)
+            try:
+                header = core_records.parse_batch_header(raw)
+            except ValueError as exc:
+                logger.warning("%s Stopped replaying producer state in segment %d at "
+                               "byte %d: %s", self._prefix(), seg.base_offset, position, exc)
+                break
+            if header.last_offset >= start:
+                state.commit_append(state.prepare_append((header,), check=False),
+                                    (header,), header.next_offset, offsets_assigned=False)
+                count += 1
+            position += header.size
         return count
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:

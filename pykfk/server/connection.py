@@ -63,22 +63,19 @@ def _is_file_region(chunk: Any) -> bool:
 
 
 class _Slot:
-    """One request in flight: its task (or ready chunks) and its context's owned fds."""
+    """One request in flight: its task (or ready chunks) and its context's pinned regions."""
 
-    __slots__ = ("frame_size", "owned_fds", "work")
+    __slots__ = ("frame_size", "pinned", "work")
 
-    def __init__(self, work: SlotWork, owned_fds: list[int], frame_size: int):
+    def __init__(self, work: SlotWork, pinned: list[FileRegion], frame_size: int):
         self.work = work
-        self.owned_fds = owned_fds
+        self.pinned = pinned
         self.frame_size = frame_size
 
     def release(self) -> None:
-        for fd in self.owned_fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.owned_fds.clear()
+        for region in self.pinned:
+            region.release()
+        self.pinned.clear()
 
     def release_when_done(self, _future: object) -> None:
         self.release()
@@ -257,7 +254,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._closed or self._draining:
             return
         try:
-            work, owned_fds = self.server.dispatcher.prepare(frame, self.peer)
+            work, pinned = self.server.dispatcher.prepare(frame, self.peer)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
@@ -267,10 +264,10 @@ class Connection(asyncio.BufferedProtocol):
             self.abort()
             return
         if type(work) is list or work is None or type(work) is Failed:
-            self._slots.append(_Slot(work, owned_fds, 0))  # answered already
+            self._slots.append(_Slot(work, pinned, 0))  # answered already
             return
         task = asyncio.ensure_future(cast("Awaitable[Chunks | None]", work))
-        slot = _Slot(task, owned_fds, len(frame))
+        slot = _Slot(task, pinned, len(frame))
         self._held_bytes += len(frame)
         task.add_done_callback(functools.partial(self._request_done, slot))
         self._slots.append(slot)
@@ -304,7 +301,7 @@ class Connection(asyncio.BufferedProtocol):
             elif work is not None:
                 break  # in progress, or Failed: the writer reports it in turn
             slot = slots.popleft()
-            if slot.owned_fds:
+            if slot.pinned:
                 slot.release()
         if not data:
             return

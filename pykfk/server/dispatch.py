@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pykfk._core.wire import decode_request_header
+from pykfk.protocol.types import FileRegion
 from pykfk.server.services import BrokerServices
 
 # A response frame as chunks in wire order: bytes-like objects, and FileRegions whose
@@ -97,13 +98,13 @@ class RequestContext:
     """What a handler knows about the request besides its body, and what it may use.
 
     ``broker`` is the BrokerServices protocol (the only way into the broker),
-    ``registry`` the served API ranges (ApiVersions). ``owned_fds`` are file
-    descriptors (duplicates of segment files) that the response refers to through
-    FileRegions; the connection closes them once the response is sent or dropped, so a
-    segment deleted meanwhile can never be replaced under a send.
+    ``registry`` the served API ranges (ApiVersions). ``pinned`` are the FileRegions
+    the response sends from, each holding its segment's descriptor open (pinned); the
+    connection releases them once the response is sent or dropped, so a segment deleted
+    or closed meanwhile is never closed under a send.
     """
 
-    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "owned_fds",
+    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "pinned",
                  "registry")
 
     def __init__(
@@ -115,7 +116,7 @@ class RequestContext:
         correlation_id: int,
         client_id: str | None,
         client_host: str,
-        owned_fds: list[int] | None = None,
+        pinned: list[FileRegion] | None = None,
     ):
         self.broker = broker
         self.registry = registry
@@ -124,7 +125,7 @@ class RequestContext:
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.client_host = client_host
-        self.owned_fds: list[int] = [] if owned_fds is None else owned_fds
+        self.pinned: list[FileRegion] = [] if pinned is None else pinned
 
     def __repr__(self) -> str:
         return (
@@ -210,13 +211,13 @@ class Dispatcher:
 
     def prepare(
         self, frame: bytearray, client_host: str
-    ) -> tuple[Work, list[int]]:
+    ) -> tuple[Work, list[FileRegion]]:
         """Decode ``frame`` (a request without its size prefix) and start its handler.
 
-        Returns ``(work, owned_fds)``. Work is the response already: the encoded chunks
+        Returns ``(work, pinned)``. Work is the response already: the encoded chunks
         (a list), None (no response: Produce with acks=0) or ``Failed`` (the handler
-        raised at once); or an awaitable giving the chunks or None. owned_fds is the
-        context's list of fds to close after sending. Raises CloseConnection when the
+        raised at once); or an awaitable giving the chunks or None. pinned is the
+        context's list of regions to release after sending. Raises CloseConnection when the
         request cannot be decoded.
         """
         if len(frame) < _FIXED_HEADER_SIZE:
@@ -244,13 +245,13 @@ class Dispatcher:
             if type(body) is dict:
                 # Answered at once (the common case, _encode inline).
                 if handler.encode is not None:
-                    return handler.encode(api_version, correlation_id, body), ctx.owned_fds
-                return self._encode(handler, ctx, body), ctx.owned_fds
+                    return handler.encode(api_version, correlation_id, body), ctx.pinned
+                return self._encode(handler, ctx, body), ctx.pinned
             if body is not None and not isinstance(body, dict):
-                return self._run(handler, ctx, body), ctx.owned_fds  # awaitable: answered later
-            return self._encode(handler, ctx, body), ctx.owned_fds
+                return self._run(handler, ctx, body), ctx.pinned  # awaitable: answered later
+            return self._encode(handler, ctx, body), ctx.pinned
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
-            return Failed(exc), ctx.owned_fds
+            return Failed(exc), ctx.pinned
 
     async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
         return self._encode(handler, ctx, await pending)

@@ -6,7 +6,17 @@ and the protocol codec (which sizes them) use it, and neither may import the oth
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class PinnableFile(Protocol):
+    """A file whose descriptor may be closed between uses (a sealed segment): ``pin()``
+    returns a descriptor that stays open until the matching ``unpin()``."""
+
+    def pin(self) -> int: ...
+    def unpin(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,9 +24,30 @@ class FileRegion:
     """``size`` bytes of ``fd`` from ``position``.
 
     The codec only uses ``size`` (for length prefixes); the connection sends the bytes
-    with sendfile. The fd stays owned by whoever created the region.
+    with sendfile. With a ``source``, ``fd`` is only valid at once (the source may close
+    it later): a reader that keeps the region across an await pins it (``pinned``).
     """
 
     fd: int
     position: int
     size: int
+    source: PinnableFile | None = None
+
+    def pinned(self) -> FileRegion:
+        """This region on a descriptor kept open until ``release()``."""
+        if self.source is None:
+            return self
+        return FileRegion(self.source.pin(), self.position, self.size, self.source)
+
+    def release(self) -> None:
+        """Ends a ``pinned()`` region's hold on its descriptor."""
+        if self.source is not None:
+            self.source.unpin()
+
+    def read(self) -> bytes:
+        """The region's bytes (for the few readers that need them in memory)."""
+        region = self.pinned()
+        try:
+            return os.pread(region.fd, region.size, region.position)
+        finally:
+            region.release()

@@ -13,11 +13,21 @@ entry; at the same points the .timeindex gets (max timestamp so far, last offset
 batch that first reached it) if the max timestamp grew since its last entry. Rebuilding
 the indexes from the .log gives exactly the entries the appends wrote.
 
-While open, the index files are extended (sparse) to ``max_index_bytes`` rounded down to
-whole entries; ``close()`` trims them to the used entries. On open the used entries are
-counted from the data: the last non-zero entry ends them (an all-zero entry 0 counts when
-anything follows it). Entries are written with pwrite and read through a read-only
-memory mapping; no buffer export outlives a call.
+A new segment creates only its .log; its index files appear at their first entry, or
+when it is sealed or closed. While a segment is active its index files are extended
+(sparse) to ``max_index_bytes`` rounded down to whole entries; ``seal()`` and ``close()``
+trim them to the used entries. On open the used entries are counted from the data: the
+last non-zero entry ends them (an all-zero entry 0 counts when anything follows it).
+Entries are read and written through shared memory mappings that hold no file
+descriptor (the disk blocks under an entry are reserved with posix_fallocate before it
+is stored, so a full disk freezes the index instead of faulting); no buffer export
+outlives a call.
+
+File descriptors: a segment holds one, its .log's. A sealed segment's (``seal()``: the
+log rolled past it) is one of a process-wide LRU of at most
+``open_sealed_segments_limit()`` and may be closed between uses; every operation
+reopens it by path as needed. ``pin()`` keeps it open across a send (until ``unpin()``),
+even past ``close()``.
 
 Damaged files, defined behaviour:
 
@@ -66,6 +76,17 @@ def timeindex_lookup(buf: _Buffer, target_timestamp: int, entries: int = -1) -> 
 def used_entries(buf: _Buffer, entry_size: int) -> int:
     """Used entries of an index image (entry_size 8 or 12): up to the last non-zero one."""
 
+DEFAULT_OPEN_SEALED_SEGMENTS: int
+
+def set_open_sealed_segments_limit(limit: int) -> None:
+    """At most ``limit`` sealed segments keep their .log open (pinned or busy ones
+    excepted); the least recently used idle ones are closed now if over it."""
+
+def open_sealed_segments_limit() -> int: ...
+
+def open_sealed_segments() -> int:
+    """Sealed segments whose .log descriptor is open now."""
+
 class Segment:
     """One segment of a partition log: opens or creates the three files.
 
@@ -106,8 +127,23 @@ class Segment:
     def timeindex_entries(self) -> int: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def sealed(self) -> bool: ...
+    @property
+    def holds_fd(self) -> bool:
+        """True while the .log descriptor is open (always, unless sealed and evicted)."""
     def fileno(self) -> int:
-        """File descriptor of the .log (for sendfile). Valid until close()."""
+        """File descriptor of the .log, reopened if the LRU closed it. For a sealed segment
+        valid only until another sealed segment is used (in any thread): pin() instead
+        to keep it."""
+    def pin(self) -> int:
+        """The .log descriptor, kept open until the matching unpin(), even past close()
+        (a send in flight finishes on the file it started on). ValueError when closed."""
+    def unpin(self) -> None: ...
+    def seal(self) -> None:
+        """The log rolled past this segment: trims the indexes to their used entries and
+        lets the LRU close the .log between uses. An append unseals it. RuntimeError
+        while an append or flush runs in another thread."""
     def append(self, buf: _Buffer, start: int = 0, end: int | None = None) -> int:
         """Appends the whole batches in buf[start:end] (offsets already assigned) at the end
         of the .log and indexes them; returns the position written at.

@@ -29,16 +29,18 @@ harmless because lookups fall back to (base_offset, position 0) anyway.
 """
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.errno cimport errno, EINTR, EIO, ENXIO
+from libc.errno cimport errno, EINTR, EIO, ENOENT, ENXIO
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MAX
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset, memcpy
+from libc.string cimport memset, memcpy, strdup
 from posix.types cimport off_t
 from posix.unistd cimport pread, pwrite, ftruncate, fsync, lseek
 from posix.unistd cimport close as c_close
-from posix.mman cimport (mmap, munmap, posix_madvise, PROT_READ, MAP_SHARED, MAP_FAILED,
+from posix.mman cimport (mmap, munmap, msync, posix_madvise, PROT_READ, PROT_WRITE, MAP_SHARED,
+                         MAP_FAILED, MS_SYNC,
                          POSIX_MADV_SEQUENTIAL)
-from posix.fcntl cimport posix_fallocate
+from posix.fcntl cimport posix_fallocate, O_CLOEXEC, O_CREAT, O_RDWR
+from posix.fcntl cimport open as c_open
 from posix.stat cimport fstat, struct_stat
 
 cimport _batch
@@ -46,6 +48,8 @@ from _batch cimport pk_batch_header, pk_batch_error, pk_load_u32, pk_load_u64, p
 
 import os
 import time
+import weakref
+from collections import OrderedDict
 
 from pykfk._core.errors import CorruptBatchError, IndexCorruptError
 
@@ -69,6 +73,10 @@ cdef enum:
     STAGE_ENTRIES = 1024
     # Kafka's AbstractIndex uses 8 KiB as the warm section (see _floor_slot).
     WARM_SECTION_BYTES = 8192
+    # Disk blocks of an index are reserved this far ahead of its entries (one
+    # posix_fallocate per 8,192 offset-index entries: ~32 MiB of log at the default
+    # index interval).
+    RESERVE_BYTES = 65536
 
 INDEX_ENTRY_SIZE_BYTES = INDEX_ENTRY_SIZE
 TIMEINDEX_ENTRY_SIZE_BYTES = TIMEINDEX_ENTRY_SIZE
@@ -83,24 +91,31 @@ def segment_file_name(int64_t base_offset, str suffix) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Index files: read through a read-only shared mapping, written with pwrite.
+# Index files: read and written through a shared mapping, holding no file descriptor.
 #
-# Writing with pwrite rather than through the mapping means a full disk is an errno
-# (the index freezes, see _Index.error) instead of a SIGBUS on a store into a sparse
-# page. Linux keeps one page cache, so the mapping sees pwritten entries at once.
+# A broker holds thousands of segments, so an index keeps no fd: the file is opened
+# only to change its size (extend, reserve blocks, trim) and closed again; the mapping
+# stays valid after the close (and after a rename of the file). Entries are stored into
+# the mapping only after posix_fallocate has reserved the disk blocks under them, so a
+# full disk is an errno from the reservation (the index freezes, see _Index.error) and
+# never a SIGBUS on a store into a sparse page. A new segment's index files are created
+# at their first entry (or when the segment is sealed or closed), so creating a
+# partition costs one file, not three.
 # --------------------------------------------------------------------------------------
 
 cdef struct _Index:
-    int fd
+    char *path             # NUL-terminated file path (malloc'd), opened for size changes only
     int entry_size
-    const uint8_t *map      # PROT_READ mapping of map_bytes (NULL when 0)
+    uint8_t *map            # PROT_READ|PROT_WRITE shared mapping of map_bytes (NULL when 0)
     size_t map_bytes
+    size_t reserved         # bytes from 0 whose disk blocks are allocated: safe to store to
     Py_ssize_t entries      # entries on file (staged ones are not counted)
     Py_ssize_t max_entries
-    uint8_t *staged         # STAGE_ENTRIES entries waiting for one pwrite
+    uint8_t *staged         # STAGE_ENTRIES entries waiting for one copy into the mapping
     Py_ssize_t staged_count
-    int error               # errno of a failed write: the index takes no more entries
+    int error               # errno of a failed reservation: the index takes no more entries
     bint preallocate
+    bint exists             # the file is on disk (a new index is created at its first entry)
 
 
 cdef int _pwrite_all(int fd, const uint8_t *p, size_t n, int64_t pos) noexcept nogil:
@@ -183,8 +198,18 @@ cdef size_t _data_end(int fd, size_t size) noexcept nogil:
     return end if end < size else size
 
 
-cdef int _index_map(_Index *ix, size_t nbytes) noexcept nogil:
-    """Maps the first nbytes of the file (which must be at least that long)."""
+cdef int _index_open(_Index *ix, bint create) noexcept nogil:
+    """A descriptor of the index file for one size change (the caller closes it), or
+    -errno (-ENOENT when the file is not there and create is False)."""
+    cdef int fd = c_open(ix.path, O_RDWR | O_CLOEXEC | (O_CREAT if create else 0), 0o644)
+    if fd < 0:
+        return -errno
+    ix.exists = True
+    return fd
+
+
+cdef int _index_map(_Index *ix, int fd, size_t nbytes) noexcept nogil:
+    """Maps the first nbytes of the file (which must be at least that long); 0 unmaps."""
     cdef void *m
     if ix.map != NULL:
         munmap(<void *>ix.map, ix.map_bytes)
@@ -192,10 +217,10 @@ cdef int _index_map(_Index *ix, size_t nbytes) noexcept nogil:
         ix.map_bytes = 0
     if nbytes == 0:
         return 0
-    m = mmap(NULL, nbytes, PROT_READ, MAP_SHARED, ix.fd, 0)
+    m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
     if m == MAP_FAILED:
         return errno
-    ix.map = <const uint8_t *>m
+    ix.map = <uint8_t *>m
     ix.map_bytes = nbytes
     return 0
 
@@ -204,37 +229,65 @@ cdef int _index_grow(_Index *ix) noexcept nogil:
     """Extends the file and the mapping to max_entries (the active-segment size)."""
     cdef size_t want = <size_t>ix.max_entries * <size_t>ix.entry_size
     cdef struct_stat st
-    cdef int rc
+    cdef int rc = 0, fd
     if ix.map_bytes >= want:
         return 0
-    if fstat(ix.fd, &st) != 0:
-        return errno
-    if <size_t>st.st_size < want:
+    fd = _index_open(ix, True)
+    if fd < 0:
+        return -fd
+    if fstat(fd, &st) != 0:
+        rc = errno
+    elif <size_t>st.st_size < want:
         if ix.preallocate:
-            rc = posix_fallocate(ix.fd, 0, <off_t>want)
-            if rc != 0:
-                return rc
-        elif ftruncate(ix.fd, <off_t>want) != 0:
-            return errno
-    return _index_map(ix, want)
+            rc = posix_fallocate(fd, 0, <off_t>want)
+            if rc == 0:
+                ix.reserved = want
+        elif ftruncate(fd, <off_t>want) != 0:
+            rc = errno
+    if rc == 0:
+        rc = _index_map(ix, fd, want)
+    c_close(fd)
+    return rc
+
+
+cdef int _index_reserve(_Index *ix, size_t end) noexcept nogil:
+    """Allocates the disk blocks under [0, end) of the mapping (RESERVE_BYTES at a time),
+    so storing entries there cannot fault. 0 or an errno."""
+    cdef size_t target
+    cdef int rc, fd
+    if end <= ix.reserved:
+        return 0
+    target = (end + RESERVE_BYTES - 1) // RESERVE_BYTES * RESERVE_BYTES
+    if target > ix.map_bytes:
+        target = ix.map_bytes
+    fd = _index_open(ix, False)
+    if fd < 0:
+        return -fd
+    rc = posix_fallocate(fd, <off_t>ix.reserved, <off_t>(target - ix.reserved))
+    c_close(fd)
+    if rc == 0:
+        ix.reserved = target
+    return rc
 
 
 cdef int _index_commit(_Index *ix) noexcept nogil:
-    """Writes the staged entries after the committed ones. 0 or an errno (then frozen)."""
+    """Stores the staged entries after the committed ones. 0 or an errno (then frozen)."""
     cdef int rc
     cdef Py_ssize_t n = ix.staged_count
+    cdef size_t at
     if n == 0:
         return 0
     ix.staged_count = 0
     if ix.error:
         return ix.error
+    at = <size_t>ix.entries * <size_t>ix.entry_size
     rc = _index_grow(ix)
     if rc == 0:
-        rc = _pwrite_all(ix.fd, ix.staged, <size_t>(n * ix.entry_size),
-                         <int64_t>ix.entries * ix.entry_size)
+        rc = _index_reserve(ix, at + <size_t>(n * ix.entry_size))
     if rc != 0:
         ix.error = rc
         return rc
+    memcpy(ix.map + at, ix.staged, <size_t>(n * ix.entry_size))
     ix.entries += n
     return 0
 
@@ -251,54 +304,67 @@ cdef inline uint8_t *_index_stage_slot(_Index *ix) noexcept nogil:
     return ix.staged + ix.staged_count * ix.entry_size
 
 
-cdef int _index_truncate(_Index *ix, Py_ssize_t n) noexcept nogil:
-    """Keeps the first n entries and zeroes the rest on file (a reopen counts from data)."""
-    cdef uint8_t zeros[4096]
-    cdef int64_t pos, end
-    cdef size_t chunk
-    cdef int rc
+cdef void _index_truncate(_Index *ix, Py_ssize_t n) noexcept nogil:
+    """Keeps the first n entries and zeroes the rest (a reopen counts from data)."""
     ix.staged_count = 0
     if n >= ix.entries:
-        return 0
-    memset(zeros, 0, sizeof(zeros))
-    pos = <int64_t>n * ix.entry_size
-    end = <int64_t>ix.entries * ix.entry_size
-    while pos < end:
-        chunk = <size_t>(end - pos) if end - pos < 4096 else 4096
-        rc = _pwrite_all(ix.fd, zeros, chunk, pos)
-        if rc != 0:
-            ix.error = rc
-            return rc
-        pos += <int64_t>chunk
+        return
+    memset(ix.map + <size_t>n * ix.entry_size, 0, <size_t>((ix.entries - n) * ix.entry_size))
     ix.entries = n
-    return 0
 
 
 cdef int _index_reset(_Index *ix) noexcept nogil:
     """Drops every entry (before a rebuild); the file is re-extended on the next commit."""
-    _index_map(ix, 0)
+    cdef int fd
+    _index_map(ix, -1, 0)
     ix.entries = 0
     ix.staged_count = 0
     ix.error = 0
-    if ftruncate(ix.fd, 0) != 0:
+    ix.reserved = 0
+    if not ix.exists:
+        return 0
+    fd = _index_open(ix, False)
+    if fd < 0:
+        ix.error = -fd
+        return -fd
+    if ftruncate(fd, 0) != 0:
         ix.error = errno
+    c_close(fd)
+    return ix.error
+
+
+cdef int _index_trim(_Index *ix, bint keep_mapped, bint create) noexcept nogil:
+    """Trims the file to its used entries (creating it when create and missing); keeps
+    a mapping of just those entries when keep_mapped. 0 or an errno (ENOENT without
+    create: the file was renamed for deletion, nothing to trim)."""
+    cdef int rc = 0, fd
+    cdef size_t used
+    _index_commit(ix)
+    used = <size_t>ix.entries * <size_t>ix.entry_size
+    fd = _index_open(ix, create)
+    if fd < 0:
+        _index_map(ix, -1, 0)
+        return 0 if fd == -ENOENT else -fd
+    if ftruncate(fd, <off_t>used) != 0:
+        rc = errno
+    if keep_mapped and rc == 0:
+        rc = _index_map(ix, fd, used)
+    else:
+        _index_map(ix, -1, 0)
+    if ix.reserved > used:
+        ix.reserved = used
+    c_close(fd)
+    return rc
+
+
+cdef int _index_sync(_Index *ix) noexcept nogil:
+    """Writes the used entries back to disk (msync). 0 or an errno."""
+    cdef size_t used = <size_t>ix.entries * <size_t>ix.entry_size
+    if ix.map == NULL or used == 0:
+        return 0
+    if msync(<void *>ix.map, used if used < ix.map_bytes else ix.map_bytes, MS_SYNC) != 0:
         return errno
     return 0
-
-
-cdef int _index_trim_and_close(_Index *ix) noexcept nogil:
-    """Unmaps, trims the file to its used entries and closes it. 0 or an errno."""
-    cdef int rc = 0
-    if ix.fd < 0:
-        return 0
-    _index_commit(ix)
-    _index_map(ix, 0)
-    if ftruncate(ix.fd, <off_t>(<int64_t>ix.entries * ix.entry_size)) != 0:
-        rc = errno
-    if c_close(ix.fd) != 0 and rc == 0:
-        rc = errno
-    ix.fd = -1
-    return rc
 
 
 # --------------------------------------------------------------------------------------
@@ -402,6 +468,93 @@ def used_entries(buf, int entry_size) -> int:
 # Segment
 # --------------------------------------------------------------------------------------
 
+cdef class Segment
+# --------------------------------------------------------------------------------------
+# Open files of sealed segments
+#
+# Each segment's indexes are mappings without descriptors; its .log needs one. The active
+# segment of every partition keeps its .log open; sealed segments (the log rolled past
+# them) share a bounded LRU: the least recently used idle ones are closed when the LRU
+# is over its limit and reopened by path at their next use. A segment pinned by a send
+# in flight, or appended, flushed or recovered in another thread, is never closed under
+# it. So a broker needs about one descriptor per partition plus the LRU's limit, however
+# many segments its logs hold.
+# --------------------------------------------------------------------------------------
+
+DEFAULT_OPEN_SEALED_SEGMENTS = 1024
+
+
+cdef class _OpenSealedSegments:
+    cdef object _order            # id(segment) -> weakref to it, least recently used first
+    cdef Py_ssize_t limit
+
+    def __cinit__(self):
+        self._order = OrderedDict()
+        self.limit = DEFAULT_OPEN_SEALED_SEGMENTS
+
+    cdef int add(self, Segment seg) except -1:
+        key = id(seg)
+        ref = self._order.get(key)
+        if ref is not None and ref() is seg:
+            self._order.move_to_end(key)
+            return 0
+        self._order[key] = weakref.ref(seg)
+        self.evict()
+        return 0
+
+    cdef int touch(self, Segment seg) except -1:
+        try:
+            self._order.move_to_end(id(seg))
+        except KeyError:
+            self.add(seg)
+        return 0
+
+    cdef int discard(self, Segment seg) except -1:
+        ref = self._order.get(id(seg))
+        if ref is not None and ref() is seg:
+            del self._order[id(seg)]
+        return 0
+
+    cdef int evict(self) except -1:
+        """Closes least recently used idle descriptors until within the limit (busy
+        ones go to the back of the queue and are tried again later)."""
+        cdef Py_ssize_t tries = len(self._order)
+        cdef Segment seg
+        while len(self._order) > self.limit and tries > 0:
+            tries -= 1
+            key, ref = self._order.popitem(last=False)
+            obj = ref()
+            if obj is None:
+                continue
+            seg = <Segment>obj
+            if not seg._release_fd() and seg._sealed and seg._log_fd >= 0:
+                self._order[key] = ref
+        return 0
+
+    def count(self) -> int:
+        return sum(1 for ref in self._order.values() if ref() is not None)
+
+
+cdef _OpenSealedSegments _OPEN_SEALED = _OpenSealedSegments()
+
+
+def set_open_sealed_segments_limit(Py_ssize_t limit) -> None:
+    """At most ``limit`` sealed segments keep their .log open (busy ones excepted)."""
+    if limit < 1:
+        raise ValueError(f"the open sealed segments limit must be >= 1, got {limit}")
+    _OPEN_SEALED.limit = limit
+    _OPEN_SEALED.evict()
+
+
+def open_sealed_segments_limit() -> int:
+    return _OPEN_SEALED.limit
+
+
+def open_sealed_segments() -> int:
+    """Sealed segments whose .log descriptor is open now."""
+    return _OPEN_SEALED.count()
+
+
 @cython.final
 cdef class Segment:
     """One segment of a partition log. See segment.pyi for the contract."""
@@ -438,11 +591,17 @@ cdef class Segment:
     cdef uint8_t *_window
     cdef int64_t _win_pos
     cdef Py_ssize_t _win_len
+    # Sealed (no longer appended to): the .log descriptor is one of the open-file LRU's
+    # and may be closed between uses, reopened on demand (see _OpenSealedSegments).
+    cdef bint _sealed
+    # Readers holding the descriptor for a send in flight (pin/unpin): while any do, the
+    # LRU leaves it open and close() leaves it to the last unpin.
+    cdef int _readers
+    cdef bint _close_deferred
+    cdef object __weakref__
 
     def __cinit__(self):
         self._log_fd = -1
-        self._oi.fd = -1
-        self._ti.fd = -1
         self._oi.entry_size = INDEX_ENTRY_SIZE
         self._ti.entry_size = TIMEINDEX_ENTRY_SIZE
         self._closed = True
@@ -475,11 +634,15 @@ cdef class Segment:
         self.index_path = os.path.join(directory, segment_file_name(base_offset, ".index"))
         self.timeindex_path = os.path.join(directory, segment_file_name(base_offset, ".timeindex"))
 
+        self._oi.path = strdup(os.fsencode(self.index_path))
+        self._ti.path = strdup(os.fsencode(self.timeindex_path))
+        if self._oi.path == NULL or self._ti.path == NULL:
+            raise MemoryError()
         missing = []
         for p in (self.index_path, self.timeindex_path):
             if not os.path.exists(p):
                 missing.append(os.path.basename(p))
-        self._log_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._log_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self.size = _file_size(self._log_fd)
             if missing and self.size > 0 and not rebuild_bad_indexes:
@@ -508,59 +671,59 @@ cdef class Segment:
             raise
 
     cdef bint _open_index(self, _Index *ix, str path, bint preallocate) except -1:
-        """Opens/creates one index file and counts its used entries; True when its length
-        is not a whole number of entries."""
+        """Maps one index file and counts its used entries; True when its length is not a
+        whole number of entries. A missing file is created at the first entry."""
         cdef int64_t fsize
         cdef size_t usable, data_end
-        cdef int rc
-        ix.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        cdef int rc, fd
         ix.preallocate = preallocate
         ix.max_entries = <Py_ssize_t>(self.max_index_bytes // ix.entry_size)
-        fsize = _file_size(ix.fd)
-        usable = <size_t>(fsize - fsize % ix.entry_size)
-        if usable:
-            rc = _index_map(ix, usable)
-            if rc:
-                _raise_os(rc)
-                return -1
-            data_end = _data_end(ix.fd, usable)
-            ix.entries = _used_entries(ix.map, ix.map_bytes, ix.entry_size, data_end)
-            if ix.entries > ix.max_entries:
-                ix.max_entries = ix.entries
-        elif fsize == 0:
-            # A new index: preallocate it now, as Kafka does for the active segment.
-            rc = _index_grow(ix)
-            if rc:
-                _raise_os(rc)
-                return -1
+        fd = _index_open(ix, False)
+        if fd == -ENOENT:
+            ix.exists = False
+            return False
+        if fd < 0:
+            _raise_os(-fd, path)
+        try:
+            fsize = _file_size(fd)
+            usable = <size_t>(fsize - fsize % ix.entry_size)
+            if usable:
+                rc = _index_map(ix, fd, usable)
+                if rc:
+                    _raise_os(rc, path)
+                data_end = _data_end(fd, usable)
+                ix.entries = _used_entries(ix.map, ix.map_bytes, ix.entry_size, data_end)
+                ix.reserved = <size_t>ix.entries * <size_t>ix.entry_size
+                if ix.entries > ix.max_entries:
+                    ix.max_entries = ix.entries
+        finally:
+            c_close(fd)
         return fsize % ix.entry_size != 0
 
     cdef void _abandon(self) noexcept:
         """Closes everything without touching the files (open failed or was refused)."""
-        _index_map(&self._oi, 0)
-        _index_map(&self._ti, 0)
-        for fd in (self._oi.fd, self._ti.fd, self._log_fd):
-            if fd >= 0:
-                c_close(fd)
-        self._oi.fd = self._ti.fd = self._log_fd = -1
+        _index_map(&self._oi, -1, 0)
+        _index_map(&self._ti, -1, 0)
+        if self._log_fd >= 0:
+            c_close(self._log_fd)
+        self._log_fd = -1
         self._closed = True
 
     def __dealloc__(self):
+        if not self._closed:
+            # Dropped without close(): keep the files as close() would leave them.
+            _index_trim(&self._oi, False, False)
+            _index_trim(&self._ti, False, False)
+        _index_map(&self._oi, -1, 0)
+        _index_map(&self._ti, -1, 0)
         if self._log_fd >= 0:
-            _index_trim_and_close(&self._oi)
-            _index_trim_and_close(&self._ti)
             c_close(self._log_fd)
             self._log_fd = -1
-        else:
-            _index_map(&self._oi, 0)
-            _index_map(&self._ti, 0)
-            if self._oi.fd >= 0:
-                c_close(self._oi.fd)
-            if self._ti.fd >= 0:
-                c_close(self._ti.fd)
         free(self._window)
         free(self._oi.staged)
         free(self._ti.staged)
+        free(self._oi.path)
+        free(self._ti.path)
 
     def __enter__(self):
         return self
@@ -586,19 +749,95 @@ cdef class Segment:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
+
+    @property
+    def holds_fd(self) -> bool:
+        """True while the .log descriptor is open (always, unless sealed and evicted)."""
+        return self._log_fd >= 0
+
     def fileno(self) -> int:
+        """The .log descriptor; for a sealed segment valid only until the next use of
+        another sealed segment (the LRU may close it then): pin() to keep it."""
         self._check_open()
         return self._log_fd
+
+    def pin(self) -> int:
+        """The .log descriptor, kept open until the matching unpin() (even past close():
+        a send in flight finishes on the file it started on)."""
+        self._check_open()
+        self._readers += 1
+        return self._log_fd
+
+    def unpin(self) -> None:
+        if self._readers <= 0:
+            raise RuntimeError(f"unpin() without pin() on {self.path}")
+        self._readers -= 1
+        if self._readers == 0 and self._close_deferred:
+            self._close_deferred = False
+            c_close(self._log_fd)
+            self._log_fd = -1
+
+    def seal(self) -> None:
+        """Marks the segment as no longer appended to (the log rolled past it): trims its
+        indexes to their used entries and lets the open-file LRU close its .log between
+        uses. An append unseals it again."""
+        cdef int rc
+        self._check_idle()
+        if self._sealed:
+            return
+        rc = _index_trim(&self._oi, True, True)
+        if rc == 0:
+            rc = _index_trim(&self._ti, True, True)
+        if rc != 0:
+            _raise_os(rc, self.index_path)
+        self._sealed = True
+        _OPEN_SEALED.add(self)
+
+    cdef int _unseal(self) except -1:
+        self._sealed = False
+        _OPEN_SEALED.discard(self)
+        return 0
+
+    cdef bint _busy(self) noexcept:
+        return self._readers > 0 or self._appending > 0 or self._flushing > 0 or self._exclusive
+
+    cdef bint _release_fd(self) noexcept:
+        """Closes the .log descriptor of an idle sealed segment (the LRU's eviction)."""
+        if self._busy() or self._log_fd < 0 or not self._sealed:
+            return False
+        c_close(self._log_fd)
+        self._log_fd = -1
+        self._win_len = 0
+        return True
+
+    cdef int _reopen(self) except -1:
+        try:
+            self._log_fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            # Renamed for deletion while sealed and evicted: to readers, a closed segment.
+            raise ValueError(f"I/O operation on a removed segment ({self.path})") from None
+        _OPEN_SEALED.add(self)
+        return 0
 
     def is_index_full(self) -> bool:
         """True when either index takes no more entries (Kafka rolls the segment then)."""
         return not (_index_has_room(&self._oi) and _index_has_room(&self._ti))
 
     cdef int _check_open(self) except -1:
+        """Every public operation starts here: the segment is open and its .log descriptor
+        too (reopened when the LRU closed it)."""
         if self._closed:
             raise ValueError(f"I/O operation on a closed segment ({self.path})")
         if self._exclusive:
             raise RuntimeError(f"segment {self.path} is being recovered by another thread")
+        if self._sealed:
+            if self._log_fd < 0:
+                self._reopen()
+            else:
+                _OPEN_SEALED.touch(self)
         return 0
 
     cdef int _check_idle(self) except -1:
@@ -814,6 +1053,8 @@ cdef class Segment:
             raise RuntimeError(f"{self.path} ends in a torn or damaged batch; call recover() first")
         if self._appending:
             raise RuntimeError(f"segment {self.path}: another append is in progress")
+        if self._sealed:
+            self._unseal()
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
             stop = view.len if end is None else <Py_ssize_t>end
@@ -1165,26 +1406,36 @@ cdef class Segment:
         with nogil:
             if fsync(self._log_fd) != 0:
                 rc = errno
-            elif fsync(self._oi.fd) != 0:
-                rc = errno
-            elif fsync(self._ti.fd) != 0:
-                rc = errno
+            else:
+                rc = _index_sync(&self._oi)
+                if rc == 0:
+                    rc = _index_sync(&self._ti)
         self._flushing -= 1
         if rc:
             _raise_os(rc)
 
     def close(self) -> None:
-        """Trims the indexes to their used size and closes the files. Idempotent."""
+        """Trims the indexes to their used size and closes the files. Idempotent. A pinned
+        .log descriptor stays open until the last unpin()."""
         cdef int rc1, rc2, rc3 = 0
+        cdef bint create
         if self._closed:
             return
-        self._check_idle()
+        if self._exclusive or self._appending or self._flushing:
+            self._check_idle()   # raises the busy error
+        # Index files a new segment never needed are created now, so a closed segment
+        # has its three files, unless the .log itself was renamed for deletion.
+        create = os.path.exists(self.path)
         self._closed = True
-        rc1 = _index_trim_and_close(&self._oi)
-        rc2 = _index_trim_and_close(&self._ti)
-        if c_close(self._log_fd) != 0:
-            rc3 = errno
-        self._log_fd = -1
+        _OPEN_SEALED.discard(self)
+        rc1 = _index_trim(&self._oi, False, create)
+        rc2 = _index_trim(&self._ti, False, create)
+        if self._readers > 0:
+            self._close_deferred = True
+        elif self._log_fd >= 0:
+            if c_close(self._log_fd) != 0:
+                rc3 = errno
+            self._log_fd = -1
         if rc1 == 0:
             rc1 = rc2 if rc2 != 0 else rc3
         if rc1 != 0:
@@ -1198,3 +1449,4 @@ cdef class Segment:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+

@@ -120,20 +120,31 @@ def rng() -> random.Random:
 
 # ---- creation, naming, append ---------------------------------------------------------
 
-def test_new_segment_files_are_named_by_base_offset_and_preallocated(tmp_path):
+def test_new_segment_creates_its_log_at_once_and_its_indexes_at_close(tmp_path):
     seg = Segment(str(tmp_path), 1234, max_index_bytes=1000)
-    names = sorted(os.listdir(tmp_path))
-    assert names == ["00000000000000001234.index", "00000000000000001234.log",
-                     "00000000000000001234.timeindex"]
+    # one file per new partition: the indexes wait for their first entry
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000001234.log"]
     assert seg.path == str(tmp_path / "00000000000000001234.log")
     assert (seg.base_offset, seg.size, seg.next_offset) == (1234, 0, 1234)
     assert (seg.max_timestamp, seg.first_batch_timestamp) == (-1, -1)
     assert (seg.index_entries, seg.timeindex_entries) == (0, 0)
-    # preallocated to max_index_bytes rounded down to whole entries while active
+    seg.close()
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000001234.index",
+                                            "00000000000000001234.log",
+                                            "00000000000000001234.timeindex"]
+    assert os.path.getsize(seg.index_path) == 0 and os.path.getsize(seg.timeindex_path) == 0
+
+
+def test_first_index_entry_extends_the_indexes_to_max_index_bytes(tmp_path):
+    seg = Segment(str(tmp_path), 0, index_interval_bytes=1, max_index_bytes=1000)
+    seg.append(make_batch(0, 2))
+    seg.append(make_batch(2, 2))
+    assert seg.index_entries == 1
+    # extended (sparsely) to max_index_bytes rounded down to whole entries while active
     assert os.path.getsize(seg.index_path) == 1000
     assert os.path.getsize(seg.timeindex_path) == 996
     seg.close()
-    assert os.path.getsize(seg.index_path) == 0 and os.path.getsize(seg.timeindex_path) == 0
+    assert os.path.getsize(seg.index_path) == 8 and os.path.getsize(seg.timeindex_path) == 12
 
 
 def test_append_returns_positions_and_tracks_offsets_and_timestamps(tmp_path):

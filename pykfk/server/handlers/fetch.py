@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
@@ -120,15 +119,17 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool) -> tuple[l
     return responses, total, error
 
 
-def _owned_region(ctx: RequestContext, region: Any, version: int) -> Any:
+def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
     if version < 4:
         from pykfk._core.records import to_legacy
 
-        data = os.pread(region.fd, region.size, region.position)
-        return to_legacy(data, 0 if version < 2 else 1)
-    fd = os.dup(region.fd)
-    ctx.owned_fds.append(fd)
-    return FileRegion(fd, region.position, region.size)
+        return to_legacy(region.read(), 0 if version < 2 else 1)
+    try:
+        pinned = region.pinned()
+    except ValueError:
+        return None  # the segment closed since the read (deleted): the next fetch rereads
+    ctx.pinned.append(pinned)
+    return pinned
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
@@ -144,13 +145,13 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
-        _release_fds(ctx)
+        _release_regions(ctx)
         keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
 
 
-def _release_fds(ctx: RequestContext) -> None:
-    for fd in ctx.owned_fds:
-        os.close(fd)
-    ctx.owned_fds.clear()
+def _release_regions(ctx: RequestContext) -> None:
+    for region in ctx.pinned:
+        region.release()
+    ctx.pinned.clear()

@@ -10,7 +10,6 @@ timestamp. "Latest" is the high watermark. Only the partition's leader answers
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pykfk._core.records import iter_records
@@ -48,7 +47,7 @@ def _first_record_at_or_after(plog: Log, offset: int, timestamp: int) -> tuple[i
     region = data.file_region
     if region is None or region.size == 0:
         return timestamp, offset
-    batch = os.pread(region.fd, region.size, region.position)
+    batch = region.read()
     for record in iter_records(batch):
         if record.offset >= offset and record.timestamp >= timestamp:
             return record.timestamp, record.offset
