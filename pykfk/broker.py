@@ -73,7 +73,8 @@ class Broker:
         store = self.metadata = await self.cluster.connect()
         assert self.cluster.replica_manager is not None
         self.replica_manager = self.cluster.replica_manager
-        self.topics = TopicManager(cfg, store, self._default_log_config)
+        self.topics = TopicManager(cfg, store, self._default_log_config,
+                                   self.replica_manager.created)
         self.log_manager = self._new_log_manager(store.cluster_id)
         # Recovery after an unclean stop can take a while: keep the loop free meanwhile.
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)

@@ -36,10 +36,12 @@ UNDEFINED_OFFSET = -1
 class LeaderEpochCache:
     """(epoch, start_offset) entries, epochs and offsets both increasing. Loop-affine."""
 
-    def __init__(self, partition_dir: str, *, sync: bool = True):
+    def __init__(self, partition_dir: str, *, sync: bool = True,
+                 entries: list[tuple[int, int]] | None = None):
+        """``entries`` given: the known content (a new partition has no file to read)."""
         self.path = os.path.join(partition_dir, CHECKPOINT_FILE)
         self.sync = sync
-        self.entries: list[tuple[int, int]] = self._read()
+        self.entries: list[tuple[int, int]] = self._read() if entries is None else entries
 
     def _read(self) -> list[tuple[int, int]]:
         try:

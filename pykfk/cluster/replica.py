@@ -47,7 +47,7 @@ from pykfk._core import records as core_records
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
-from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState
+from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
 
@@ -93,15 +93,31 @@ class RemoteReplica:
         self.last_fetch_ms = 0
 
 
+# New partitions of a topic created in one go beyond this many are made in the background
+# (see ReplicaManager.apply_topic); also the states applied per turn of the event loop.
+CREATE_CHUNK = 256
+
+
+class _PreparedReplica:
+    """A new partition's log and leader epoch cache, made off the loop."""
+
+    __slots__ = ("epochs", "log")
+
+    def __init__(self, plog: Log, epochs: LeaderEpochCache):
+        self.log = plog
+        self.epochs = epochs
+
+
 class Partition:
     """One partition replica on this broker. Loop-affine."""
 
-    def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Log):
+    def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Log,
+                 epochs: LeaderEpochCache | None = None):
         self.manager = manager
         self.topic = topic
         self.partition = partition
         self.log = plog
-        self.epochs = LeaderEpochCache(plog.dir)
+        self.epochs = LeaderEpochCache(plog.dir) if epochs is None else epochs
         self.replicas: tuple[int, ...] = ()
         self.state: PartitionState | None = None
         self.role = NONE
@@ -438,6 +454,10 @@ class ReplicaManager:
         self.shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._isr_task: asyncio.Task[None] | None = None
+        # Topics whose new partitions are being created in the background (see apply_topic)
+        # and the logs made for them off the loop, not yet taken by a Partition.
+        self._creating: dict[str, asyncio.Task[None]] = {}
+        self._prepared: dict[tuple[str, int], _PreparedReplica] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -522,14 +542,18 @@ class ReplicaManager:
                 self._fetcher_for(state.leader).add(current)
 
     def _create_partition(self, topic: str, partition: int) -> Partition:
+        prepared = self._prepared.pop((topic, partition), None)
         plog = self.log_manager.get_log(topic, partition)
         if plog is None:
             plog = self.log_manager.create_log(topic, partition, self.log_config_for(topic))
             plog.high_watermark = 0
+        elif prepared is not None and prepared.log is plog:
+            plog.high_watermark = 0
         else:
+            prepared = None
             checkpoint = self.log_manager.high_watermark_checkpoint(topic, partition)
             plog.high_watermark = checkpoint if checkpoint is not None else 0
-        created = Partition(self, topic, partition, plog)
+        created = Partition(self, topic, partition, plog, prepared.epochs if prepared else None)
         self.partitions[(topic, partition)] = created
         return created
 
@@ -659,15 +683,87 @@ class ReplicaManager:
         return (p for p in self.partitions.values() if p.role == LEADER)
 
     def apply_topic(self, topic: str, partitions: Iterable[int]) -> None:
-        """A topic was created, grew, changed its configs or went away."""
+        """A topic was created, grew, changed its configs or went away.
+
+        Many new partitions (more than CREATE_CHUNK) are created in the background: their
+        files off the event loop, their states applied CREATE_CHUNK at a time, so other
+        clients are answered meanwhile; ``created(topic)`` waits for that."""
         info = self.store.get_topic(topic)
         if info is not None:
             config = self.log_config_for(topic)
             for (t, _p), replica in self.partitions.items():
                 if t == topic and replica.log.config != config:
                     replica.log.update_config(config)
+        partitions = list(partitions)
+        new = [p for p in partitions if self._needs_new_log(info, p)] if info is not None else []
+        if len(new) <= CREATE_CHUNK or topic in self._creating or self.log_manager is None:
+            for partition in partitions:
+                self.apply_state(topic, partition)
+            return
+        task = asyncio.get_running_loop().create_task(self._create_in_background(topic, partitions, new))
+        self._creating[topic] = task
+        task.add_done_callback(lambda _t: self._creating.pop(topic, None))
+
+    async def created(self, topic: str) -> None:
+        """Returns once the background creation of ``topic``'s partitions (if any) is done."""
+        task = self._creating.get(topic)
+        if task is not None:
+            await asyncio.shield(task)
+
+    def _needs_new_log(self, info: TopicInfo, partition: int) -> bool:
+        """A partition of this broker's with no log yet."""
+        return (self._is_mine(info, partition)
+                and (info.name, partition) not in self.partitions
+                and self.log_manager is not None
+                and self.log_manager.get_log(info.name, partition) is None)
+
+    def _is_mine(self, info: TopicInfo | None, partition: int) -> bool:
+        return (info is not None and 0 <= partition < info.partitions
+                and self.broker_id in info.replicas(partition, self.broker_id))
+
+    async def _create_in_background(self, topic: str, partitions: list[int], new: list[int]) -> None:
+        """Creates the logs (and leader epoch files) of ``new`` in a worker thread, then
+        applies every partition's state on the loop, CREATE_CHUNK at a time."""
+        me = self.broker_id
+        leads = {p: state.leader_epoch for p in new
+                 if (state := self.store.partition_state(topic, p)) is not None and state.leader == me}
+        config = self.log_config_for(topic)
+        try:
+            prepared = await asyncio.get_running_loop().run_in_executor(
+                None, self._prepare_replicas, topic, new, leads, config)
+            self._prepared.update(prepared)
+            for start in range(0, len(partitions), CREATE_CHUNK):
+                for partition in partitions[start:start + CREATE_CHUNK]:
+                    self.apply_state(topic, partition)
+                await asyncio.sleep(0)
+        finally:
+            self._drop_unused_prepared(topic)
+
+    def _prepare_replicas(self, topic: str, partitions: list[int], leads: dict[int, int],
+                          config: Any) -> dict[tuple[str, int], _PreparedReplica]:
+        """Worker thread: a new log per partition, and the leader epoch it will start at
+        when this broker leads it (written unsynced, as Kafka does for epoch changes)."""
+        prepared = {}
         for partition in partitions:
-            self.apply_state(topic, partition)
+            plog = self.log_manager.create_log(topic, partition, config)
+            epochs = LeaderEpochCache(plog.dir, sync=False, entries=[])
+            if partition in leads:
+                epochs.assign(leads[partition], 0)
+            epochs.sync = True  # later leadership changes are written as usual
+            prepared[(topic, partition)] = _PreparedReplica(plog, epochs)
+        return prepared
+
+    def _drop_unused_prepared(self, topic: str) -> None:
+        """Deletes the logs made for partitions that are no longer this broker's (the
+        topic was deleted meanwhile). Those whose state has not arrived yet (a ZooKeeper
+        cluster writes states after the topic) wait for it in ``_prepared``."""
+        info = self.store.get_topic(topic)
+        for key in [k for k in self._prepared if k[0] == topic]:
+            if self._is_mine(info, key[1]):
+                continue
+            self._prepared.pop(key)
+            if key not in self.partitions:
+                self.log_manager.delete_log(*key)
 
 
 class ReplicaFetcher:

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import resource
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pykfk._core.segment import open_sealed_segments, open_sealed_segments_limit
@@ -48,10 +48,19 @@ def is_internal_topic(name: str) -> bool:
 class TopicManager:
     """Checks and applies topic changes. Loop-affine."""
 
-    def __init__(self, config: BrokerConfig, store: MetadataStore, default_log_config: LogConfig):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        default_log_config: LogConfig,
+        partitions_created: Callable[[str], Awaitable[None]] | None = None,
+    ):
+        """``partitions_created(topic)`` waits until this broker's replicas of a topic's
+        new partitions exist (the replica manager may create many in the background)."""
         self.config = config
         self.store = store
         self.default_log_config = default_log_config
+        self.partitions_created = partitions_created or _nothing_to_wait_for
 
     def check_new_topic(
         self,
@@ -137,6 +146,7 @@ class TopicManager:
             info = await self.store.create_topic(name, partitions, replication_factor, configs)
         except TopicExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        await self.partitions_created(name)
         log.info("created topic %s with %d partitions%s", name, partitions, f", configs {dict(configs)}" if configs else "")
         return info
 
@@ -174,7 +184,12 @@ class TopicManager:
             await self.store.create_partitions(name, total)
         except UnknownTopicError:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
+        await self.partitions_created(name)
         log.info("topic %s now has %d partitions", name, total)
+
+
+async def _nothing_to_wait_for(_topic: str) -> None:
+    return None
 
 
 def _check_partition_limit(partitions: int) -> None:

@@ -188,7 +188,9 @@ class Log:
     Opening loads every segment; unless ``clean_shutdown`` is set, segments past
     ``recovery_point`` are checked batch by batch and a torn tail is truncated. Indexes
     that are missing or inconsistent are rebuilt either way. ``log_start_offset`` comes
-    from the log-start-offset checkpoint (the first segment's base when higher).
+    from the log-start-offset checkpoint (the first segment's base when higher). ``new``:
+    a partition just created, whose directory does not exist yet (one mkdir and one file,
+    nothing to load; an existing directory is loaded as usual).
     """
 
     # Decompress compressed batches on leader appends to check their records (Kafka does).
@@ -203,6 +205,7 @@ class Log:
         scheduler: Scheduler | None = None,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        new: bool = False,
     ):
         self.dir = os.path.abspath(dir)
         self.topic, self.partition = parse_partition_dir(os.path.basename(self.dir))
@@ -221,7 +224,8 @@ class Log:
         self._last_flush_ms = time_ms()
         self._flush_scheduled = False
         self.producer_state = ProducerStateManager()
-        self._load(clean_shutdown)
+        if not (new and self._start_new()):
+            self._load(clean_shutdown)
 
     def __repr__(self) -> str:
         return (f"Log({self.name}, log_start_offset={self._log_start_offset}, "
@@ -305,6 +309,17 @@ class Log:
         self.config = config
 
     # -- loading and recovery ----------------------------------------------------------
+
+    def _start_new(self) -> bool:
+        """A new partition: creates its directory and first segment, with nothing to load
+        or recover. False when the directory already exists (then it is loaded)."""
+        try:
+            os.mkdir(self.dir)
+        except FileExistsError:
+            return False
+        self._view = _View([self._open_segment(self._log_start_offset)])
+        self._log_end_offset = self._recovery_point = self._log_start_offset
+        return True
 
     def _load(self, clean_shutdown: bool) -> None:
         os.makedirs(self.dir, exist_ok=True)

@@ -353,7 +353,7 @@ class LogManager:
             log_dir = self.next_log_dir()
             log = Log(os.path.join(log_dir, f"{topic}-{partition}"),
                       config or self.config_for(topic), scheduler=self._scheduler,
-                      clean_shutdown=True)
+                      clean_shutdown=True, new=True)
             self._logs[(topic, partition)] = log
             self._dir_counts[log_dir] += 1
         logger.info("Created log %s-%d in %s", topic, partition, log_dir)

@@ -638,18 +638,17 @@ cdef class Segment:
         self._ti.path = strdup(os.fsencode(self.timeindex_path))
         if self._oi.path == NULL or self._ti.path == NULL:
             raise MemoryError()
-        missing = []
-        for p in (self.index_path, self.timeindex_path):
-            if not os.path.exists(p):
-                missing.append(os.path.basename(p))
         self._log_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self.size = _file_size(self._log_fd)
+            partial_oi = self._open_index(&self._oi, self.index_path, preallocate)
+            partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate)
+            missing = [os.path.basename(path) for path, exists in
+                       ((self.index_path, self._oi.exists), (self.timeindex_path, self._ti.exists))
+                       if not exists]
             if missing and self.size > 0 and not rebuild_bad_indexes:
                 self._abandon()   # report, and leave the directory as it was
                 raise IndexCorruptError(f"{self.path}: missing " + " and ".join(missing))
-            partial_oi = self._open_index(&self._oi, self.index_path, preallocate)
-            partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate)
             self._closed = False
 
             reason = None

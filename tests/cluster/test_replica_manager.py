@@ -5,6 +5,7 @@ dir, an in-memory store (tests/cluster/fakes.py), time moved by a ManualClock.""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -12,8 +13,9 @@ from pykfk._core.records import build_batch
 
 from pykfk.clock import ManualClock
 from pykfk.cluster.embedded import EmbeddedMetadataStore
+from pykfk.cluster.leader_epoch import LeaderEpochCache
 from pykfk.cluster.metadata import BrokerInfo
-from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
+from pykfk.cluster.replica import CREATE_CHUNK, ReplicaManager, ReplicaSettings
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
 
@@ -190,5 +192,62 @@ async def test_a_cluster_of_one_leads_everything_and_acks_all_never_waits(tmp_pa
         assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         await store.delete_topic("solo")
         assert not manager.partitions and harness.log_manager.get_log("solo", 2) is None
+    finally:
+        await harness.close()
+
+
+def _cluster_of_one(tmp_path: Any) -> tuple[EmbeddedMetadataStore, Harness]:
+    store = EmbeddedMetadataStore(str(tmp_path / "meta"), BrokerInfo(ME, "127.0.0.1", 9092))
+    harness = Harness(tmp_path, store, ManualClock())
+
+    def on_change(kind: str, key: Any) -> None:
+        if kind == "topic":
+            info = store.get_topic(key)
+            harness.manager.apply_topic(key, range(info.partitions if info else 0))
+
+    store.add_listener(on_change)
+    return store, harness
+
+
+async def test_many_new_partitions_are_created_in_the_background_in_chunks(tmp_path):
+    """Beyond CREATE_CHUNK new partitions, the loop keeps turning while their files are
+    made, and created() returns once every partition leads with its epoch on file."""
+    store, harness = _cluster_of_one(tmp_path)
+    manager = harness.manager
+    count = 3 * CREATE_CHUNK + 7
+    turns = 0
+
+    async def other_client() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(other_client())
+    try:
+        await store.create_topic("wide", count, 1, {})
+        assert len(manager.partitions) < count     # still being made
+        await manager.created("wide")
+        assert turns > count // CREATE_CHUNK       # the loop ran between chunks
+        assert len(manager.partitions) == count
+        assert {p.role for p in manager.partitions.values()} == {"leader"}
+        last = harness.partition("wide", count - 1)
+        assert sorted(os.listdir(last.log.dir)) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
+        assert LeaderEpochCache(last.log.dir).entries == [(0, 0)]
+        info, wait = last.append_records(batch(2), -1, 1_000)
+        assert wait is None and info.last_offset == 1
+    finally:
+        ticker.cancel()
+        await harness.close()
+
+
+async def test_a_topic_deleted_during_background_creation_leaves_no_logs(tmp_path):
+    store, harness = _cluster_of_one(tmp_path)
+    try:
+        await store.create_topic("brief", 2 * CREATE_CHUNK, 1, {})
+        await store.delete_topic("brief")
+        await harness.manager.created("brief")
+        assert not harness.manager.partitions
+        assert not [key for key in harness.log_manager.logs() if key[0] == "brief"]
     finally:
         await harness.close()
