@@ -163,6 +163,8 @@ class LogManager:
         # Logs per dir, kept as logs come and go: choosing a dir for a new partition is
         # O(1) in the number of partitions (counting them each time was quadratic).
         self._dir_counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)
+        # Content of each checkpoint file as last written (unchanged ones are not rewritten).
+        self._checkpointed: dict[str, dict[TopicPartition, int]] = {}
         self._lock = threading.RLock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="pykfk-log")
@@ -356,7 +358,7 @@ class LogManager:
                       clean_shutdown=True, new=True)
             self._logs[(topic, partition)] = log
             self._dir_counts[log_dir] += 1
-        logger.info("Created log %s-%d in %s", topic, partition, log_dir)
+        logger.debug("Created log %s-%d in %s", topic, partition, log_dir)
         return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -441,13 +443,18 @@ class LogManager:
         self.write_high_watermark_checkpoints()
 
     def _write_per_dir(self, name: str, value: Callable[[Log], int]) -> None:
+        """Writes checkpoint ``name`` in every log dir whose content changed since its
+        last write (an idle broker of thousands of partitions rewrites nothing)."""
         per_dir: dict[str, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for tp, log in list(self._logs.items()):
-            parent = os.path.dirname(log.dir)
-            if parent in per_dir:
-                per_dir[parent][tp] = value(log)
+            offsets = per_dir.get(log.dir.rpartition(os.sep)[0])
+            if offsets is not None:
+                offsets[tp] = value(log)
         for log_dir, offsets in per_dir.items():
-            write_offset_checkpoint(os.path.join(log_dir, name), offsets)
+            path = os.path.join(log_dir, name)
+            if self._checkpointed.get(path) != offsets:
+                write_offset_checkpoint(path, offsets)
+                self._checkpointed[path] = offsets
 
     def write_recovery_point_checkpoints(self) -> None:
         self._write_per_dir(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)

@@ -13,14 +13,15 @@ ResponseHeader.json, ApiVersionsResponse.json / KIP-511). Sans-io.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from . import codec
 from .messages import API_SPECS
-from .schema import ApiSpec, as_view
-from .types import ProtocolError, Struct, UnsupportedVersionError, read_uvarint
+from .schema import ApiSpec, Schema, as_view
+from .types import PreEncoded, ProtocolError, Struct, UnsupportedVersionError, read_uvarint
 
 # Kafka's socket.request.max.bytes default (100 MiB): larger frames are refused before
 # any buffer is allocated for them.
@@ -39,6 +40,34 @@ class RequestHeader(NamedTuple):
     api_version: int
     correlation_id: int
     client_id: str | None
+
+
+@functools.lru_cache(maxsize=256)
+def response_field_encoder(api_key: int, api_version: int, path: tuple[str, ...]) -> Callable[[Any], PreEncoded]:
+    """Encodes the value of one nested array field of a response on its own (``path``
+    names it from the top, e.g. ("topics", "partitions")), for a handler that caches it
+    and hands it back as that field's value (written as is, see PreEncoded)."""
+    spec = spec_for(api_key)
+    schema: Schema | None = spec.response
+    field = None
+    for name in path:
+        if schema is None:
+            raise KeyError(f"{spec.name} response field {name} is inside a non-struct field")
+        field = schema.field(name)
+        schema = field.schema
+    if field is None or not field.is_array:
+        raise KeyError(f"{spec.name} response field {'.'.join(path)} is not an array")
+    write = codec.field_writer(field, api_version, spec.is_flexible(api_version))
+
+    def encode(value: Any) -> PreEncoded:
+        out = bytearray()
+        extra: list[Any] = []
+        write(out, value, extra)
+        if extra:
+            raise ValueError(f"{spec.name} field {'.'.join(path)} holds records: not pre-encodable")
+        return PreEncoded(out)
+
+    return encode
 
 
 def spec_for(api_key: int) -> ApiSpec:

@@ -433,8 +433,19 @@ def array_reader(
     return read
 
 
+class PreEncoded(bytes):
+    """A field value already encoded for the version being written (an array with its
+    length prefix): written as is. For handlers that cache a large, rarely changing part
+    of a response (the partitions of a topic in Metadata) instead of re-encoding it."""
+
+    __slots__ = ()
+
+
 def array_writer(elem: Writer, compact: bool, nullable: bool, scalar_fmt: str | None) -> Writer:
     def write(out: bytearray, value: Any, extra: list[Any]) -> None:
+        if type(value) is PreEncoded:
+            out += value
+            return
         if value is None:
             if not nullable:
                 raise ValueError("None for a non-nullable array")

@@ -8,16 +8,58 @@ fails sends to an explicit partition if it first sees LEADER_NOT_AVAILABLE.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, TopicInfo
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol.framing import response_field_encoder
+from pykfk.protocol.types import PreEncoded, Struct
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
 VERSIONS = (0, 5)
+PARTITIONS_FIELD = ("topics", "partitions")
+
+
+class EncodedPartitions:
+    """The encoded partitions array of each topic per response version, reused until the
+    store announces a change to that topic (its partitions, a leader, an ISR) or to the
+    brokers (offline replicas): a topic of thousands of partitions costs one encoding
+    per change, not one per request."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self.entries: dict[str, dict[int, PreEncoded]] = {}
+        store.add_listener(self._changed)
+
+    def _changed(self, kind: str, key: Any) -> None:
+        if kind in ("topic", "delete_topic") and isinstance(key, str):
+            self.entries.pop(key, None)
+        elif kind == "partition" and isinstance(key, tuple):
+            self.entries.pop(key[0], None)
+        else:
+            self.entries.clear()  # brokers, the session, anything else: start over
+
+    def get(self, info: TopicInfo, version: int, me: int) -> PreEncoded:
+        versions = self.entries.setdefault(info.name, {})
+        encoded = versions.get(version)
+        if encoded is None:
+            live = {b.node_id for b in self.store.brokers()}
+            partitions = [_partition(self.store, info, p, me, live) for p in range(info.partitions)]
+            encoded = versions[version] = response_field_encoder(API_KEY, version, PARTITIONS_FIELD)(partitions)
+        return encoded
+
+
+_ENCODED: weakref.WeakKeyDictionary[MetadataStore, EncodedPartitions] = weakref.WeakKeyDictionary()
+
+
+def encoded_partitions(store: MetadataStore) -> EncodedPartitions:
+    cache = _ENCODED.get(store)
+    if cache is None:
+        cache = _ENCODED[store] = EncodedPartitions(store)
+    return cache
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
@@ -33,7 +75,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         allow_create = broker.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
         )
-    live = {b.node_id for b in store.brokers()}
+    partitions = encoded_partitions(store)
     topics = []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
         info = store.get_topic(name)
@@ -59,7 +101,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 "error_code": ErrorCode.NONE,
                 "name": name,
                 "is_internal": is_internal_topic(name),
-                "partitions": [_partition(store, info, p, broker.broker_id, live) for p in range(info.partitions)],
+                "partitions": partitions.get(info, version, broker.broker_id),
             }
         )
     return {
