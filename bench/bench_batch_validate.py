@@ -18,9 +18,9 @@ import os
 import random
 import tempfile
 
-import pykfk._core.records as core
 import pytest
 
+import pykfk._core.records as core
 import pykfk._reference.records as reference
 from bench.timing import best_of_rounds, seconds_per_call
 from pykfk.log.config import LogConfig

@@ -17,9 +17,9 @@ import zlib
 from collections.abc import Callable
 
 import crc32c as crc32c_pkg
-import pykfk._core.crc as core
 import pytest
 
+import pykfk._core.crc as core
 import pykfk._reference.crc as reference
 
 MIB = 1 << 20

@@ -25,8 +25,8 @@ import struct
 import time
 
 import pytest
-from pykfk._core.segment import Segment
 
+from pykfk._core.segment import Segment
 from pykfk._reference import segment as reference
 
 ENTRIES = 1_000_000

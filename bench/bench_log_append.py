@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from pykfk._core import records
 from pykfk._core.segment import Segment
-
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
 

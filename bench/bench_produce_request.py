@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 import pytest
-from pykfk._core.records import build_batch
 
+from pykfk._core.records import build_batch
 from pykfk.protocol import framing
 
 PRODUCE = 0

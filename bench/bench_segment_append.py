@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from pykfk._core import records
 from pykfk._core.segment import Segment
-
 from pykfk._reference import segment as reference
 from pykfk.log.config import LogConfig
 

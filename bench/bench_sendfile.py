@@ -30,6 +30,7 @@ import threading
 import time
 
 import pytest
+
 from pykfk._core.sendfile import sendfile
 
 MIB = 1 << 20

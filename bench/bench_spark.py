@@ -58,7 +58,6 @@ def _expose_package() -> None:
 
 def _produce(bootstrap: str, total: int) -> None:
     from pykfk._core.records import build_batch
-
     from pykfk.client.connection import BrokerConnection
 
     host, _, port = bootstrap.rpartition(":")

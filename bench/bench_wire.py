@@ -16,10 +16,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-from pykfk._core import wire
-from pykfk._core.records import build_batch
 
 from bench.timing import best_of_rounds
+from pykfk._core import wire
+from pykfk._core.records import build_batch
 from pykfk.protocol import API_SPECS, framing
 
 SPEC = API_SPECS[0]

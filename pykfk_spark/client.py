@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pykfk._core.records import decode_records
-
 from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError

@@ -9,8 +9,8 @@ import os
 from typing import Any
 
 import pytest
-from pykfk._core.records import build_batch
 
+from pykfk._core.records import build_batch
 from pykfk.clock import ManualClock
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.leader_epoch import LeaderEpochCache

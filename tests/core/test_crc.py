@@ -21,12 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import crc32c as crc32c_pkg
-import pykfk._core.crc as core
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pykfk
+import pykfk._core.crc as core
 import pykfk._reference.crc as reference
 
 CrcFunction = Callable[..., int]

@@ -10,8 +10,8 @@ import random
 import struct
 
 import pytest
-from pykfk._core import segment as core
 
+from pykfk._core import segment as core
 from pykfk._reference import segment as ref
 
 IMPLS = [pytest.param(core, id="core"), pytest.param(ref, id="reference")]

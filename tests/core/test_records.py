@@ -12,9 +12,9 @@ import pytest
 from _records_helpers import CODECS, make_batch, record_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
 from pykfk._core import records as core
 from pykfk._core.errors import CorruptBatchError, InvalidRecordError, RecordTooLargeError
-
 from pykfk._reference import records as reference
 
 HEADER_FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc",
@@ -389,7 +389,6 @@ def test_the_batch_layout_has_one_owner_and_the_oracle_agrees():
     import struct
 
     from pykfk._core import records as core
-
     from pykfk._reference import records as oracle
     from pykfk._reference import segment as oracle_segment
 

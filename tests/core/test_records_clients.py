@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from _records_helpers import CODEC_NAMES, CODECS, lz4_with_old_kafka_checksum
-from pykfk._core import records as core
 
+from pykfk._core import records as core
 from pykfk._reference import records as reference
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import pytest
 from _records_helpers import fix_crc, make_batch, record_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from pykfk._core import records as core
 from pykfk._core.errors import CorruptBatchError, InvalidRecordError
-
 from pykfk._reference import records as reference
 
 # bytes 0-7 base_offset and 12-15 partition_leader_epoch are outside the CRC by design

@@ -18,9 +18,9 @@ import pytest
 from _records_helpers import fix_crc, make_batch, record_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from pykfk._core import records as core
 from pykfk._core.errors import CorruptBatchError
-
 from pykfk._reference import records as reference
 
 V = reference.write_varint

@@ -13,9 +13,9 @@ import threading
 
 import crc32c
 import pytest
+
 from pykfk._core.errors import CorruptBatchError, IndexCorruptError
 from pykfk._core.segment import Segment
-
 from pykfk._reference import segment as ref
 
 try:

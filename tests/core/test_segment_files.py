@@ -7,13 +7,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from pykfk._core.segment import (
     Segment,
     open_sealed_segments,
     open_sealed_segments_limit,
     set_open_sealed_segments_limit,
 )
-
 from tests.core.test_segment import log_bytes, make_batch
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+
 from pykfk._core.sendfile import sendfile
 
 

@@ -5,8 +5,8 @@ partition count it was created with; group settings from the broker config."""
 from __future__ import annotations
 
 import pytest
-from pykfk._core.records import build_batch
 
+from pykfk._core.records import build_batch
 from pykfk.config import BrokerConfig, ConfigError
 from pykfk.errors import ErrorCode
 from pykfk.testing import InProcessBroker, RawClient

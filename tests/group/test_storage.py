@@ -7,7 +7,6 @@ import os
 import struct
 
 from pykfk._core import records as records_module
-
 from pykfk.errors import ErrorCode as E
 from pykfk.group.coordinator import GroupConfig, GroupCoordinator
 from pykfk.group.storage import LogOffsetsLog, MemoryOffsetsLog

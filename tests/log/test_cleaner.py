@@ -6,9 +6,9 @@ import os
 import time
 
 import pytest
+
 from pykfk._core import records
 from pykfk._core.errors import InvalidRecordError
-
 from pykfk.log.checkpoints import read_offset_checkpoint
 from pykfk.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
 from pykfk.log.config import LogConfig

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from pykfk._core import records
 from pykfk._core.errors import CorruptBatchError, RecordTooLargeError
-
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import Log, LogConfig
 from pykfk.log.log import time_ms

@@ -6,8 +6,8 @@ import os
 import random
 
 import pytest
-from pykfk._core import records
 
+from pykfk._core import records
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import Log, LogConfig
 from pykfk.log.producer_state import (

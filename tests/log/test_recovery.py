@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from pykfk._core import records
 
+from pykfk._core import records
 from pykfk.log import Log, LogConfig
 
 from .helpers import batch, read_records

@@ -6,8 +6,8 @@ import inspect
 
 import kafka.errors
 import pytest
-from pykfk._core import errors as core_errors
 
+from pykfk._core import errors as core_errors
 from pykfk.errors import ErrorCode, KafkaError, error_code, error_for_core_exception
 
 

@@ -7,8 +7,8 @@ import random
 import struct
 
 import pytest
-from pykfk._core import wire
 
+from pykfk._core import wire
 from pykfk.protocol import API_SPECS, ProtocolError
 from pykfk.protocol.framing import encode_response
 

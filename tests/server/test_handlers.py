@@ -8,8 +8,8 @@ import time
 import zlib
 
 import pytest
-from pykfk._core.records import build_batch, iter_records
 
+from pykfk._core.records import build_batch, iter_records
 from pykfk.errors import ErrorCode
 from pykfk.server.dispatch import Registry
 

@@ -10,8 +10,8 @@ import struct
 import time
 
 import pytest
-from pykfk._core.records import build_batch
 
+from pykfk._core.records import build_batch
 from pykfk.errors import ErrorCode
 from tests.server.conftest import RawClient
 from tests.server.test_handlers import API_VERSIONS, METADATA, PRODUCE, create_topic, fetch, produce

@@ -4,8 +4,8 @@ gives, and the dispatcher's compiled header reader agrees with the generic frami
 from __future__ import annotations
 
 import pytest
-from pykfk._core.wire import decode_request_header
 
+from pykfk._core.wire import decode_request_header
 from pykfk.protocol import API_SPECS, ProtocolError, framing
 from pykfk.server import dispatch
 from pykfk.server.handlers import produce

@@ -8,7 +8,6 @@ import struct
 import time
 
 from pykfk._core.records import build_batch
-
 from pykfk.protocol import framing
 
 from .test_handlers import FETCH, METADATA, PRODUCE, create_topic, fetch_request

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from pykfk._core.records import build_batch
-
 from pykfk.client.connection import BrokerConnection
 
 PRODUCE = 0

@@ -8,15 +8,6 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
-from pykfk._core.records import (
-    CODEC_GZIP,
-    CODEC_LZ4,
-    CODEC_NONE,
-    CODEC_ZSTD,
-    build_batch,
-    decode_records,
-    iter_records,
-)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -29,6 +20,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pykfk._core.records import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    build_batch,
+    decode_records,
+    iter_records,
+)
 from pykfk_spark.arrow import arrow_schema, to_record_batch
 
 # Spark's Kafka source schema (KafkaRecordToRowConverter), headers last.
