@@ -1,0 +1,135 @@
+"""python -m bench.latency [--rate 20000] [--seconds 20] [--target pykfk|mock|both]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.latency.report import plot, print_table, summarize
+from bench.scale.probes import cpu_seconds
+from pykfk.testing import BrokerProcess
+
+TOPIC = "latency"
+START_DELAY_S = 1.0
+
+
+def _worker(role: str, bootstrap: str, run_dir: str, args: argparse.Namespace,
+            mock: bool) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "bench.latency.workers", role, "--bootstrap", bootstrap,
+               "--topic", TOPIC, "--rate", str(args.rate), "--seconds", str(args.seconds),
+               "--warmup", str(args.warmup), "--run-dir", run_dir]
+    return subprocess.Popen(command + (["--mock"] if mock else []), cwd=Path(__file__).parents[2])
+
+
+def _create_topic(bootstrap: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
+
+
+def _wait(path: str, procs: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited with {proc.returncode} before {path}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.01)
+
+
+def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, Any]:
+    run_dir = os.path.join(workdir, target)
+    os.makedirs(run_dir)
+    mock = target == "mock"
+    broker = None
+    if not mock:
+        broker = BrokerProcess(os.path.join(run_dir, "data"), log_level="WARNING").start()
+        _create_topic(broker.bootstrap, args.partitions)
+    bootstrap = broker.bootstrap if broker else "127.0.0.1:1"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(_worker("producer", bootstrap, run_dir, args, mock))
+        procs.append(_worker("consumer", bootstrap, run_dir, args, mock))
+        _wait(os.path.join(run_dir, "ready"), procs, 120)
+        start = time.monotonic_ns() + int(START_DELAY_S * 1e9)
+        with open(os.path.join(run_dir, "go"), "w", encoding="ascii") as f:
+            f.write(str(start))
+        cpu = _broker_cpu_in_window(broker, start, args) if broker else None
+        for proc in procs:
+            if proc.wait(args.seconds + args.warmup + 120) != 0:
+                raise RuntimeError(f"a worker failed with exit code {proc.returncode}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        if broker is not None:
+            broker.stop()
+    with open(os.path.join(run_dir, "producer.json"), encoding="ascii") as f:
+        producer = json.load(f)
+    with open(os.path.join(run_dir, "consumer.json"), encoding="ascii") as f:
+        consumer = json.load(f)
+    return summarize(target, args, producer, consumer, cpu)
+
+
+def _broker_cpu_in_window(broker: BrokerProcess, start: int, args: argparse.Namespace) -> float:
+    """Broker CPU seconds per second over the measured window."""
+    window_start = start + int(args.warmup * 1e9)
+    time.sleep(max(window_start - time.monotonic_ns(), 0) / 1e9)
+    before, t0 = cpu_seconds(broker.pid), time.monotonic()
+    profiler = _start_profiler(broker.pid, args) if args.profile else None
+    time.sleep(args.seconds)
+    cpu = (cpu_seconds(broker.pid) - before) / (time.monotonic() - t0)
+    if profiler is not None:
+        profiler.wait(60)
+    return cpu
+
+
+def _start_profiler(pid: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    """py-spy sampling the broker over the window (its own CPU cost is not the broker's,
+    but sampling pauses the broker briefly: profile runs are not measurement runs)."""
+    command = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(args.seconds)),
+               "--rate", "250", "--format", "raw", "--output", args.profile, "--nonblocking"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
+    parser.add_argument("--rate", type=int, default=20_000, help="records per second")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured window")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--target", choices=["pykfk", "mock", "both"], default="both")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
+    parser.add_argument("--profile", metavar="FILE",
+                        help="also sample the broker with py-spy over the window (raw stacks)")
+    args = parser.parse_args(argv)
+    targets = ["pykfk", "mock"] if args.target == "both" else [args.target]
+    workdir = tempfile.mkdtemp(prefix="pykfk-latency-")
+    try:
+        results = []
+        for target in targets:
+            print(f"{target}: {args.rate:,} records/s of 1 KiB for {args.warmup:.0f} s warm-up "
+                  f"+ {args.seconds:.0f} s", flush=True)
+            results.append(run_once(target, args, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"results-{args.rate}.json"), "w", encoding="utf-8") as f:
+        json.dump([{k: v for k, v in r.items() if not k.startswith("_")} for r in results], f, indent=2)
+    plot(results, os.path.join(args.out, f"latency-{args.rate}.png"))
+    print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

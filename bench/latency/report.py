@@ -1,0 +1,95 @@
+"""Percentiles, CPU per request and per record, the table and the plot."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+PERCENTILES = (50, 99, 99.9)
+
+
+def percentile_ms(sorted_ns: list[int], p: float) -> float:
+    if not sorted_ns:
+        return float("nan")
+    index = min(len(sorted_ns) - 1, max(0, round(p / 100 * len(sorted_ns)) - 1))
+    return sorted_ns[index] / 1e6
+
+
+def _latency(values: list[int]) -> dict[str, float]:
+    ordered = sorted(values)
+    out = {f"p{p:g}_ms": percentile_ms(ordered, p) for p in PERCENTILES}
+    out["max_ms"] = ordered[-1] / 1e6 if ordered else float("nan")
+    return out
+
+
+def request_rate(samples: list[list[int]], window: list[int]) -> float:
+    """Requests per second from cumulative (time, count) samples inside the window."""
+    inside = [s for s in samples if window[0] <= s[0] <= window[1]]
+    if len(inside) < 2:
+        return float("nan")
+    (t0, n0), (t1, n1) = inside[0], inside[-1]
+    return (n1 - n0) / ((t1 - t0) / 1e9)
+
+
+def summarize(target: str, args: argparse.Namespace, producer: dict[str, Any],
+              consumer: dict[str, Any], broker_cpu: float | None) -> dict[str, Any]:
+    window = producer["window"]
+    requests = request_rate(producer["requests"], window) + request_rate(consumer["requests"], window)
+    achieved = len(producer["ack_ns"]) / args.seconds
+    result: dict[str, Any] = {
+        "target": target, "rate": args.rate, "achieved_rate": achieved,
+        "partitions": consumer["partitions"], "failed": producer["failed"],
+        "end_to_end": _latency(consumer["end_to_end_ns"]), "ack": _latency(producer["ack_ns"]),
+        "requests_per_s": requests,
+        "_end_to_end_ns": consumer["end_to_end_ns"], "_ack_ns": producer["ack_ns"],
+    }
+    if broker_cpu is not None:
+        result["broker_cpu_percent"] = broker_cpu * 100
+        result["broker_cpu_us_per_request"] = broker_cpu / requests * 1e6
+        result["broker_cpu_us_per_record"] = broker_cpu / achieved * 1e6
+    return result
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print()
+    header = f"{'':8} {'rate':>8} {'e2e p50':>8} {'p99':>7} {'p99.9':>7} {'max':>7} " \
+             f"{'ack p50':>8} {'p99':>7} {'req/s':>7} {'CPU%':>6} {'us/req':>7} {'us/rec':>7}"
+    print(header)
+    for r in results:
+        e, a = r["end_to_end"], r["ack"]
+        cpu = (f"{r['broker_cpu_percent']:6.1f} {r['broker_cpu_us_per_request']:7.1f} "
+               f"{r['broker_cpu_us_per_record']:7.1f}") if "broker_cpu_percent" in r else \
+            f"{'-':>6} {'-':>7} {'-':>7}"
+        print(f"{r['target']:8} {r['achieved_rate']:8.0f} {e['p50_ms']:8.2f} {e['p99_ms']:7.2f} "
+              f"{e['p99.9_ms']:7.2f} {e['max_ms']:7.1f} {a['p50_ms']:8.2f} {a['p99_ms']:7.2f} "
+              f"{r['requests_per_s']:7.0f} {cpu}")
+    print("latencies in ms; CPU is the broker's (the mock runs inside the producer)")
+
+
+def plot(results: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+    for ax, key, title in ((axes[0], "_end_to_end_ns", "end-to-end"), (axes[1], "_ack_ns", "ack")):
+        for r in results:
+            values = sorted(r[key])
+            if not values:
+                continue
+            n = len(values)
+            # Percentile plot on a log "nines" axis: x = 1 / (1 - quantile).
+            xs = [1 / (1 - (i + 0.5) / n) for i in range(n)]
+            ax.plot(xs, [v / 1e6 for v in values], label=f"{r['target']} ({r['achieved_rate']:,.0f}/s)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks([2, 10, 100, 1000, 10000])
+        ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99"])
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"{title} latency, 1 KiB records, acks=all")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

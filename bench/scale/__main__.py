@@ -1,0 +1,113 @@
+"""python -m bench.scale [--partitions 10000] [--records 10] [--out DIR]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.scale.probes import (
+    OtherClient,
+    create_topic,
+    idle_cpu_percent,
+    metadata_round_trip_ms,
+    open_fds,
+    rss_mb,
+)
+from bench.scale.report import check_targets, plot, print_table
+from bench.scale.traffic import consume_all, produce_all
+from pykfk.testing import BrokerProcess, RawClient
+
+TOPIC = "scale"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(partitions: int, records: int, value_size: int, idle_s: float, workdir: str) -> dict[str, Any]:
+    broker = BrokerProcess(os.path.join(workdir, "data"), {"num.partitions": 1})
+    broker.start()
+    try:
+        return measure(broker, partitions, records, value_size, idle_s)
+    finally:
+        broker.stop()
+
+
+def measure(broker: BrokerProcess, partitions: int, records: int, value_size: int,
+            idle_s: float) -> dict[str, Any]:
+    pid = broker.pid
+    result: dict[str, Any] = {"partitions": partitions, "records_per_partition": records,
+                              "value_bytes": value_size, "data_dir": broker.log_dir}
+    result["fds_empty_broker"] = open_fds(pid)
+    raw = RawClient(broker.host, broker.port, timeout=300)
+    say(f"creating a topic of {partitions:,} partitions")
+    with OtherClient(broker.host, broker.port) as other:
+        time.sleep(0.2)
+        seconds, error = create_topic(raw, TOPIC, partitions)
+        time.sleep(0.1)
+    if error:
+        raise RuntimeError(f"CreateTopics failed with error code {error}")
+    result["create_s"] = seconds
+    result["other_client_worst_ms"] = max(other.times_ms)
+    result["other_client_requests"] = len(other.times_ms)
+    result["fds_after_create"] = open_fds(pid)
+    say(f"  created in {seconds:.2f} s; other client's worst round trip "
+        f"{result['other_client_worst_ms']:.1f} ms")
+    result["metadata_first_ms"], _size = metadata_round_trip_ms(raw, TOPIC, repeats=1)
+    result["metadata_ms"], result["metadata_bytes"] = metadata_round_trip_ms(raw, TOPIC)
+    say(f"Metadata of the whole topic: {result['metadata_ms']:.1f} ms "
+        f"(the first after the creation {result['metadata_first_ms']:.1f} ms; "
+        f"{result['metadata_bytes']:,} bytes)")
+    raw.close()
+    say(f"producing {records} records of {value_size} B to each partition")
+    result["produce_s"] = produce_all(broker.bootstrap, TOPIC, partitions, records, value_size, say)
+    peak = [open_fds(pid)]
+    say("consuming every partition with one consumer")
+    seconds, read, errors = consume_all(broker.bootstrap, TOPIC, partitions, partitions * records,
+                                        say, lambda: peak.append(open_fds(pid)))
+    result.update(consume_s=seconds, records_read=read, records_expected=partitions * records,
+                  consumer_errors=errors[:20], fds_peak_during_consume=max(peak))
+    result["fds_after_consume"] = open_fds(pid)
+    result["rss_mb"] = rss_mb(pid)
+    say(f"idle for {idle_s:.0f} s with no client")
+    time.sleep(2)
+    result["idle_cpu_percent"] = idle_cpu_percent(pid, idle_s)
+    result["server_log_errors"] = [line for line in broker.log_text().splitlines()
+                                   if " ERROR " in line or "Too many open files" in line][:20]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--records", type=int, default=10, help="records per partition")
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--data-dir", default=None,
+                        help="parent of the broker's data dir (default: a temp dir); the "
+                             "filesystem's own cost of creating files shows in the creation time")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
+    args = parser.parse_args(argv)
+    workdir = tempfile.mkdtemp(prefix="pykfk-scale-", dir=args.data_dir)
+    try:
+        result = run(args.partitions, args.records, args.value_size, args.idle_seconds, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["checks"] = check_targets(result)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    plot(result, os.path.join(args.out, "scale.png"))
+    print_table(result)
+    return 0 if all(check["passed"] for check in result["checks"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Targets of a broker holding thousands of partitions, and how the results are shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (name, result key, limit, unit, how the value is derived)
+FDS_PER_PARTITION_MAX = 1.2
+
+
+def _fds_per_partition(result: dict[str, Any]) -> float:
+    extra = result["fds_peak_during_consume"] - result["fds_empty_broker"]
+    return extra / result["partitions"]
+
+
+def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = [
+        ("created in", result["create_s"], 2.0, "s"),
+        ("other client's worst delay meanwhile", result["other_client_worst_ms"], 50.0, "ms"),
+        ("Metadata of the whole topic", result["metadata_ms"], 10.0, "ms"),
+        ("open fds per partition (peak, over an empty broker)", _fds_per_partition(result),
+         FDS_PER_PARTITION_MAX, ""),
+        ("idle CPU", result["idle_cpu_percent"], 1.0, "% of a core"),
+    ]
+    checks = [{"name": name, "value": round(value, 3), "limit": limit, "unit": unit,
+               "passed": value <= limit} for name, value, limit, unit in rows]
+    every_record = result["records_read"] == result["records_expected"]
+    checks.append({"name": "every record read, no consumer error", "value": result["records_read"],
+                   "limit": result["records_expected"], "unit": "records",
+                   "passed": every_record and not result["consumer_errors"]})
+    return checks
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"\n{result['partitions']:,} partitions on one broker "
+          f"(RSS {result['rss_mb']:.0f} MB, produce {result['produce_s']:.1f} s, "
+          f"consume {result['consume_s']:.1f} s)")
+    for check in result["checks"]:
+        mark = "PASS" if check["passed"] else "FAIL"
+        print(f"  {mark}  {check['name']:<52} {check['value']:>10} {check['unit']:<12}"
+              f" (target <= {check['limit']})")
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    checks = [c for c in result["checks"] if c["unit"] != "records"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ratios = [c["value"] / c["limit"] for c in checks]
+    colors = ["tab:green" if c["passed"] else "tab:red" for c in checks]
+    ax.barh([c["name"] for c in checks], ratios, color=colors)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xlabel("measured / target (left of the line: within target)")
+    ax.set_title(f"{result['partitions']:,} partitions on one pykfk broker")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

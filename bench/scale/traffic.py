@@ -1,0 +1,65 @@
+"""Produce to and consume from every partition with confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+PROGRESS_EVERY_S = 2.0
+
+
+def produce_all(bootstrap: str, topic: str, partitions: int, per_partition: int,
+                value_size: int, say: Callable[[str], None]) -> float:
+    """Seconds to produce ``per_partition`` records to every partition (acks=all)."""
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "error_cb": lambda e: errors.append(str(e))})
+    value = b"x" * value_size
+    start = last = time.perf_counter()
+    sent = 0
+    for i in range(per_partition):
+        for p in range(partitions):
+            while True:
+                try:
+                    producer.produce(topic, value, key=b"%d-%d" % (p, i), partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+        producer.poll(0)
+        if time.perf_counter() - last > PROGRESS_EVERY_S:
+            last = time.perf_counter()
+            say(f"  produced {sent:,} records")
+    left = producer.flush(120)
+    if left or errors:
+        raise RuntimeError(f"produce: {left} undelivered, errors {errors[:3]}")
+    return time.perf_counter() - start
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
+                say: Callable[[str], None], on_poll: Callable[[], None]) -> tuple[float, int, list[str]]:
+    """(seconds, records read, client errors) for one consumer assigned every partition."""
+    errors: list[str] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-bench",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                         "error_cb": lambda e: errors.append(str(e))})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    start = last = time.perf_counter()
+    read = 0
+    deadline = start + 300
+    try:
+        while read < expected and time.perf_counter() < deadline:
+            for message in consumer.consume(10_000, 0.5):
+                if message.error() is None:
+                    read += 1
+                elif message.error().code() != KafkaError._PARTITION_EOF:
+                    errors.append(str(message.error()))
+            on_poll()
+            if time.perf_counter() - last > PROGRESS_EVERY_S:
+                last = time.perf_counter()
+                say(f"  consumed {read:,} of {expected:,} records")
+    finally:
+        consumer.close()
+    return time.perf_counter() - start, read, errors

@@ -1,0 +1,53 @@
+"""The scale and latency benches run end to end at a tiny size, so they never rot: a
+broker process starts, every record comes back, results JSON and plots are written.
+Figures are not asserted against their targets (the machine is shared; the benches
+themselves print PASS/FAIL), only that they are measured and sane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=200, check=False)
+
+
+def test_scale_bench_measures_a_few_hundred_partitions(tmp_path: Path) -> None:
+    out = tmp_path / "scale"
+    run = _run("bench.scale", "--partitions", "300", "--records", "3", "--idle-seconds", "1",
+               "--data-dir", str(tmp_path), "--out", str(out))
+    assert "creating a topic of 300 partitions" in run.stdout, run.stderr
+    result = json.loads((out / "results.json").read_text())
+    assert result["records_read"] == result["records_expected"] == 900
+    assert not result["consumer_errors"] and not result["server_log_errors"]
+    assert 0 < result["create_s"] < 60 and 0 < result["metadata_ms"] < 1000
+    # one descriptor per partition, plus a few for the consumer's connections
+    assert 300 <= result["fds_peak_during_consume"] - result["fds_empty_broker"] <= 360
+    assert {check["name"] for check in result["checks"]} >= {"idle CPU", "created in"}
+    assert (out / "scale.png").stat().st_size > 1000
+    assert run.returncode in (0, 1)  # 1: a target missed, reported, not a crash
+
+
+def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None:
+    out = tmp_path / "latency"
+    run = _run("bench.latency", "--rate", "500", "--seconds", "2", "--warmup", "1",
+               "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = {r["target"]: r for r in json.loads((out / "results-500.json").read_text())}
+    assert set(results) == {"pykfk", "mock"}
+    for result in results.values():
+        assert 400 <= result["achieved_rate"] <= 600 and result["failed"] == 0
+        assert 0 < result["end_to_end"]["p50_ms"] <= result["end_to_end"]["p99_ms"] <= result["end_to_end"]["max_ms"]
+        assert 0 < result["ack"]["p50_ms"] <= result["ack"]["max_ms"]
+    assert results["pykfk"]["broker_cpu_us_per_request"] > 0
+    assert (out / "latency-500.png").stat().st_size > 1000
