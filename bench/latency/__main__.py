@@ -62,8 +62,10 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
         procs.append(_worker("consumer", bootstrap, run_dir, args, mock))
         _wait(os.path.join(run_dir, "ready"), procs, 120)
         start = time.monotonic_ns() + int(START_DELAY_S * 1e9)
-        with open(os.path.join(run_dir, "go"), "w", encoding="ascii") as f:
+        # Written whole, then renamed: a worker polling for "go" never reads it half written.
+        with open(os.path.join(run_dir, "go.tmp"), "w", encoding="ascii") as f:
             f.write(str(start))
+        os.rename(os.path.join(run_dir, "go.tmp"), os.path.join(run_dir, "go"))
         cpu = _broker_cpu_in_window(broker, start, args) if broker else None
         for proc in procs:
             if proc.wait(args.seconds + args.warmup + 120) != 0:
