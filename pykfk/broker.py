@@ -45,7 +45,9 @@ class Broker:
         self.config = config
         self.cluster = ClusterNode(self)
         self.log_manager: LogManager | None = None
-        self.server: KafkaServer | None = None
+        self.server: KafkaServer | None = None  # the first listener's
+        self.servers: list[KafkaServer] = []
+        self.bound: dict[str, tuple[str, int]] = {}  # listener name -> bound (host, port)
         self.host = ""
         self.port = 0
         # BrokerServices, set by start() (plain attributes: handlers read them per request).
@@ -66,8 +68,11 @@ class Broker:
         no request is answered before the broker can name itself and a controller."""
         from pykfk.server.connection import KafkaServer
         from pykfk.server.dispatch import Dispatcher, Registry
+        from pykfk.server.session import ListenerSecurity
 
         cfg = self.config
+        # TLS key stores and SASL settings are checked before anything else is opened.
+        securities = [ListenerSecurity(listener, cfg) for listener in cfg.listeners]
         for directory in cfg.log_dirs:
             os.makedirs(directory, exist_ok=True)
         store = self.metadata = await self.cluster.connect()
@@ -80,21 +85,29 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)
         self.log_manager.start(asyncio.get_running_loop())
         await self._start_group_coordinator()
-        self.server = KafkaServer(
-            Dispatcher(self, Registry.default()),
-            max_request_bytes=cfg.socket_request_max_bytes,
-            idle_ms=cfg.connections_max_idle_ms,
-            max_in_flight=cfg.queued_max_requests,
-        )
-        listener = cfg.listeners[0]
-        self.host, self.port = await self.server.bind(listener.host, listener.port)
+        dispatcher = Dispatcher(self, Registry.default())
+        for listener, security in zip(cfg.listeners, securities, strict=True):
+            server = KafkaServer(
+                dispatcher,
+                security=security,
+                max_request_bytes=cfg.socket_request_max_bytes,
+                idle_ms=cfg.connections_max_idle_ms,
+                max_in_flight=cfg.queued_max_requests,
+            )
+            self.servers.append(server)
+            self.bound[listener.name] = await server.bind(listener.host, listener.port)
+        self.server = self.servers[0]
+        self.host, self.port = self.bound[cfg.listeners[0].name]
         await self.cluster.join()
-        await self.server.serve()
+        for server in self.servers:
+            await server.serve()
         self._started = True
-        me = store.broker
         log.info(
-            "broker %d started: listening on %s:%d, advertised as %s:%d, log dirs %s, cluster id %s",
-            cfg.broker_id, self.host, self.port, me.host, me.port, ",".join(cfg.log_dirs), store.cluster_id,
+            "broker %d started: listening on %s, advertised as %s, log dirs %s, cluster id %s",
+            cfg.broker_id,
+            ", ".join(f"{name}://{host}:{port}" for name, (host, port) in self.bound.items()),
+            ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in store.broker.endpoints),
+            ",".join(cfg.log_dirs), store.cluster_id,
         )
 
     def _new_log_manager(self, cluster_id: str) -> LogManager:
@@ -130,8 +143,8 @@ class Broker:
             # Parked JoinGroup/SyncGroup calls answer NOT_COORDINATOR while the server
             # can still send them; pending offset writes finish before the logs close.
             await self._group_coordinator.shutdown()
-        if self.server is not None:
-            await self.server.shutdown()
+        if self.servers:
+            await asyncio.gather(*(server.shutdown() for server in self.servers))
         await self.cluster.stop()
         if self.log_manager is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
@@ -175,8 +188,8 @@ class Broker:
         await self.cluster.ensure_offsets_topic(self.group_coordinator.config.offsets_topic_num_partitions, configs)
         await self._coordinator_leadership.settled()
 
-    def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
-        return self.cluster.leader_node(OFFSETS_TOPIC, offsets_partition)
+    def coordinator_node(self, offsets_partition: int, listener: str) -> tuple[int, str, int] | None:
+        return self.cluster.leader_node(OFFSETS_TOPIC, offsets_partition, listener)
 
     async def allocate_producer_id(self) -> int:
         return await self.metadata.allocate_producer_id()

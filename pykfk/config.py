@@ -114,7 +114,8 @@ def _at_least(minimum: int, big: bool = False) -> Callable[[Any], int]:
 
 
 # Kafka's DescribeConfigs ConfigType codes (KIP-569), reported from DescribeConfigs v3.
-CONFIG_TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPE_CODES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7,
+                     "password": 9}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +139,21 @@ class ConfigKey:
 
 def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str, kind: str, **kw: Any) -> ConfigKey:
     return ConfigKey(name, parse, default, doc, kind, **kw)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = tuple(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+# The settings that may be given per listener (listener.name.<listener>.<setting>).
+PER_LISTENER_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol", "ssl.cipher.suites",
+    "ssl.principal.mapping.rules", "ssl.endpoint.identification.algorithm",
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "connections.max.reauth.ms",
+})
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)")
+_MECHANISM_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.jaas\.config")
 
 
 # Broker settings. Defaults are Kafka's, except where a standalone developer broker wants a
@@ -223,6 +239,41 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("controlled.shutdown.enable", _parse_bool, True, "move leaderships away before stopping", "bool"),
         _key("controlled.shutdown.max.retries", _at_least(1), 3, "controlled shutdown attempts", "int"),
         _key("controlled.shutdown.retry.backoff.ms", _at_least(0, big=True), 5000, "pause between attempts", "long"),
+        # Listeners and security (pykfk.security). Every SSL and SASL setting may also be
+        # given per listener as listener.name.<listener>.<setting> (lower-case listener).
+        _key("listener.security.protocol.map", _parse_list, list(DEFAULT_PROTOCOL_MAP),
+             "listener name -> security protocol, as NAME:PROTOCOL pairs", "list"),
+        _key("inter.broker.listener.name", _parse_string, None,
+             "listener brokers use among themselves (default: PLAINTEXT, else the first)", "string"),
+        _key("ssl.keystore.type", _choice_parser("PEM", "PKCS12"), "PEM", "format of the key store", "string"),
+        _key("ssl.keystore.location", _parse_string, None, "key store file (PEM: key and certificate chain)", "string"),
+        _key("ssl.keystore.password", _parse_string, None, "password of the key store file", "password"),
+        _key("ssl.key.password", _parse_string, None, "password of the private key", "password"),
+        _key("ssl.keystore.certificate.chain", _parse_string, None, "certificate chain as inline PEM", "password"),
+        _key("ssl.keystore.key", _parse_string, None, "private key as inline PEM", "password"),
+        _key("ssl.truststore.type", _choice_parser("PEM", "PKCS12"), "PEM", "format of the trust store", "string"),
+        _key("ssl.truststore.location", _parse_string, None, "trusted CA certificates file", "string"),
+        _key("ssl.truststore.password", _parse_string, None, "password of the trust store file", "password"),
+        _key("ssl.truststore.certificates", _parse_string, None, "trusted CA certificates as inline PEM", "password"),
+        _key("ssl.client.auth", _choice_parser("none", "requested", "required"), "none",
+             "ask clients for a certificate", "string"),
+        _key("ssl.enabled.protocols", _parse_list, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted", "list"),
+        _key("ssl.protocol", _parse_string, "TLSv1.3", "TLS version brokers offer as clients", "string"),
+        _key("ssl.cipher.suites", _parse_list, [], "TLS 1.2 cipher suites (OpenSSL names; empty: the library's)", "list"),
+        _key("ssl.principal.mapping.rules", _parse_string, "DEFAULT",
+             "rules turning a client certificate's subject into a principal", "string"),
+        _key("ssl.endpoint.identification.algorithm", _parse_string, "https",
+             "check the host name in other brokers' certificates (empty: do not)", "string"),
+        _key("sasl.enabled.mechanisms", _parse_list, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+             "SASL mechanisms offered on SASL listeners", "list"),
+        _key("sasl.mechanism.inter.broker.protocol", _parse_string, "PLAIN",
+             "SASL mechanism brokers log in to each other with", "string"),
+        _key("sasl.jaas.config", _parse_string, None,
+             "JAAS login module settings (usually per listener and mechanism)", "password"),
+        _key("connections.max.reauth.ms", _at_least(0, big=True), 0,
+             "SASL sessions expire after this long unless the client logs in again (0: never)", "long"),
+        _key("connection.failed.authentication.delay.ms", _at_least(0), 100,
+             "delay before answering and closing a failed login", "int"),
         # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
         *[
             _key(name, parse, default, "accepted for compatibility; no effect", kind, ignored=True)
@@ -234,8 +285,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("num.recovery.threads.per.data.dir", _at_least(1), 1, "int"),
                 ("transaction.state.log.replication.factor", _at_least(1), 3, "int"),
                 ("transaction.state.log.min.isr", _at_least(1), 2, "int"),
-                ("listener.security.protocol.map", _parse_list, None, "list"),
-                ("inter.broker.listener.name", _parse_string, None, "string"),
                 ("delete.topic.enable", _parse_bool, True, "bool"),
             ]
         ],
@@ -422,28 +471,70 @@ def _unescape(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Listener:
-    """One ``listeners`` entry: ``NAME://host:port``. An empty host binds all interfaces."""
+    """One ``listeners`` entry: ``NAME://host:port``, with the security protocol that
+    ``listener.security.protocol.map`` gives its name. An empty host binds all
+    interfaces."""
 
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
 
     @classmethod
-    def parse(cls, key: str, text: str) -> Listener:
+    def parse(cls, key: str, text: str, protocols: Mapping[str, str] | None = None) -> Listener:
         match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/]*):(\d+)", text)
         if match is None:
             raise ConfigError(key, f"expected NAME://host:port, got {text!r}")
         name, host, port_text = match.groups()
+        name = name.upper()
         port = int(port_text)
         if port > 65535:
             raise ConfigError(key, f"port {port} out of range [0, 65535]")
-        if name.upper() != "PLAINTEXT":
-            raise ConfigError(key, f"listener {name} is not supported yet (only PLAINTEXT)")
-        return cls(name.upper(), host.strip("[]"), port)
+        protocols = _protocol_map(list(DEFAULT_PROTOCOL_MAP)) if protocols is None else protocols
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(key, f"listener {name} has no security protocol in listener.security.protocol.map")
+        return cls(name, host.strip("[]"), port, protocol)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.name}://{host}:{self.port}"
+
+
+def _protocol_map(items: list[str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` entries as {LISTENER: PROTOCOL}."""
+    protocols: dict[str, str] = {}
+    for item in items:
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            raise ConfigError("listener.security.protocol.map", f"expected LISTENER:PROTOCOL, got {item!r}")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError("listener.security.protocol.map",
+                              f"unknown security protocol {protocol!r} (one of {', '.join(SECURITY_PROTOCOLS)})")
+        if name in protocols:
+            raise ConfigError("listener.security.protocol.map", f"listener {name} is mapped twice")
+        protocols[name] = protocol
+    return protocols
+
+
+def _per_listener_key(name: str) -> tuple[str, str] | None:
+    """(listener, setting) of a ``listener.name.<listener>.<setting>`` key, else None."""
+    match = _LISTENER_KEY.fullmatch(name)
+    if match is None:
+        return None
+    listener, setting = match.groups()
+    if setting in PER_LISTENER_KEYS or _MECHANISM_JAAS_KEY.fullmatch(setting):
+        return listener.upper(), setting
+    return None
 
 
 class BrokerConfig:
@@ -458,9 +549,20 @@ class BrokerConfig:
         props = dict(props or {})
         self.originals: dict[str, Any] = props
         self._values: dict[str, Any] = {}
-        unknown = sorted(k for k in props if k not in BROKER_KEYS)
+        unknown = sorted(k for k in props if k not in BROKER_KEYS and _per_listener_key(k) is None)
         if unknown:
             raise ConfigError(unknown[0], "unknown configuration key")
+        # listener.name.<listener>.<setting> values, parsed like the global setting.
+        self._per_listener: dict[tuple[str, str], Any] = {}
+        for name, raw in props.items():
+            scoped = _per_listener_key(name)
+            if scoped is None:
+                continue
+            base = scoped[1] if scoped[1] in BROKER_KEYS else "sasl.jaas.config"
+            try:
+                self._per_listener[scoped] = BROKER_KEYS[base].parse(raw)
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
         for name, key in BROKER_KEYS.items():
             raw = props.get(name)
             if raw is None:
@@ -475,17 +577,7 @@ class BrokerConfig:
     def _derive(self) -> None:
         v = self._values
         self.broker_id: int = v["broker.id"]
-        self.listeners = [Listener.parse("listeners", item) for item in v["listeners"]]
-        if not self.listeners:
-            raise ConfigError("listeners", "at least one listener is required")
-        if len(self.listeners) > 1:
-            raise ConfigError("listeners", "only one listener is supported yet")
-        advertised = v["advertised.listeners"]
-        self.advertised_listeners = (
-            [Listener.parse("advertised.listeners", item) for item in advertised]
-            if advertised
-            else list(self.listeners)
-        )
+        self._derive_listeners()
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
         if not self.log_dirs:
             raise ConfigError("log.dirs", "at least one directory is required")
@@ -514,6 +606,60 @@ class BrokerConfig:
         self.group_initial_rebalance_delay_ms: int = v["group.initial.rebalance.delay.ms"]
         self.zookeeper_connect: str | None = v["zookeeper.connect"] or None
 
+    def _derive_listeners(self) -> None:
+        """listeners, advertised.listeners and the inter-broker listener, checked
+        together as Kafka checks them."""
+        v = self._values
+        protocols = _protocol_map(v["listener.security.protocol.map"])
+        self.listeners = [Listener.parse("listeners", item, protocols) for item in v["listeners"]]
+        if not self.listeners:
+            raise ConfigError("listeners", "at least one listener is required")
+        names = [listener.name for listener in self.listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError("listeners", "each listener needs a name of its own")
+        ports = [listener.port for listener in self.listeners if listener.port]
+        if len(set(ports)) != len(ports):
+            raise ConfigError("listeners", "two listeners cannot share a port")
+        by_name = {listener.name: listener for listener in self.listeners}
+        advertised = {}
+        for item in v["advertised.listeners"] or ():
+            entry = Listener.parse("advertised.listeners", item, protocols)
+            if entry.name not in by_name:
+                raise ConfigError("advertised.listeners", f"{entry.name} is not one of the listeners")
+            advertised[entry.name] = entry
+        # A listener not advertised explicitly is advertised at its own address.
+        self.advertised_listeners = [advertised.get(name, by_name[name]) for name in names]
+        inter = v["inter.broker.listener.name"]
+        if inter:
+            inter = inter.upper()
+            if inter not in by_name:
+                raise ConfigError("inter.broker.listener.name", f"{inter} is not one of the listeners")
+        self.inter_broker_listener_name: str = inter or ("PLAINTEXT" if "PLAINTEXT" in by_name else names[0])
+        for entry in self.listeners:
+            if entry.uses_tls and not (self.listener_setting(entry.name, "ssl.keystore.location")
+                                       or self.listener_setting(entry.name, "ssl.keystore.key")):
+                raise ConfigError("ssl.keystore.location", f"listener {entry.name} uses TLS but has no key store")
+        for scoped_name, setting in self._per_listener:
+            if scoped_name not in by_name:
+                raise ConfigError(f"listener.name.{scoped_name.lower()}.{setting}",
+                                  f"{scoped_name} is not one of the listeners")
+
+    def listener_setting(self, listener: str, name: str) -> Any:
+        """A setting as it applies on ``listener``: its ``listener.name.<listener>.``
+        value when given, else the broker-wide one."""
+        scoped = (listener.upper(), name)
+        return self._per_listener[scoped] if scoped in self._per_listener else self._values[name]
+
+    def jaas_config(self, listener: str, mechanism: str) -> str | None:
+        """The JAAS settings of ``mechanism`` on ``listener``, most specific first:
+        ``listener.name.<l>.<mechanism>.sasl.jaas.config``, then
+        ``listener.name.<l>.sasl.jaas.config``, then ``sasl.jaas.config``."""
+        scoped = (listener.upper(), f"{mechanism.lower()}.sasl.jaas.config")
+        if scoped in self._per_listener:
+            return str(self._per_listener[scoped])
+        value = self.listener_setting(listener, "sasl.jaas.config")
+        return None if value is None else str(value)
+
     # -- access by Kafka name ------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Any:
@@ -530,7 +676,7 @@ class BrokerConfig:
 
     def ignored_keys_set(self) -> list[str]:
         """Keys accepted for compatibility that were set but have no effect."""
-        return sorted(k for k in self.originals if BROKER_KEYS[k].ignored)
+        return sorted(k for k in self.originals if k in BROKER_KEYS and BROKER_KEYS[k].ignored)
 
     def group_properties(self) -> dict[str, Any]:
         """The group coordinator's settings by Kafka name (``GroupConfig.from_properties``)."""

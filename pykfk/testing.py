@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -122,7 +123,9 @@ class BrokerProcess:
     """A ``pykfk-broker`` subprocess on 127.0.0.1 with its own log dir.
 
     ``overrides`` take Kafka property names. The first start binds a free port (port 0);
-    restarts reuse it, so clients can reconnect to the same address.
+    restarts reuse it, so clients can reconnect to the same address. With a
+    ``listeners`` override, ``ports`` maps each listener name to its bound port (and
+    restarts reuse those too).
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
         os.makedirs(log_dir, exist_ok=True)
         self.server_log = os.path.join(os.path.dirname(os.path.abspath(log_dir)), os.path.basename(log_dir) + ".server.log")
         self._ready_file = self.server_log + ".ready"
@@ -155,6 +159,12 @@ class BrokerProcess:
     def command(self) -> list[str]:
         props = {"log.dirs": self.log_dir, "listeners": f"PLAINTEXT://{self.host}:{self.port}"}
         props.update({k: str(v) for k, v in self.overrides.items()})
+        if "listeners" in self.overrides and self.ports:
+            # A restart binds the ports the first start got.
+            props["listeners"] = re.sub(
+                r"([A-Za-z_][A-Za-z0-9_]*)://([^,]*):0\b",
+                lambda m: f"{m.group(1)}://{m.group(2)}:{self.ports.get(m.group(1).upper(), 0)}",
+                props["listeners"])
         args = [sys.executable, "-m", "pykfk.broker", "--log-level", self.log_level, "--ready-file", self._ready_file]
         for key, value in props.items():
             args += ["--override", f"{key}={value}"]
@@ -177,6 +187,7 @@ class BrokerProcess:
                 with open(self._ready_file, encoding="utf-8") as f:
                     ready = json.load(f)
                 self.port = int(ready["port"])
+                self.ports = {str(k): int(v) for k, v in ready.get("listeners", {}).items()}
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")

@@ -67,7 +67,8 @@ def _setup_logging(level: str) -> None:
 def _write_ready_file(path: str, broker: Broker) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"host": broker.host, "port": broker.port, "pid": os.getpid()}, f)
+        json.dump({"host": broker.host, "port": broker.port, "pid": os.getpid(),
+                   "listeners": {name: port for name, (_host, port) in broker.bound.items()}}, f)
     os.replace(tmp, path)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -23,6 +25,17 @@ from pykfk.protocol import ProtocolError, decode_response, encode_request
 _SIZE = struct.Struct(">i")
 # Largest response frame accepted from a peer (a Fetch is bounded by replica.fetch.response.max.bytes).
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelSecurity:
+    """How this broker reaches others: TLS (a client context) and a SASL login, as the
+    inter-broker listener asks."""
+
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str = ""
+    sasl_user: str = ""
+    sasl_password: str = ""
 
 
 class ChannelError(ConnectionError):
@@ -86,11 +99,13 @@ class _ResponseReader(asyncio.BufferedProtocol):
 class BrokerChannel:
     """One TCP connection to ``host:port``. Loop-affine; not shared between tasks."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0):
+    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float = 30.0,
+                 security: ChannelSecurity | None = None):
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security or ChannelSecurity()
         self._transport: asyncio.Transport | None = None
         self._reader: _ResponseReader | None = None  # callbacks from older connections are ignored
         self._waiter: asyncio.Future[bytearray] | None = None
@@ -102,13 +117,42 @@ class BrokerChannel:
 
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
+        security = self.security
         try:
             transport, reader = await asyncio.wait_for(
-                loop.create_connection(lambda: _ResponseReader(self), self.host, self.port), self.timeout_s
+                loop.create_connection(lambda: _ResponseReader(self), self.host, self.port,
+                                       ssl=security.ssl_context,
+                                       server_hostname=self.host if security.ssl_context else None),
+                self.timeout_s,
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ChannelError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         self._transport, self._reader = transport, reader
+        if security.sasl_mechanism:
+            await self._log_in()
+
+    async def _log_in(self) -> None:
+        """SaslHandshake v1 and SaslAuthenticate rounds until the login completes."""
+        from pykfk.security.sasl import SaslClient
+        from pykfk.security.scram import ScramError
+
+        security = self.security
+        handshake = await self.request(17, 1, {"mechanism": security.sasl_mechanism})
+        if handshake.error_code:
+            self.close()
+            raise ChannelError(f"{self.host}:{self.port} refused SASL/{security.sasl_mechanism} "
+                               f"(error {handshake.error_code})")
+        client = SaslClient(security.sasl_mechanism, security.sasl_user, security.sasl_password)
+        token: bytes | None = client.first()
+        try:
+            while token is not None:
+                answer = await self.request(36, 1, {"auth_bytes": token})
+                if answer.error_code:
+                    raise ChannelError(f"SASL login to {self.host}:{self.port} failed: {answer.error_message}")
+                token = client.step(bytes(answer.auth_bytes))
+        except (ChannelError, ScramError) as exc:
+            self.close()
+            raise ChannelError(str(exc)) from None
 
     async def request(self, api_key: int, api_version: int, body: dict[str, Any], *, timeout_s: float | None = None) -> Any:
         """Send one request and return the decoded response body."""

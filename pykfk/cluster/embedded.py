@@ -8,7 +8,8 @@ leaves either the old or the new version. Layout::
      "cluster_id": "<22 chars, base64 of a UUID as Kafka writes it>",
      "producer_id_block_end": 1000,
      "topics": {"<name>": {"partitions": 8, "replication_factor": 1,
-                            "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}}}
+                            "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}},
+     "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}}}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
 leader of every partition, with itself as the only in-sync replica, so the replica
@@ -68,6 +69,7 @@ class EmbeddedMetadataStore:
         self._next_producer_id = 0
         self._producer_id_block_end = 0
         self._cluster_id = ""
+        self._users: dict[str, dict[str, str]] = {}
         os.makedirs(directory, exist_ok=True)
         self._load()
 
@@ -176,6 +178,19 @@ class EmbeddedMetadataStore:
         self._save()
         self._notify("topic", info.name)
 
+    async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
+        names = self._users if users is None else [u for u in users if u in self._users]
+        return {name: dict(self._users[name]) for name in names}
+
+    async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
+        credentials = self._users.setdefault(user, {})
+        for mechanism in deletions:
+            credentials.pop(mechanism, None)
+        credentials.update(upserts)
+        if not credentials:
+            del self._users[user]
+        self._save()
+
     async def allocate_producer_id(self) -> int:
         return self.allocate_producer_id_now()
 
@@ -215,6 +230,8 @@ class EmbeddedMetadataStore:
             self._producer_id_block_end = int(data.get("producer_id_block_end", 0))
             # Ids of the block that was in use before the restart are never handed out again.
             self._next_producer_id = self._producer_id_block_end
+            self._users = {str(user): {str(m): str(c) for m, c in creds.items()}
+                           for user, creds in data.get("users", {}).items()}
             for name, entry in data.get("topics", {}).items():
                 self._topics[name] = TopicInfo(
                     name,
@@ -240,6 +257,7 @@ class EmbeddedMetadataStore:
                 }
                 for t in self._topics.values()
             },
+            "users": self._users,
         }
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -15,13 +15,34 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """One advertised listener of a broker."""
+
+    listener: str
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclasses.dataclass(frozen=True)
 class BrokerInfo:
-    """A broker as clients see it in Metadata responses."""
+    """A broker as clients see it in Metadata responses. ``host``/``port`` are its
+    PLAINTEXT (else first) endpoint; ``endpoints`` every advertised listener: a client
+    is given the address of the listener it came in on."""
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """host and port of ``listener``; None when the broker has no such listener.
+        A broker registered without endpoints serves every listener at host:port."""
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint.host, endpoint.port
+        return None if self.endpoints else (self.host, self.port)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +165,15 @@ class MetadataStore(Protocol):
 
     async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
         """Announce this broker (with its bound address) to the cluster."""
+        ...
+
+    async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
+        """user -> {SCRAM mechanism: credential text} for ``users`` (every user with a
+        credential when None); users without credentials are left out."""
+        ...
+
+    async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
+        """Set and remove one user's credentials (mechanism -> credential text)."""
         ...
 
     def registration_lost(self) -> bool: ...

@@ -26,19 +26,47 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pykfk.cluster.channel import ChannelSecurity
 from pykfk.cluster.controller import Controller, ControllerSettings
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
+    Endpoint,
     MetadataStore,
     TopicExistsError,
 )
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
 from pykfk.cluster.topics import OFFSETS_TOPIC
+from pykfk.config import BrokerConfig
 
 log = logging.getLogger("pykfk.cluster")
 
+
+
+def inter_broker_security(cfg: BrokerConfig) -> ChannelSecurity:
+    """TLS and SASL login of this broker's connections to the inter-broker listener of
+    the others: a client TLS context, and the ``username``/``password`` of that
+    listener's JAAS settings for ``sasl.mechanism.inter.broker.protocol``."""
+    from pykfk.config import ConfigError
+    from pykfk.security.jaas import JaasError, parse_jaas
+    from pykfk.security.tls import client_context
+
+    name = cfg.inter_broker_listener_name
+    listener = next(entry for entry in cfg.listeners if entry.name == name)
+    context = client_context(cfg, name) if listener.uses_tls else None
+    if not listener.uses_sasl:
+        return ChannelSecurity(context)
+    mechanism = cfg["sasl.mechanism.inter.broker.protocol"].upper()
+    key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = cfg.jaas_config(name, mechanism)
+    try:
+        options = parse_jaas(text).options if text else {}
+    except JaasError as exc:
+        raise ConfigError(key, str(exc)) from None
+    if "username" not in options or "password" not in options:
+        raise ConfigError(key, f"the inter-broker listener {name} needs username and password for SASL/{mechanism}")
+    return ChannelSecurity(context, mechanism, options["username"], options["password"])
 
 
 class ClusterNode:
@@ -94,6 +122,9 @@ class ClusterNode:
                 fetch_min_bytes=cfg["replica.fetch.min.bytes"],
                 fetch_backoff_ms=cfg["replica.fetch.backoff.ms"],
                 socket_timeout_ms=cfg["replica.socket.timeout.ms"],
+                listener=cfg.inter_broker_listener_name,
+                # A cluster of one has no other broker to reach.
+                channel_security=inter_broker_security(cfg) if cfg.zookeeper_connect else None,
             ),
             log_config_for=self.broker.log_config_for_name,
         )
@@ -101,14 +132,10 @@ class ClusterNode:
 
     async def join(self) -> None:
         """Register, start replicating, run for controller. Raises BrokerIdInUseError."""
-        cfg = self.config
         broker = self.broker
         store = self.store
         assert store is not None
-        advertised = cfg.advertised_listeners[0]
-        await store.register_broker(
-            BrokerInfo(cfg.broker_id, advertised.host or broker.host, advertised.port or broker.port, cfg["broker.rack"])
-        )
+        await store.register_broker(self._registration())
         assert self.replica_manager is not None
         self.replica_manager.log_manager = broker.log_manager
         self.replica_manager.start()
@@ -118,6 +145,18 @@ class ClusterNode:
         if not store.single_broker:  # the embedded store is its own controller
             self._start_controller()
         await self._wait_until_ready()
+
+    def _registration(self) -> BrokerInfo:
+        """This broker as the store lists it: every advertised listener, at its bound
+        port where the listener asked for port 0."""
+        cfg = self.config
+        endpoints = []
+        for listener in cfg.advertised_listeners:
+            bound_host, bound_port = self.broker.bound[listener.name]
+            endpoints.append(Endpoint(listener.name, listener.security_protocol,
+                                      listener.host or bound_host, listener.port or bound_port))
+        main = next((e for e in endpoints if e.listener == "PLAINTEXT"), endpoints[0])
+        return BrokerInfo(cfg.broker_id, main.host, main.port, cfg["broker.rack"], tuple(endpoints))
 
     async def _wait_until_ready(self) -> None:
         """Until the store lists this broker and a controller, so the first Metadata a
@@ -280,12 +319,15 @@ class ClusterNode:
         with contextlib.suppress(TopicExistsError):
             await self.store.create_topic(OFFSETS_TOPIC, partitions, factor, configs)
 
-    def leader_node(self, topic: str, partition: int) -> tuple[int, str, int] | None:
+    def leader_node(self, topic: str, partition: int, listener: str) -> tuple[int, str, int] | None:
+        """(id, host, port) of the partition's leader on ``listener``; None when it has
+        no leader or the leader has no such listener."""
         assert self.store is not None
         state = self.store.partition_state(topic, partition)
         if state is None or state.leader == NO_LEADER:
             return None
         broker = self.store.get_broker(state.leader)
-        if broker is None:
+        address = broker.address(listener) if broker is not None else None
+        if address is None:
             return None
-        return broker.node_id, broker.host, broker.port
+        return state.leader, address[0], address[1]

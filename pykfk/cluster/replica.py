@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pykfk._core import records as core_records
 from pykfk.clock import SYSTEM_CLOCK, Clock
-from pykfk.cluster.channel import BrokerChannel, ChannelError
+from pykfk.cluster.channel import BrokerChannel, ChannelError, ChannelSecurity
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
 from pykfk.cluster.waiters import AppendWaiters
@@ -79,6 +79,9 @@ class ReplicaSettings:
         self.fetch_min_bytes: int = kw.get("fetch_min_bytes", 1)  # replica.fetch.min.bytes
         self.fetch_backoff_ms: int = kw.get("fetch_backoff_ms", 1000)  # replica.fetch.backoff.ms
         self.socket_timeout_ms: int = kw.get("socket_timeout_ms", 30000)  # replica.socket.timeout.ms
+        # inter.broker.listener.name, and how to connect and log in to it.
+        self.listener: str = kw.get("listener", "PLAINTEXT")
+        self.channel_security: ChannelSecurity = kw.get("channel_security") or ChannelSecurity()
 
 
 class RemoteReplica:
@@ -829,13 +832,18 @@ class ReplicaFetcher:
         broker = self.manager.store.get_broker(self.leader_id)
         if broker is None:
             raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {self.leader_id} is not registered")
+        settings = self.manager.settings
+        address = broker.address(settings.listener)
+        if address is None:
+            raise KafkaError(ErrorCode.LISTENER_NOT_FOUND,
+                             f"broker {self.leader_id} has no listener {settings.listener}")
         channel = self._channel
-        if channel is None or (channel.host, channel.port) != (broker.host, broker.port):
+        if channel is None or (channel.host, channel.port) != address:
             if channel is not None:
                 channel.close()
-            timeout = self.manager.settings.socket_timeout_ms / 1000
             channel = self._channel = BrokerChannel(
-                broker.host, broker.port, client_id=f"pykfk-replica-{self.manager.broker_id}", timeout_s=timeout)
+                address[0], address[1], client_id=f"pykfk-replica-{self.manager.broker_id}",
+                timeout_s=settings.socket_timeout_ms / 1000, security=settings.channel_security)
         return channel
 
     async def _truncate(self, channel: BrokerChannel) -> None:

@@ -7,6 +7,8 @@ Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
     /brokers/topics/<topic>                        {"version":2,"partitions":{"0":[1,2,3]},...}
     /brokers/topics/<topic>/partitions/<p>/state   {"leader","leader_epoch","isr","controller_epoch"}
     /config/topics/<topic>                         {"version":1,"config":{...}}
+    /config/users/<user, URL-encoded>              {"version":1,"config":{"SCRAM-SHA-256":"salt=..."}}
+    /config/changes/config_change_<seq>            {"version":2,"entity_path":"users/<user>"}
     /controller                         ephemeral  {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                              N (bumped with a conditional set)
     /admin/delete_topics/<topic>                   deletion requests (processed by the controller)
@@ -34,6 +36,7 @@ import contextlib
 import json
 import logging
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -42,6 +45,7 @@ from pykfk.cluster.assignment import AssignmentError, assign_replicas
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
+    Endpoint,
     PartitionState,
     TopicExistsError,
     TopicInfo,
@@ -55,6 +59,8 @@ CLUSTER_ID_PATH = "/cluster/id"
 BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_USERS_PATH = "/config/users"
+CONFIG_CHANGES_PATH = "/config/changes"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
@@ -110,9 +116,10 @@ def decode_state(data: bytes, version: int, zxid: int = -1) -> PartitionState:
 
 
 def _broker_json(info: BrokerInfo) -> bytes:
+    endpoints = info.endpoints or (Endpoint("PLAINTEXT", "PLAINTEXT", info.host, info.port),)
     doc: dict[str, Any] = {
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in endpoints},
+        "endpoints": [f"{e.listener}://{_bracketed(e.host)}:{e.port}" for e in endpoints],
         "jmx_port": -1,
         "features": {},
         "host": info.host,
@@ -125,16 +132,27 @@ def _broker_json(info: BrokerInfo) -> bytes:
     return json.dumps(doc).encode()
 
 
+def _sanitized(user: str) -> str:
+    """A user name as a znode name, URL-encoded like Kafka's Sanitizer."""
+    return urllib.parse.quote(user, safe="").replace("~", "%7E")
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def _parse_broker(broker_id: int, data: bytes) -> BrokerInfo:
     doc = json.loads(data)
-    host, port = doc.get("host"), doc.get("port")
-    for endpoint in doc.get("endpoints", ()):
-        name, _, address = str(endpoint).partition("://")
-        if name == "PLAINTEXT" and ":" in address:
-            host, _, port_text = address.rpartition(":")
-            port = int(port_text)
-            break
-    return BrokerInfo(broker_id, str(host).strip("[]"), int(port), doc.get("rack"))
+    protocols = doc.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for text in doc.get("endpoints", ()):
+        name, _, address = str(text).partition("://")
+        host, sep, port_text = address.rpartition(":")
+        if sep and port_text.isdigit():
+            endpoints.append(Endpoint(name, str(protocols.get(name, name)), host.strip("[]"), int(port_text)))
+    first = next((e for e in endpoints if e.listener == "PLAINTEXT"), endpoints[0] if endpoints else None)
+    host, port = (first.host, first.port) if first is not None else (str(doc.get("host")), int(doc.get("port", -1)))
+    return BrokerInfo(broker_id, host, port, doc.get("rack"), tuple(endpoints))
 
 
 def _topic_json(assignment: Mapping[int, Sequence[int]], topic_id: str) -> bytes:
@@ -773,6 +791,57 @@ class ZooKeeperMetadataStore:
         await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", doc))
         await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
         return self._topics[name]
+
+    # -- SCRAM credentials (read on demand: a login is rare next to a request) ----------
+
+    async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
+        from kazoo.exceptions import NoNodeError
+
+        if users is None:
+            try:
+                children = await self._wait(self.zk.get_children_async(CONFIG_USERS_PATH))
+            except NoNodeError:
+                return {}
+            users = [urllib.parse.unquote(child) for child in children]
+        found: dict[str, dict[str, str]] = {}
+        for user in users:
+            try:
+                data, _stat = await self._wait(self.zk.get_async(f"{CONFIG_USERS_PATH}/{_sanitized(user)}"))
+            except NoNodeError:
+                continue
+            config = json.loads(data or b"{}").get("config", {})
+            credentials = {k: str(v) for k, v in config.items() if k.startswith("SCRAM-")}
+            if credentials:
+                found[user] = credentials
+        return found
+
+    async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
+        """Kafka's layout: the user's config znode keeps other entries (quotas) as they
+        are; a change notification tells brokers, Kafka's among them, to reload."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = f"{CONFIG_USERS_PATH}/{_sanitized(user)}"
+        while True:
+            try:
+                data, stat = await self._wait(self.zk.get_async(path))
+                config, version = json.loads(data or b"{}").get("config", {}), stat.version
+            except NoNodeError:
+                config, version = {}, -1
+            for mechanism in deletions:
+                config.pop(mechanism, None)
+            config.update(upserts)
+            doc = json.dumps({"version": 1, "config": config}).encode()
+            try:
+                if version < 0:
+                    await self._wait(self.zk.create_async(path, doc, makepath=True))
+                else:
+                    await self._wait(self.zk.set_async(path, doc, version))
+                break
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile: read again
+        notice = json.dumps({"version": 2, "entity_path": f"users/{_sanitized(user)}"}).encode()
+        await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
+                                              sequence=True, makepath=True))
 
     # -- producer ids ------------------------------------------------------------------
 

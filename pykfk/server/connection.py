@@ -38,6 +38,7 @@ from typing import Any, TypeAlias, cast
 from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk.protocol.types import FileRegion
 from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed
+from pykfk.server.session import ANONYMOUS, PLAINTEXT_SECURITY, ListenerSecurity, Session
 
 log = logging.getLogger("pykfk.server")
 
@@ -89,6 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.session = Session(server.security, "?")
         self._buf = bytearray(READ_BUFFER_SIZE)
         self._buf_view = memoryview(self._buf)  # one export for every get_buffer call
         self._start = 0  # first unparsed byte in _buf
@@ -117,7 +119,14 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        raw = transport.get_extra_info("socket")
+        security = self.server.security
+        tls = transport.get_extra_info("ssl_object") is not None
+        principal = security.principal_of(transport.get_extra_info("peercert")) if tls else ANONYMOUS
+        self.session = Session(security, self.peer, principal)
+        self.session.on_failed_login = self._begin_drain
+        # Over TLS the transport encrypts: responses go through it (record bytes read
+        # from the segment in bounded chunks), never straight to the socket.
+        raw = None if tls else transport.get_extra_info("socket")
         if raw is not None:
             try:
                 raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -254,7 +263,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._closed or self._draining:
             return
         try:
-            work, pinned = self.server.dispatcher.prepare(frame, self.peer)
+            work, pinned = self.server.dispatcher.prepare(frame, self.session)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
@@ -529,12 +538,14 @@ class KafkaServer:
         self,
         dispatcher: Dispatcher,
         *,
+        security: ListenerSecurity = PLAINTEXT_SECURITY,
         max_request_bytes: int,
         idle_ms: int,
         max_in_flight: int = 500,
     ):
         self.loop = asyncio.get_running_loop()
         self.dispatcher = dispatcher
+        self.security = security
         self.max_request_bytes = max_request_bytes
         self.idle_ms = idle_ms
         self.max_in_flight = max_in_flight
@@ -547,7 +558,7 @@ class KafkaServer:
         bound address. Connections wait in the kernel's backlog until ``serve``."""
         self._server = await self.loop.create_server(
             lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024,
-            start_serving=False,
+            start_serving=False, ssl=self.security.ssl_context,
         )
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]

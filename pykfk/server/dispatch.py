@@ -33,6 +33,7 @@ from typing import Any
 from pykfk._core.wire import decode_request_header
 from pykfk.protocol.types import FileRegion
 from pykfk.server.services import BrokerServices
+from pykfk.server.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SASL_LOGIN_KEYS, Session
 
 # A response frame as chunks in wire order: bytes-like objects, and FileRegions whose
 # bytes stay in a segment file until sendfile sends them.
@@ -63,6 +64,7 @@ HANDLER_MODULES = (
     "list_groups",
     "sasl_handshake",
     "api_versions",
+    "sasl_authenticate",
     "create_topics",
     "delete_topics",
     "init_producer_id",
@@ -70,12 +72,27 @@ HANDLER_MODULES = (
     "create_partitions",
     "delete_groups",
     "offset_for_leader_epoch",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.
 _FIXED_HEADER = struct.Struct(">hhi")
 _FIXED_HEADER_SIZE = _FIXED_HEADER.size
 _unpack_fixed_header = _FIXED_HEADER.unpack_from
+
+
+_SIZE = struct.Struct(">i")
+
+
+def _check_session(session: Session, api_key: int) -> None:
+    """Before a SASL login completes only the login APIs are served; after a session
+    expired only a new login is (Kafka closes the connection in both cases)."""
+    if not session.authenticated:
+        if api_key not in SASL_LOGIN_KEYS:
+            raise CloseConnection(f"request of api key {api_key} before SASL authentication completed")
+    elif session.expired() and api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+        raise CloseConnection("the SASL session expired (connections.max.reauth.ms)")
 
 
 class CloseConnection(Exception):
@@ -98,14 +115,15 @@ class RequestContext:
     """What a handler knows about the request besides its body, and what it may use.
 
     ``broker`` is the BrokerServices protocol (the only way into the broker),
-    ``registry`` the served API ranges (ApiVersions). ``pinned`` are the FileRegions
+    ``registry`` the served API ranges (ApiVersions), ``session`` the connection's
+    listener and principal. ``pinned`` are the FileRegions
     the response sends from, each holding its segment's descriptor open (pinned); the
     connection releases them once the response is sent or dropped, so a segment deleted
     or closed meanwhile is never closed under a send.
     """
 
-    __slots__ = ("api_key", "api_version", "broker", "client_host", "client_id", "correlation_id", "pinned",
-                 "registry")
+    __slots__ = ("api_key", "api_version", "broker", "client_id", "correlation_id", "pinned", "registry",
+                 "session")
 
     def __init__(
         self,
@@ -115,7 +133,7 @@ class RequestContext:
         api_version: int,
         correlation_id: int,
         client_id: str | None,
-        client_host: str,
+        session: Session,
         pinned: list[FileRegion] | None = None,
     ):
         self.broker = broker
@@ -124,8 +142,12 @@ class RequestContext:
         self.api_version = api_version
         self.correlation_id = correlation_id
         self.client_id = client_id
-        self.client_host = client_host
+        self.session = session  # the connection's listener, principal and login state
         self.pinned: list[FileRegion] = [] if pinned is None else pinned
+
+    @property
+    def client_host(self) -> str:
+        return self.session.client_host
 
     def __repr__(self) -> str:
         return (
@@ -210,7 +232,7 @@ class Dispatcher:
         self._specs = API_SPECS
 
     def prepare(
-        self, frame: bytearray, client_host: str
+        self, frame: bytearray, session: Session
     ) -> tuple[Work, list[FileRegion]]:
         """Decode ``frame`` (a request without its size prefix) and start its handler.
 
@@ -220,9 +242,13 @@ class Dispatcher:
         context's list of regions to release after sending. Raises CloseConnection when the
         request cannot be decoded.
         """
+        if session.gated and session.expects_raw_token:
+            return self._raw_sasl_token(frame, session), []
         if len(frame) < _FIXED_HEADER_SIZE:
             raise CloseConnection(f"request of {len(frame)} bytes is shorter than a header")
         api_key, api_version, correlation_id = _unpack_fixed_header(frame, 0)
+        if session.gated:
+            _check_session(session, api_key)
         handler = self._handlers.get(api_key)
         if handler is None:
             raise CloseConnection(f"unknown api key {api_key}")
@@ -239,7 +265,7 @@ class Dispatcher:
                 request = self._specs[api_key].decode_request(view, body_offset, api_version)
         except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
-        ctx = RequestContext(self.broker, self.registry, api_key, api_version, correlation_id, client_id, client_host)
+        ctx = RequestContext(self.broker, self.registry, api_key, api_version, correlation_id, client_id, session)
         try:
             body = handler.handle(ctx, request)
             if type(body) is dict:
@@ -252,6 +278,21 @@ class Dispatcher:
             return self._encode(handler, ctx, body), ctx.pinned
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
             return Failed(exc), ctx.pinned
+
+    async def _raw_sasl_token(self, frame: bytearray, session: Session) -> Chunks:
+        """A SASL token sent as a bare frame after a v0 SaslHandshake; the answer goes
+        back the same way. A failed login closes the connection (there is no error
+        field to carry it)."""
+        from pykfk.security.sasl import AuthenticationError
+
+        assert session.sasl is not None
+        try:
+            token = await session.sasl.step(bytes(frame))
+            if session.sasl.complete:
+                session.login_complete()
+        except (AuthenticationError, PermissionError) as exc:
+            raise CloseConnection(f"SASL login failed: {exc}") from None
+        return [_SIZE.pack(len(token)) + token]
 
     async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
         return self._encode(handler, ctx, await pending)

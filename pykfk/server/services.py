@@ -55,8 +55,9 @@ class BrokerServices(Protocol):
         loaded the partitions this broker leads."""
         ...
 
-    def coordinator_node(self, offsets_partition: int) -> tuple[int, str, int] | None:
-        """(node id, host, port) of the leader of a ``__consumer_offsets`` partition."""
+    def coordinator_node(self, offsets_partition: int, listener: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the leader of a ``__consumer_offsets`` partition, on
+        the client's ``listener``."""
         ...
 
     async def allocate_producer_id(self) -> int: ...

@@ -398,9 +398,12 @@ def test_group_apis_reach_the_coordinator(raw, broker):
     assert joined.error_code == ErrorCode.MEMBER_ID_REQUIRED and joined.member_id
 
 
-def test_sasl_handshake_without_mechanisms(raw):
+def test_sasl_handshake_on_a_plaintext_listener(raw):
+    # Kafka: a SaslHandshake that reaches the request handlers (no SASL on this
+    # listener) is in the wrong state.
     response = raw.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
-    assert response.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert response.error_code == ErrorCode.ILLEGAL_SASL_STATE
+    assert list(response.mechanisms) == []
 
 
 # -- Connection behaviour ---------------------------------------------------------------

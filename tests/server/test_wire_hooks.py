@@ -9,6 +9,7 @@ from pykfk._core.wire import decode_request_header
 from pykfk.protocol import API_SPECS, ProtocolError, framing
 from pykfk.server import dispatch
 from pykfk.server.handlers import produce
+from pykfk.server.session import PLAINTEXT_SECURITY, Session
 
 BODY = {
     "transactional_id": "tx",
@@ -73,5 +74,5 @@ def test_dispatcher_hands_the_handler_the_decoded_request() -> None:
         0, "Produce", 0, 9, handle, produce.decode_request, produce.encode_response, 9
     )
     dispatcher = dispatch.Dispatcher(broker=None, registry=registry)  # type: ignore[arg-type]
-    assert dispatcher.prepare(frame, "h") == (None, [])
+    assert dispatcher.prepare(frame, Session(PLAINTEXT_SECURITY, "h")) == (None, [])
     assert seen == [("client-é", 5, 7, ("tx", -1, 1500, [("a", [(0, b"\x01" * 80), (1, None)]), ("b", [(5, b"")])]))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..schema import ApiSpec
 from . import (
+    alter_user_scram_credentials,
     api_versions,
     create_partitions,
     create_topics,
@@ -16,6 +17,7 @@ from . import (
     delete_topics,
     describe_configs,
     describe_groups,
+    describe_user_scram_credentials,
     fetch,
     find_coordinator,
     heartbeat,
@@ -59,6 +61,8 @@ _MODULES = (
     sasl_authenticate,
     create_partitions,
     delete_groups,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
 )
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}

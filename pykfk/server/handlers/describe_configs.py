@@ -41,13 +41,17 @@ DEFAULT_CONFIG = 5
 
 def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[dict[str, Any]],
            kind: str, doc: str) -> dict[str, Any]:
+    sensitive = kind == "password"  # never sent back, as Kafka does
+    if sensitive:
+        value = None
+        synonyms = [{**synonym, "value": None} for synonym in synonyms]
     return {
         "name": name,
         "value": value,
         "read_only": read_only,
         "config_source": source,
         "is_default": source == DEFAULT_CONFIG,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": synonyms,
         "config_type": CONFIG_TYPE_CODES.get(kind, 0),
         "documentation": doc,

@@ -6,6 +6,7 @@ response for every version.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pykfk.group import api
@@ -20,5 +21,10 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     if request.key_type == api.KEY_TYPE_GROUP:
         await ctx.broker.ensure_offsets_topic()
     return await api.find_coordinator(
-        ctx.broker.group_coordinator, ctx.api_version, request, node_for_partition=ctx.broker.coordinator_node
+        ctx.broker.group_coordinator, ctx.api_version, request,
+        node_for_partition=functools.partial(_node_for_partition, ctx),
     )
+
+
+def _node_for_partition(ctx: RequestContext, partition: int) -> tuple[int, str, int] | None:
+    return ctx.broker.coordinator_node(partition, ctx.session.listener_name)

@@ -106,13 +106,22 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         )
     return {
         "throttle_time_ms": 0,
-        "brokers": [
-            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in store.brokers()
-        ],
+        "brokers": _brokers(store, ctx.session.listener_name),
         "cluster_id": store.cluster_id,
         "controller_id": store.controller_id(),
         "topics": topics,
     }
+
+
+def _brokers(store: MetadataStore, listener: str) -> list[dict[str, Any]]:
+    """Every broker at its address on the client's listener (Kafka leaves out brokers
+    without that listener)."""
+    brokers = []
+    for b in store.brokers():
+        address = b.address(listener)
+        if address is not None:
+            brokers.append({"node_id": b.node_id, "host": address[0], "port": address[1], "rack": b.rack})
+    return brokers
 
 
 def _partition(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:

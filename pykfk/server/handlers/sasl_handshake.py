@@ -1,18 +1,33 @@
-"""SaslHandshake (key 17): no SASL mechanism is enabled on a PLAINTEXT listener."""
+"""SaslHandshake (key 17): choose the SASL mechanism of a login.
+
+On a SASL listener, before a login (or, with ``connections.max.reauth.ms``, to log in
+again on the same connection, v1 only), an enabled mechanism starts a login; v0 means
+the tokens then come as bare frames, v1 inside SaslAuthenticate. Anywhere else Kafka
+answers ILLEGAL_SASL_STATE.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
+from pykfk.security.credentials import scram_credential
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 17
 VERSIONS = (0, 1)
-ENABLED_MECHANISMS: list[str] = []
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    code = ErrorCode.NONE if request.mechanism in ENABLED_MECHANISMS else ErrorCode.UNSUPPORTED_SASL_MECHANISM
-    return {"error_code": code, "mechanisms": ENABLED_MECHANISMS}
+def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    session = ctx.session
+    mechanisms = session.security.mechanisms
+    relogin = session.authenticated and bool(session.security.reauth_ms) and ctx.api_version >= 1
+    in_login = session.sasl is not None and not session.sasl.complete
+    if not mechanisms or (session.authenticated and not relogin) or in_login:
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+    if request.mechanism not in mechanisms:
+        return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+    session.start_login(request.mechanism, ctx.api_version, functools.partial(scram_credential, ctx.broker.metadata))
+    return {"error_code": ErrorCode.NONE, "mechanisms": mechanisms}

@@ -1,0 +1,105 @@
+"""SASL logins as the broker runs them: PLAIN and SCRAM-SHA-256/512.
+
+``SaslServer`` is one login on one connection: each ``step`` takes a client token and
+returns the broker's, until ``complete``. ``SaslClient`` is the other side, for brokers
+logging in to brokers. Credentials come from outside: PLAIN users from the listener's
+JAAS settings, SCRAM credentials through a lookup (the metadata store).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+
+from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
+from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
+
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+
+# (user, mechanism) -> the user's SCRAM credential, or None when there is none.
+CredentialLookup = Callable[[str, str], Awaitable[ScramCredential | None]]
+
+
+class AuthenticationError(Exception):
+    """The login failed; the message is what the client is told."""
+
+
+class SaslServer:
+    """One login. ``user`` is set once ``complete``."""
+
+    def __init__(self, mechanism: str, plain_users: Mapping[str, str], lookup: CredentialLookup):
+        if mechanism not in SUPPORTED_MECHANISMS:
+            raise ValueError(f"unsupported SASL mechanism {mechanism}")
+        self.mechanism = mechanism
+        self.complete = False
+        self.user = ""
+        self._plain_users = plain_users
+        self._lookup = lookup
+        self._scram = ScramServer(mechanism) if mechanism in SCRAM_MECHANISMS else None
+        self._round = 0
+
+    async def step(self, token: bytes) -> bytes:
+        if self.complete:
+            raise AuthenticationError("the login is already complete")
+        self._round += 1
+        if self._scram is None:
+            return self._plain(token)
+        try:
+            if self._round == 1:
+                user = self._scram.parse_first(token)
+                credential = await self._lookup(user, self.mechanism)
+                if credential is None:
+                    raise AuthenticationError("Authentication failed during authentication due to "
+                                              "invalid credentials with SASL mechanism " + self.mechanism)
+                return self._scram.first(credential)
+            answer = self._scram.final(token)
+        except ScramError as exc:
+            raise AuthenticationError(f"Authentication failed: {exc}") from None
+        self.user = self._scram.user
+        self.complete = True
+        return answer
+
+    def _plain(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise AuthenticationError("Invalid SASL/PLAIN response: expected 3 tokens")
+        try:
+            authzid, user, password = (part.decode() for part in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationError("Invalid SASL/PLAIN response: not UTF-8") from None
+        if not user:
+            raise AuthenticationError("Authentication failed: username not specified")
+        if authzid and authzid != user:
+            raise AuthenticationError("Authentication failed: Client requested an authorization id "
+                                      "that is different from username")
+        expected = self._plain_users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise AuthenticationError("Authentication failed: Invalid username or password")
+        self.user = user
+        self.complete = True
+        return b""
+
+
+class SaslClient:
+    """A broker's own login to another broker: ``first()``, then ``step(server_token)``
+    until it returns None."""
+
+    def __init__(self, mechanism: str, user: str, password: str):
+        self.mechanism = mechanism
+        self._user, self._password = user, password
+        self._scram = ScramClient(mechanism, user, password) if mechanism in SCRAM_MECHANISMS else None
+        self._round = 0
+
+    def first(self) -> bytes:
+        if self._scram is None:
+            return b"\0" + self._user.encode() + b"\0" + self._password.encode()
+        return self._scram.first()
+
+    def step(self, server_token: bytes) -> bytes | None:
+        self._round += 1
+        if self._scram is None:
+            return None
+        if self._round == 1:
+            return self._scram.final(server_token)
+        self._scram.check(server_token)
+        return None

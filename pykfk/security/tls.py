@@ -1,0 +1,215 @@
+"""TLS from Kafka's ``ssl.*`` settings, and principals from client certificates.
+
+Key stores: PEM (``ssl.keystore.location`` naming one file with the private key and the
+certificate chain, or the inline ``ssl.keystore.key`` / ``ssl.keystore.certificate.chain``
+of KIP-651) or PKCS12 (read with ``cryptography``). Trust stores: PEM files or inline PEM,
+or PKCS12. The principal of a client certificate is its subject in RFC 2253 form (the
+most specific name first, as Java prints it) passed through ``ssl.principal.mapping.rules``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from pykfk.config import BrokerConfig, ConfigError
+
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The TLS context of an SSL or SASL_SSL listener. Raises ConfigError naming the
+    setting that is missing or unusable."""
+    def setting(name: str) -> Any:
+        return config.listener_setting(listener, name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _set_versions(context, setting("ssl.enabled.protocols"))
+    _load_key_store(context, setting, listener)
+    context.verify_mode = _CLIENT_AUTH[setting("ssl.client.auth")]
+    if not _load_trust_store(context, setting) and context.verify_mode != ssl.CERT_NONE:
+        raise ConfigError("ssl.truststore.location",
+                          f"listener {listener}: ssl.client.auth needs a trust store to check clients against")
+    ciphers = setting("ssl.cipher.suites")
+    if ciphers:
+        try:
+            context.set_ciphers(":".join(ciphers))
+        except ssl.SSLError:
+            raise ConfigError("ssl.cipher.suites", f"no usable cipher suite in {','.join(ciphers)}") from None
+    return context
+
+
+def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """The context a broker connects to another broker's ``listener`` with."""
+    def setting(name: str) -> Any:
+        return config.listener_setting(listener, name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions(context, setting("ssl.enabled.protocols"))
+    context.check_hostname = bool(setting("ssl.endpoint.identification.algorithm"))
+    if not _load_trust_store(context, setting):
+        context.load_default_certs()
+    if setting("ssl.keystore.location") or setting("ssl.keystore.key"):
+        _load_key_store(context, setting, listener)
+    return context
+
+
+def _set_versions(context: ssl.SSLContext, names: list[str]) -> None:
+    versions = []
+    for name in names:
+        if name not in _VERSIONS:
+            raise ConfigError("ssl.enabled.protocols", f"unsupported TLS version {name} (TLSv1.2, TLSv1.3)")
+        versions.append(_VERSIONS[name])
+    if not versions:
+        raise ConfigError("ssl.enabled.protocols", "at least one TLS version is required")
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+
+
+def _load_key_store(context: ssl.SSLContext, setting: Callable[[str], Any], listener: str) -> None:
+    location, key_password = setting("ssl.keystore.location"), setting("ssl.key.password")
+    inline_key, inline_chain = setting("ssl.keystore.key"), setting("ssl.keystore.certificate.chain")
+    try:
+        if setting("ssl.keystore.type") == "PKCS12":
+            if not location:
+                raise ConfigError("ssl.keystore.location", f"listener {listener}: a PKCS12 key store needs a file")
+            key_pem, chain_pem = _pkcs12_to_pem(location, setting("ssl.keystore.password"))
+            _load_pem_pair(context, key_pem, chain_pem, None)
+        elif inline_key or inline_chain:
+            if not (inline_key and inline_chain):
+                raise ConfigError("ssl.keystore.key", "ssl.keystore.key and ssl.keystore.certificate.chain go together")
+            _load_pem_pair(context, inline_key.encode(), inline_chain.encode(), key_password)
+        elif location:
+            context.load_cert_chain(location, password=key_password or setting("ssl.keystore.password"))
+        else:
+            raise ConfigError("ssl.keystore.location", f"listener {listener} uses TLS but has no key store")
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError("ssl.keystore.location", f"listener {listener}: cannot load the key store: {exc}") from None
+
+
+def _load_pem_pair(context: ssl.SSLContext, key_pem: bytes, chain_pem: bytes, password: str | None) -> None:
+    """load_cert_chain reads files only: the PEM goes through a private temporary file
+    that is removed at once."""
+    fd, path = tempfile.mkstemp(prefix="pykfk-key-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(key_pem.strip() + b"\n" + chain_pem.strip() + b"\n")
+        context.load_cert_chain(path, password=password)
+    finally:
+        os.unlink(path)
+
+
+def _load_trust_store(context: ssl.SSLContext, setting: Callable[[str], Any]) -> bool:
+    location, inline = setting("ssl.truststore.location"), setting("ssl.truststore.certificates")
+    try:
+        if setting("ssl.truststore.type") == "PKCS12" and location:
+            context.load_verify_locations(cadata=_pkcs12_certificates(location, setting("ssl.truststore.password")))
+        elif location:
+            context.load_verify_locations(cafile=location)
+        elif inline:
+            context.load_verify_locations(cadata=inline)
+        else:
+            return False
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ConfigError("ssl.truststore.location", f"cannot load the trust store: {exc}") from None
+    return True
+
+
+def _pkcs12(path: str, password: str | None) -> Any:
+    try:
+        from cryptography.hazmat.primitives.serialization import pkcs12
+    except ImportError:
+        raise ConfigError("ssl.keystore.type", "PKCS12 stores need the 'cryptography' package") from None
+    with open(path, "rb") as f:
+        return pkcs12.load_pkcs12(f.read(), password.encode() if password else None)
+
+
+def _pkcs12_to_pem(path: str, password: str | None) -> tuple[bytes, bytes]:
+    from cryptography.hazmat.primitives import serialization
+
+    store = _pkcs12(path, password)
+    if store.key is None or store.cert is None:
+        raise ConfigError("ssl.keystore.location", f"{path} holds no private key and certificate")
+    key = store.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+    chain = [store.cert.certificate, *(c.certificate for c in store.additional_certs)]
+    return key, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain)
+
+
+def _pkcs12_certificates(path: str, password: str | None) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    store = _pkcs12(path, password)
+    certs = [c.certificate for c in store.additional_certs]
+    if store.cert is not None:
+        certs.append(store.cert.certificate)
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
+# -- principals -----------------------------------------------------------------------
+
+_SHORT_NAMES = {
+    "commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "localityName": "L",
+    "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
+    "userId": "UID",
+}
+_RULE = re.compile(r"\s*(?:(DEFAULT)|RULE:((?:\\/|[^/])*)/((?:\\/|[^/])*)/([LU]?))\s*(?:,|$)")
+
+
+def subject_dn(peercert: dict[str, Any]) -> str:
+    """A certificate's subject as Java's X500Principal.getName() prints it (RFC 2253)."""
+    rdns = []
+    for rdn in peercert.get("subject", ()):
+        rdns.append("+".join(f"{_SHORT_NAMES.get(name, name)}={_escape(value)}" for name, value in rdn))
+    return ",".join(reversed(rdns))
+
+
+def _escape(value: str) -> str:
+    value = re.sub(r'([,+"\\<>;])', r"\\\1", value)
+    if value.startswith(("#", " ")):
+        value = "\\" + value
+    if value.endswith(" "):
+        value = value[:-1] + "\\ "
+    return value
+
+
+class PrincipalMapper:
+    """``ssl.principal.mapping.rules``: ``RULE:pattern/replacement/[LU]`` entries and
+    ``DEFAULT``, tried in order; the first whose pattern matches the whole name wins."""
+
+    def __init__(self, rules: str):
+        self.rules: list[tuple[re.Pattern[str], str, str] | None] = []
+        pos = 0
+        text = rules.strip()
+        while pos < len(text):
+            match = _RULE.match(text, pos)
+            if match is None or match.end() == pos:
+                raise ConfigError("ssl.principal.mapping.rules", f"cannot parse rule at {text[pos:pos + 30]!r}")
+            if match.group(1):
+                self.rules.append(None)
+            else:
+                pattern = match.group(2).replace("\\/", "/")
+                replacement = re.sub(r"\$(\d)", r"\\g<\1>", match.group(3).replace("\\/", "/"))
+                try:
+                    self.rules.append((re.compile(pattern), replacement, match.group(4)))
+                except re.error as exc:
+                    raise ConfigError("ssl.principal.mapping.rules", f"bad pattern {pattern!r}: {exc}") from None
+            pos = match.end()
+        if not self.rules:
+            self.rules.append(None)
+
+    def map(self, name: str) -> str:
+        for rule in self.rules:
+            if rule is None:
+                return name
+            pattern, replacement, case = rule
+            if pattern.fullmatch(name):
+                mapped = pattern.sub(replacement, name, count=1)
+                return mapped.lower() if case == "L" else mapped.upper() if case == "U" else mapped
+        return name

@@ -1,0 +1,70 @@
+"""A ZooKeeper cluster whose brokers replicate over a SASL_SSL listener of their own while
+clients use a PLAINTEXT one; SCRAM users kept in ZooKeeper log in at any broker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from tests.cluster.conftest import wait_until
+from tests.security.certs import CertificateAuthority
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-pw" user_broker="broker-pw";')
+
+
+def test_replication_over_sasl_ssl_and_scram_users_in_zookeeper(cluster_factory, tmp_path):
+    ca = CertificateAuthority(tmp_path)
+    server = ca.issue("broker", "localhost", server=True)
+    cluster = cluster_factory(3, **{
+        "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "CLIENT:PLAINTEXT,INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": JAAS,
+        "ssl.keystore.location": str(server.both),
+        "ssl.truststore.location": str(ca.cert_path),
+    })
+    registration = json.loads(cluster.zk.get(cluster.path("/brokers/ids/1"))[0])
+    assert registration["listener_security_protocol_map"] == {"CLIENT": "PLAINTEXT", "INTERNAL": "SASL_SSL"}
+    assert [e.split("://")[0] for e in registration["endpoints"]] == ["CLIENT", "INTERNAL"]
+
+    cluster.create_topic("secure", 3, 3)
+    cluster.wait_for_full_isr("secure", 3)  # followers fetch over SASL_SSL
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(300):
+        producer.produce("secure", f"r{i}".encode())
+    assert producer.flush(30) == 0
+
+    # A SCRAM user created through broker 0 logs in at broker 2's INTERNAL listener.
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion("reader", info, b"r-pw")])["reader"].result(20)
+    assert cluster.zk.exists(cluster.path("/config/users/reader"))
+    consumer = Consumer({
+        "bootstrap.servers": f"127.0.0.1:{cluster.brokers[2].ports['INTERNAL']}",
+        "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca.cert_path),
+        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "reader", "sasl.password": "r-pw",
+        "group.id": "secure-readers", "auto.offset.reset": "earliest",
+    })
+    consumer.subscribe(["secure"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < 300 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"r{i}".encode() for i in range(300))
+    wait_until(lambda: all(len(cluster.isr("secure", p)) == 3 for p in range(3)), 10, "full ISR kept")
