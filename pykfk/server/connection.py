@@ -559,9 +559,15 @@ class KafkaServer:
         self._server = await self.loop.create_server(
             lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024,
             start_serving=False, ssl=self.security.ssl_context,
+            # A TLS handshake that never finishes holds a connection no longer than an
+            # idle one would stay open (and never more than 10 s).
+            ssl_handshake_timeout=self._handshake_timeout_s() if self.security.ssl_context else None,
         )
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
+
+    def _handshake_timeout_s(self) -> float:
+        return min(self.idle_ms / 1000, 10.0) if self.idle_ms > 0 else 10.0
 
     async def serve(self) -> None:
         """Start accepting connections and answering requests."""

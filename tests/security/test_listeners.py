@@ -161,3 +161,55 @@ def test_hostile_sasl_tokens_fail_cleanly(secure_broker):
         finally:
             raw.close()
     assert secure_broker.is_running()
+
+
+def test_kcat_over_sasl_ssl(secure_broker, ca):
+    import subprocess
+
+    common = ["-b", f"127.0.0.1:{secure_broker.ports['SASL_SSL']}", "-t", "kcat-secure",
+              "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={ca.cert_path}",
+              "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret"]
+    lines = "\n".join(f"line-{i}" for i in range(100)) + "\n"
+    subprocess.run(["kcat", "-P", *common], input=lines.encode(), check=True, timeout=60)
+    out = subprocess.run(["kcat", "-C", "-e", "-o", "beginning", *common], capture_output=True, check=True,
+                         timeout=60).stdout.decode()
+    assert sorted(out.split()) == sorted(f"line-{i}" for i in range(100))
+
+
+def test_aiokafka_group_over_sasl_ssl(secure_broker, ca):
+    import asyncio
+    import ssl
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run() -> list[bytes]:
+        context = ssl.create_default_context(cafile=str(ca.cert_path))
+        settings = {"bootstrap_servers": f"127.0.0.1:{secure_broker.ports['SASL_SSL']}",
+                    "security_protocol": "SASL_SSL", "ssl_context": context, "sasl_mechanism": "PLAIN",
+                    "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+        producer = AIOKafkaProducer(**settings)
+        await producer.start()
+        try:
+            for i in range(60):
+                await producer.send("aio-secure", f"a{i}".encode())
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio-secure", group_id="aio-group", auto_offset_reset="earliest", **settings)
+        await consumer.start()
+        got: list[bytes] = []
+
+        async def read() -> None:
+            async for message in consumer:
+                got.append(message.value)
+                if len(got) == 60:
+                    return
+
+        try:
+            await asyncio.wait_for(read(), 30)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    assert sorted(asyncio.run(run())) == sorted(f"a{i}".encode() for i in range(60))
