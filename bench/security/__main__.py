@@ -1,0 +1,175 @@
+"""python -m bench.security [--messages 300000] [--size 1024] [--runs 3]
+
+One broker with PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-256) listeners. Per listener, in
+turn and repeated ``--runs`` times: confluent-kafka produces ``--messages`` records
+(acks=1, linger 5 ms) to a topic of its own, then a consumer reads them back. Reported:
+MB/s of each side and the broker's CPU seconds per MB (from /proc over the timed part),
+medians, with ratios against PLAINTEXT; ``results.json`` and ``security.png`` go to
+``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.scale.probes import cpu_seconds
+from pykfk.testing import BrokerProcess
+
+LISTENERS = ("PLAINTEXT", "SSL", "SASL_SSL")
+
+
+def _start_broker(workdir: Path) -> tuple[BrokerProcess, str]:
+    from tests.security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(workdir)
+    server = ca.issue("server", "localhost", server=True)
+    broker = BrokerProcess(str(workdir / "data"), {
+        "listeners": ",".join(f"{name}://127.0.0.1:0" for name in LISTENERS),
+        "ssl.keystore.location": str(server.both),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    }, log_level="WARNING").start()
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion("bench", info, b"bench-pw")])["bench"].result(20)
+    return broker, str(ca.cert_path)
+
+
+def _settings(broker: BrokerProcess, ca: str, listener: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}",
+                                "security.protocol": listener}
+    if "SSL" in listener:
+        settings["ssl.ca.location"] = ca
+    if "SASL" in listener:
+        settings.update({"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bench", "sasl.password": "bench-pw"})
+    return settings
+
+
+def _produce(settings: dict[str, Any], topic: str, count: int, value: bytes) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({**settings, "linger.ms": 5, "acks": 1, "queue.buffering.max.messages": 1_000_000})
+    producer.list_topics(topic, timeout=20)  # log in and learn the leader before the clock starts
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("records left undelivered")
+
+
+def _consume(settings: dict[str, Any], topic: str, count: int) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({**settings, "group.id": f"bench-{topic}", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 5, "fetch.queue.backoff.ms": 10})
+    # Assigned, not subscribed: no group join inside the timed part.
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got, deadline = 0, time.monotonic() + 300
+    try:
+        while got < count and time.monotonic() < deadline:
+            got += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
+    finally:
+        consumer.close()
+    if got < count:
+        raise RuntimeError(f"read {got} of {count} records")
+
+
+def _timed(pid: int, work: Any, mb: float) -> dict[str, float]:
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    work()
+    seconds, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
+    return {"mb_per_s": mb / seconds, "broker_cpu_s_per_mb": cpu / mb}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="pykfk-security-bench-"))
+    broker, ca = _start_broker(workdir)
+    value = os.urandom(args.size)
+    mb = args.messages * args.size / 1e6
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LISTENERS}
+    try:
+        for round_no in range(args.runs):
+            for listener in LISTENERS:
+                settings = _settings(broker, ca, listener)
+                topic = f"bench-{listener.lower()}-{round_no}"
+                produce = _timed(broker.pid, lambda s=settings, t=topic: _produce(s, t, args.messages, value), mb)
+                consume = _timed(broker.pid, lambda s=settings, t=topic: _consume(s, t, args.messages), mb)
+                runs[listener].append({"produce": produce, "consume": consume})
+                print(f"run {round_no + 1}/{args.runs} {listener:10s} produce {produce['mb_per_s']:7.1f} MB/s "
+                      f"{produce['broker_cpu_s_per_mb'] * 1000:6.2f} ms CPU/MB | consume {consume['mb_per_s']:7.1f} "
+                      f"MB/s {consume['broker_cpu_s_per_mb'] * 1000:6.2f} ms CPU/MB", flush=True)
+    finally:
+        broker.stop()
+    return {"messages": args.messages, "size": args.size, "runs": runs, "medians": _medians(runs)}
+
+
+def _medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for listener, items in runs.items():
+        out[listener] = {f"{side}_{key}": statistics.median(r[side][key] for r in items)
+                         for side in ("produce", "consume") for key in ("mb_per_s", "broker_cpu_s_per_mb")}
+    return out
+
+
+def report(result: dict[str, Any], out: Path) -> None:
+    medians, base = result["medians"], result["medians"]["PLAINTEXT"]
+    print(f"\n{result['messages']:,} records of {result['size']} B, medians of {len(result['runs']['PLAINTEXT'])} runs")
+    print(f"{'listener':10s} {'produce MB/s':>14s} {'CPU ms/MB':>10s} {'consume MB/s':>14s} {'CPU ms/MB':>10s}")
+    for listener, m in medians.items():
+        print(f"{listener:10s} {m['produce_mb_per_s']:8.1f} ({m['produce_mb_per_s'] / base['produce_mb_per_s']:.2f}x)"
+              f" {m['produce_broker_cpu_s_per_mb'] * 1000:6.2f} ({m['produce_broker_cpu_s_per_mb'] / base['produce_broker_cpu_s_per_mb']:.2f}x)"
+              f" {m['consume_mb_per_s']:8.1f} ({m['consume_mb_per_s'] / base['consume_mb_per_s']:.2f}x)"
+              f" {m['consume_broker_cpu_s_per_mb'] * 1000:6.2f} ({m['consume_broker_cpu_s_per_mb'] / base['consume_broker_cpu_s_per_mb']:.2f}x)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+    _plot(medians, out / "security.png")
+
+
+def _plot(medians: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    names = list(medians)
+    for ax, key, title in [(axes[0], "mb_per_s", "throughput (MB/s)"), (axes[1], "broker_cpu_s_per_mb", "broker CPU (ms per MB)")]:
+        scale = 1000 if key == "broker_cpu_s_per_mb" else 1
+        width = 0.38
+        for i, side in enumerate(("produce", "consume")):
+            ax.bar([x + i * width for x in range(len(names))], [medians[n][f"{side}_{key}"] * scale for n in names],
+                   width, label=side)
+        ax.set_xticks([x + width / 2 for x in range(len(names))], names)
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.security", description=__doc__)
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
+    args = parser.parse_args(argv)
+    report(run(args), Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
