@@ -33,6 +33,7 @@ from pykfk.log import LogConfig, LogManager
 if TYPE_CHECKING:
     from pykfk.group import GroupCoordinator
     from pykfk.group.leadership import CoordinatorLeadership
+    from pykfk.security.acl import Authorizer
     from pykfk.server.connection import KafkaServer
 
 log = logging.getLogger("pykfk.broker")
@@ -55,6 +56,7 @@ class Broker:
         self.replica_manager: ReplicaManager
         self.topics: TopicManager
         self.group_coordinator: GroupCoordinator
+        self.authorizer: Authorizer | None = None
         self.stopping = False
         self._started = False
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
@@ -80,6 +82,11 @@ class Broker:
         self.replica_manager = self.cluster.replica_manager
         self.topics = TopicManager(cfg, store, self._default_log_config,
                                    self.replica_manager.created)
+        if cfg["authorizer.class.name"]:
+            from pykfk.security.acl import Authorizer
+
+            self.authorizer = Authorizer(store.acls, lambda: store.acl_version, cfg["super.users"],
+                                         cfg["allow.everyone.if.no.acl.found"])
         self.log_manager = self._new_log_manager(store.cluster_id)
         # Recovery after an unclean stop can take a while: keep the loop free meanwhile.
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)

@@ -141,6 +141,30 @@ def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str, kind: s
     return ConfigKey(name, parse, default, doc, kind, **kw)
 
 
+AUTHORIZER_NAMES = frozenset({
+    "kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "pykfk.security.acl.Authorizer",
+})
+
+
+def _authorizer_name(raw: Any) -> str:
+    name = str(raw).strip()
+    if name and name not in AUTHORIZER_NAMES:
+        raise ValueError(f"unknown authorizer {name!r} (pykfk has Kafka's ACL authorizer: "
+                         "kafka.security.authorizer.AclAuthorizer)")
+    return name
+
+
+def _principal_list(raw: Any) -> list[str]:
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
+    principals = [str(item).strip() for item in items if str(item).strip()]
+    for principal in principals:
+        kind, sep, name = principal.partition(":")
+        if not (sep and kind and name):
+            raise ValueError(f"expected principals like User:alice separated by ';', got {principal!r}")
+    return principals
+
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = tuple(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 # The settings that may be given per listener (listener.name.<listener>.<setting>).
@@ -274,6 +298,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "SASL sessions expire after this long unless the client logs in again (0: never)", "long"),
         _key("connection.failed.authentication.delay.ms", _at_least(0), 100,
              "delay before answering and closing a failed login", "int"),
+        # Authorization (pykfk.security.acl): Kafka's ACL authorizer under any of its names.
+        _key("authorizer.class.name", _authorizer_name, "",
+             "ACL authorizer (kafka.security.authorizer.AclAuthorizer or StandardAuthorizer; empty: none)", "string"),
+        _key("super.users", _principal_list, [], "principals allowed everything, separated by ';'", "list"),
+        _key("allow.everyone.if.no.acl.found", _parse_bool, False,
+             "allow access to resources no ACL names", "bool"),
         # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
         *[
             _key(name, parse, default, "accepted for compatibility; no effect", kind, ignored=True)

@@ -9,7 +9,8 @@ leaves either the old or the new version. Layout::
      "producer_id_block_end": 1000,
      "topics": {"<name>": {"partitions": 8, "replication_factor": 1,
                             "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}},
-     "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}}}
+     "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}},
+     "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...]}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
 leader of every partition, with itself as the only in-sync replica, so the replica
@@ -38,6 +39,7 @@ from pykfk.cluster.metadata import (
     UnknownTopicError,
     notify_listeners,
 )
+from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
@@ -70,6 +72,8 @@ class EmbeddedMetadataStore:
         self._producer_id_block_end = 0
         self._cluster_id = ""
         self._users: dict[str, dict[str, str]] = {}
+        self._acls: list[AclBinding] = []
+        self.acl_version = 0
         os.makedirs(directory, exist_ok=True)
         self._load()
 
@@ -191,6 +195,20 @@ class EmbeddedMetadataStore:
             del self._users[user]
         self._save()
 
+    def acls(self) -> list[AclBinding]:
+        return list(self._acls)
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        self._acls += [b for b in dict.fromkeys(bindings) if b not in self._acls]
+        self.acl_version += 1
+        self._save()
+
+    async def delete_acls(self, bindings: list[AclBinding]) -> None:
+        gone = set(bindings)
+        self._acls = [b for b in self._acls if b not in gone]
+        self.acl_version += 1
+        self._save()
+
     async def allocate_producer_id(self) -> int:
         return self.allocate_producer_id_now()
 
@@ -232,6 +250,8 @@ class EmbeddedMetadataStore:
             self._next_producer_id = self._producer_id_block_end
             self._users = {str(user): {str(m): str(c) for m, c in creds.items()}
                            for user, creds in data.get("users", {}).items()}
+            self._acls = [AclBinding(ResourceType(a[0]), str(a[1]), PatternType(a[2]), str(a[3]), str(a[4]),
+                                     Operation(a[5]), Permission(a[6])) for a in data.get("acls", [])]
             for name, entry in data.get("topics", {}).items():
                 self._topics[name] = TopicInfo(
                     name,
@@ -258,6 +278,8 @@ class EmbeddedMetadataStore:
                 for t in self._topics.values()
             },
             "users": self._users,
+            "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
+                      int(b.permission)] for b in self._acls],
         }
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pykfk.security.acl import AclBinding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +178,17 @@ class MetadataStore(Protocol):
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
         """Set and remove one user's credentials (mechanism -> credential text)."""
         ...
+
+    # Bumped by every ACL change this store hears of (the authorizer re-indexes then).
+    acl_version: int
+
+    def acls(self) -> list[AclBinding]:
+        """Every ACL binding of the cluster (from memory)."""
+        ...
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None: ...
+
+    async def delete_acls(self, bindings: list[AclBinding]) -> None: ...
 
     def registration_lost(self) -> bool: ...
 

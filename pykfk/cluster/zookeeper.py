@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -52,6 +53,14 @@ from pykfk.cluster.metadata import (
     UnknownTopicError,
     notify_listeners,
 )
+from pykfk.security.acl import (
+    OPERATION_NAMES,
+    PERMISSION_NAMES,
+    RESOURCE_NAMES,
+    AclBinding,
+    PatternType,
+    ResourceType,
+)
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -60,6 +69,14 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_USERS_PATH = "/config/users"
+# Kafka's ZooKeeper authorizer layout: LITERAL bindings under /kafka-acl/<Type>/<name>,
+# PREFIXED ones under /kafka-acl-extended/prefixed/<Type>/<name>, each znode
+# {"version":1,"acls":[{"principal","permissionType","operation","host"}]}; changes are
+# announced under the two change paths.
+ACL_PATH = "/kafka-acl"
+ACL_EXTENDED_PATH = "/kafka-acl-extended"
+ACL_CHANGES_PATH = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES_PATH = "/kafka-acl-extended-changes"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
@@ -73,6 +90,8 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS_PATH,
     CONTROLLED_SHUTDOWN_PATH,
     "/cluster",
+    ACL_PATH,
+    f"{ACL_EXTENDED_PATH}/prefixed",
 )
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 
@@ -130,6 +149,43 @@ def _broker_json(info: BrokerInfo) -> bytes:
     if info.rack:
         doc["rack"] = info.rack
     return json.dumps(doc).encode()
+
+
+_RESOURCE_TYPES = {name: rtype for rtype, name in RESOURCE_NAMES.items()}
+_OPERATIONS = {name: op for op, name in OPERATION_NAMES.items()}
+_PERMISSIONS = {name: perm for perm, name in PERMISSION_NAMES.items()}
+
+
+def _parse_acl_json(resource_type: ResourceType, pattern: PatternType, name: str, data: bytes) -> list[AclBinding]:
+    bindings = []
+    for entry in json.loads(data or b"{}").get("acls", ()):
+        operation, permission = _OPERATIONS.get(entry.get("operation")), _PERMISSIONS.get(entry.get("permissionType"))
+        if operation is None or permission is None:
+            continue  # a kind this broker does not know: never grants anything
+        bindings.append(AclBinding(resource_type, name, pattern, str(entry["principal"]), str(entry["host"]),
+                                   operation, permission))
+    return bindings
+
+
+def _acl_json(bindings: list[AclBinding]) -> bytes:
+    return json.dumps({"version": 1, "acls": [
+        {"principal": b.principal, "permissionType": PERMISSION_NAMES[b.permission],
+         "operation": OPERATION_NAMES[b.operation], "host": b.host} for b in bindings]}).encode()
+
+
+def _with_bindings(added: list[AclBinding], current: list[AclBinding]) -> list[AclBinding]:
+    return current + [b for b in added if b not in current]
+
+
+def _without_bindings(removed: list[AclBinding], current: list[AclBinding]) -> list[AclBinding]:
+    return [b for b in current if b not in removed]
+
+
+def _by_resource(bindings: list[AclBinding]) -> dict[tuple[ResourceType, PatternType, str], list[AclBinding]]:
+    groups: dict[tuple[ResourceType, PatternType, str], list[AclBinding]] = {}
+    for binding in bindings:
+        groups.setdefault((binding.resource_type, binding.pattern_type, binding.name), []).append(binding)
+    return groups
 
 
 def _sanitized(user: str) -> str:
@@ -207,6 +263,9 @@ class ZooKeeperMetadataStore:
         self._initialized: dict[str, asyncio.Event] = {}
         self._registered_session: int | None = None
         self._closed = False
+        # (resource type, pattern type, name) -> the bindings of one ACL znode.
+        self._acls: dict[tuple[ResourceType, PatternType, str], list[AclBinding]] = {}
+        self.acl_version = 0
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -235,7 +294,7 @@ class ZooKeeperMetadataStore:
             raise ZooKeeperError(f"cannot use ZooKeeper at {self.connect}: {exc or type(exc).__name__}") from exc
         from kazoo.recipe.cache import TreeCache
 
-        for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin"):
+        for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH):
             cache = TreeCache(self.zk, root)
             self._initialized[root] = asyncio.Event()
             cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
@@ -365,6 +424,12 @@ class ZooKeeperMetadataStore:
 
     def _apply_node(self, parts: list[str], data: bytes | None, stat: Any) -> None:
         version = stat.version if stat is not None else -1
+        if parts[:1] == ["kafka-acl"] and len(parts) == 3:
+            self._apply_acls(parts[1], PatternType.LITERAL, parts[2], data)
+            return
+        if parts[:2] == ["kafka-acl-extended", "prefixed"] and len(parts) == 4:
+            self._apply_acls(parts[2], PatternType.PREFIXED, parts[3], data)
+            return
         if parts[:2] == ["brokers", "ids"] and len(parts) == 3:
             broker_id = int(parts[2])
             if data is None:
@@ -791,6 +856,64 @@ class ZooKeeperMetadataStore:
         await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", doc))
         await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
         return self._topics[name]
+
+    # -- ACLs (cached from the ACL znodes, changed with conditional writes) -------------
+
+    def _apply_acls(self, type_name: str, pattern: PatternType, name: str, data: bytes | None) -> None:
+        resource_type = _RESOURCE_TYPES.get(type_name)
+        if resource_type is None:
+            return
+        key = (resource_type, pattern, name)
+        if data:
+            self._acls[key] = _parse_acl_json(resource_type, pattern, name, data)
+        else:
+            self._acls.pop(key, None)
+        self.acl_version += 1
+
+    def acls(self) -> list[AclBinding]:
+        return [binding for bindings in self._acls.values() for binding in bindings]
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        for key, group in _by_resource(bindings).items():
+            await self._update_acl_znode(key, functools.partial(_with_bindings, group))
+
+    async def delete_acls(self, bindings: list[AclBinding]) -> None:
+        for key, group in _by_resource(bindings).items():
+            await self._update_acl_znode(key, functools.partial(_without_bindings, group))
+
+    async def _update_acl_znode(self, key: tuple[ResourceType, PatternType, str],
+                                change: Callable[[list[AclBinding]], list[AclBinding]]) -> None:
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        resource_type, pattern, name = key
+        type_name = RESOURCE_NAMES[resource_type]
+        if pattern == PatternType.LITERAL:
+            path, changes = f"{ACL_PATH}/{type_name}/{name}", ACL_CHANGES_PATH
+            notice = f"{type_name}:{name}".encode()
+        else:
+            path, changes = f"{ACL_EXTENDED_PATH}/prefixed/{type_name}/{name}", ACL_EXTENDED_CHANGES_PATH
+            notice = json.dumps({"version": 1, "resourceType": type_name, "name": name,
+                                 "patternType": "PREFIXED"}).encode()
+        while True:
+            try:
+                data, stat = await self._wait(self.zk.get_async(path))
+                current, version = _parse_acl_json(resource_type, pattern, name, data), stat.version
+            except NoNodeError:
+                current, version = [], -1
+            wanted = change(current)
+            if wanted == current:
+                return
+            try:
+                if not wanted:
+                    await self._wait(self.zk.delete_async(path, version))
+                elif version < 0:
+                    await self._wait(self.zk.create_async(path, _acl_json(wanted), makepath=True))
+                else:
+                    await self._wait(self.zk.set_async(path, _acl_json(wanted), version))
+                break
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # changed meanwhile: read again
+        await self._wait(self.zk.create_async(f"{changes}/acl_changes_", notice, sequence=True, makepath=True))
 
     # -- SCRAM credentials (read on demand: a login is rare next to a request) ----------
 

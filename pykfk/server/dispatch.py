@@ -32,6 +32,7 @@ from typing import Any
 
 from pykfk._core.wire import decode_request_header
 from pykfk.protocol.types import FileRegion
+from pykfk.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pykfk.server.services import BrokerServices
 from pykfk.server.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SASL_LOGIN_KEYS, Session
 
@@ -74,6 +75,9 @@ HANDLER_MODULES = (
     "offset_for_leader_epoch",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.
@@ -148,6 +152,16 @@ class RequestContext:
     @property
     def client_host(self) -> str:
         return self.session.client_host
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the connection's principal may do ``operation`` on the resource
+        (always, without an authorizer)."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.session.principal, self.session.client_ip, operation, resource_type, name)
+
+    def allowed_on_cluster(self, operation: Operation) -> bool:
+        return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def __repr__(self) -> str:
         return (

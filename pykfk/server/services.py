@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pykfk.cluster.topics import TopicManager
     from pykfk.config import BrokerConfig
     from pykfk.group import GroupCoordinator
+    from pykfk.security.acl import Authorizer
 
 
 class BrokerServices(Protocol):
@@ -44,6 +45,12 @@ class BrokerServices(Protocol):
 
     @property
     def group_coordinator(self) -> GroupCoordinator: ...
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACL authorizer; None when ``authorizer.class.name`` is unset (everything
+        is allowed, as on a Kafka broker without one)."""
+        ...
 
     @property
     def stopping(self) -> bool:

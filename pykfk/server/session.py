@@ -82,12 +82,13 @@ PLAINTEXT_SECURITY = ListenerSecurity(Listener("PLAINTEXT", "", 0))
 class Session:
     """One connection's security state. Loop-affine."""
 
-    __slots__ = ("authenticated", "client_host", "expires_at", "gated", "handshake_version", "on_failed_login",
-                 "principal", "sasl", "security")
+    __slots__ = ("authenticated", "client_host", "client_ip", "expires_at", "gated", "handshake_version",
+                 "on_failed_login", "principal", "sasl", "security")
 
     def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS):
         self.security = security
         self.client_host = client_host
+        self.client_ip = client_host.rpartition(":")[0] or client_host  # ACL bindings name hosts by address
         self.principal = principal
         self.authenticated = not security.listener.uses_sasl
         # Dispatch looks at the session only while this is set: before a SASL login

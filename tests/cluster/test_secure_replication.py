@@ -1,5 +1,5 @@
 """A ZooKeeper cluster whose brokers replicate over a SASL_SSL listener of their own while
-clients use a PLAINTEXT one; SCRAM users kept in ZooKeeper log in at any broker."""
+clients use a PLAINTEXT one; SCRAM users and ACLs kept in ZooKeeper apply at every broker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import time
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
+    ResourcePatternType,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -33,6 +38,9 @@ def test_replication_over_sasl_ssl_and_scram_users_in_zookeeper(cluster_factory,
         "listener.name.internal.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.location": str(server.both),
         "ssl.truststore.location": str(ca.cert_path),
+        # Brokers log in to each other as User:broker; the PLAINTEXT clients here act as admins.
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:broker;User:ANONYMOUS",
     })
     registration = json.loads(cluster.zk.get(cluster.path("/brokers/ids/1"))[0])
     assert registration["listener_security_protocol_map"] == {"CLIENT": "PLAINTEXT", "INTERNAL": "SASL_SSL"}
@@ -50,6 +58,26 @@ def test_replication_over_sasl_ssl_and_scram_users_in_zookeeper(cluster_factory,
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion("reader", info, b"r-pw")])["reader"].result(20)
     assert cluster.zk.exists(cluster.path("/config/users/reader"))
+    reader = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca.cert_path),
+              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "reader", "sasl.password": "r-pw"}
+
+    def visible_to_reader(broker_id: int) -> bool:
+        port = cluster.brokers[broker_id].ports["INTERNAL"]
+        return "secure" in AdminClient({**reader, "bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(
+            timeout=10).topics
+
+    assert not visible_to_reader(2)
+    # ACLs created through broker 0 are enforced by every broker within 5 s.
+    bindings = [AclBinding(ResourceType.TOPIC, "secure", ResourcePatternType.LITERAL, "User:reader", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW),
+                AclBinding(ResourceType.GROUP, "secure-", ResourcePatternType.PREFIXED, "User:reader", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)]
+    for future in admin.create_acls(bindings).values():
+        future.result(20)
+    assert cluster.zk.exists(cluster.path("/kafka-acl/Topic/secure"))
+    assert cluster.zk.exists(cluster.path("/kafka-acl-extended/prefixed/Group/secure-"))
+    for broker_id in (0, 1, 2):
+        wait_until(lambda b=broker_id: visible_to_reader(b), 5, f"the ACL on broker {broker_id}")
     consumer = Consumer({
         "bootstrap.servers": f"127.0.0.1:{cluster.brokers[2].ports['INTERNAL']}",
         "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca.cert_path),

@@ -12,6 +12,7 @@ from typing import Any
 from pykfk.errors import ErrorCode
 from pykfk.protocol.messages import API_SPECS
 from pykfk.protocol.types import ProtocolError, Struct
+from pykfk.security.acl import Operation
 from pykfk.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_NAMES,
@@ -50,6 +51,10 @@ def _upsertion_error(item: Struct) -> tuple[int, str] | None:
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     store = ctx.broker.metadata
+    if not ctx.allowed_on_cluster(Operation.ALTER):
+        named = dict.fromkeys(i.name for i in (*request.deletions, *request.upsertions))
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED} for u in named]}
     errors: dict[str, tuple[int, str]] = {}
     pairs = collections.Counter((i.name, i.mechanism) for i in (*request.deletions, *request.upsertions))
     for (user, mechanism), count in pairs.items():

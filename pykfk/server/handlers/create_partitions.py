@@ -6,6 +6,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 37
@@ -22,6 +23,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         try:
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic in request: {topic.name}")
+            if not ctx.allowed(Operation.ALTER, ResourceType.TOPIC, topic.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if topic.assignments is not None:
                 known = {b.node_id for b in broker.metadata.brokers()}
                 for a in topic.assignments:

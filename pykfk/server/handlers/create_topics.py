@@ -11,6 +11,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.services import BrokerServices
 
@@ -56,6 +57,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         try:
             if counts[name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request contains topic {name} more than once.")
+            if not (ctx.allowed_on_cluster(Operation.CREATE) or ctx.allowed(Operation.CREATE, ResourceType.TOPIC, name)):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             partitions, replication = topic.num_partitions, topic.replication_factor
             if topic.assignments:
                 partitions, replication = _from_assignments(broker, topic)

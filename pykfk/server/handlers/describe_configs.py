@@ -26,6 +26,7 @@ from pykfk.config import (
 )
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 32
@@ -112,7 +113,12 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     for resource in request.resources:
         keys = None if resource.configuration_keys is None else set(resource.configuration_keys)
         code, message, configs = ErrorCode.NONE, None, []
-        if resource.resource_type == TOPIC:
+        if resource.resource_type == TOPIC and not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                                                                 resource.resource_name):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+        elif resource.resource_type == BROKER and not ctx.allowed_on_cluster(Operation.DESCRIBE_CONFIGS):
+            code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed."
+        elif resource.resource_type == TOPIC:
             info = broker.metadata.get_topic(resource.resource_name)
             if info is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist"

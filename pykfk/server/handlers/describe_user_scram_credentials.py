@@ -9,6 +9,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation
 from pykfk.security.scram import MECHANISM_TYPES, ScramCredential, ScramError
 from pykfk.server.dispatch import RequestContext
 
@@ -30,6 +31,8 @@ def _infos(credentials: dict[str, str]) -> list[dict[str, int]]:
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    if not ctx.allowed_on_cluster(Operation.DESCRIBE):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     asked = None if request.users is None else [u.name for u in request.users]
     found = await ctx.broker.metadata.scram_credentials(asked)
     results = []

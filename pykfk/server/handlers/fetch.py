@@ -27,6 +27,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import FileRegion, Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 1
@@ -50,7 +51,8 @@ def _partition_error(partition: int, code: int) -> dict[str, Any]:
     }
 
 
-def _read_all(ctx: RequestContext, request: Struct, first_pass: bool) -> tuple[list[dict[str, Any]], int, bool]:
+def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
+              denied: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
@@ -65,6 +67,11 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool) -> tuple[l
     responses = []
     for topic in request.topics:
         partitions = []
+        if topic.topic in denied:
+            responses.append({"topic": topic.topic, "partitions": [
+                _partition_error(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic.partitions]})
+            error = True
+            continue
         for part in topic.partitions:
             try:
                 plog, max_offset = replicas.log_for_fetch(
@@ -139,8 +146,9 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     first_pass = True
+    denied = _denied_topics(ctx, request) if broker.authorizer is not None else frozenset()
     while True:
-        responses, available, error = _read_all(ctx, request, first_pass)
+        responses, available, error = _read_all(ctx, request, first_pass, denied)
         first_pass = False
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
@@ -149,6 +157,15 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
+
+
+def _denied_topics(ctx: RequestContext, request: Struct) -> frozenset[str]:
+    """Topics this fetch may not read: all of them for a follower without CLUSTER_ACTION
+    on the cluster, else those without READ."""
+    names = {t.topic for t in request.topics}
+    if request.replica_id >= 0:
+        return frozenset() if ctx.allowed_on_cluster(Operation.CLUSTER_ACTION) else frozenset(names)
+    return frozenset(n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n))
 
 
 def _release_regions(ctx: RequestContext) -> None:

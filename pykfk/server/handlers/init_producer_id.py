@@ -11,6 +11,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 22
@@ -25,5 +26,13 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             "producer_id": -1,
             "producer_epoch": -1,
         }
+    authorizer = ctx.broker.authorizer
+    if authorizer is not None and not (
+            ctx.allowed_on_cluster(Operation.IDEMPOTENT_WRITE)
+            or authorizer.authorize_any(ctx.session.principal, ctx.session.client_ip, Operation.WRITE,
+                                        ResourceType.TOPIC)):
+        # Kafka: an idempotent producer needs IdempotentWrite on the cluster or Write on some topic.
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "producer_id": -1, "producer_epoch": -1}
     producer_id = await ctx.broker.allocate_producer_id()
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}

@@ -10,11 +10,15 @@ from typing import Any
 
 from pykfk.group import api
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.group_access import GROUP_DENIED, group_allowed
 
 API_KEY = 13
 VERSIONS = (0, 1)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return dict(GROUP_DENIED)
     return await api.leave_group(ctx.broker.group_coordinator, ctx.api_version, request)

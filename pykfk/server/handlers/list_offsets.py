@@ -16,6 +16,7 @@ from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.log import Log
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 2
@@ -71,9 +72,12 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = []
+        denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
             entry: dict[str, Any] = {"partition_index": part.partition_index}
             try:
+                if denied:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 plog = replicas.leader_log(topic.name, part.partition_index)
                 if v0:
                     offsets = _legacy_offsets(plog, part.timestamp, part.max_num_offsets,

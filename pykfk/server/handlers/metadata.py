@@ -16,6 +16,7 @@ from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.framing import response_field_encoder
 from pykfk.protocol.types import PreEncoded, Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
@@ -67,8 +68,11 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     version = ctx.api_version
     store = broker.metadata
     requested = request.topics
+    authorizer = broker.authorizer
     if requested is None or (version == 0 and not requested):
         names = sorted(store.topics())  # null (v1+) or empty (v0): every topic
+        if authorizer is not None:  # a listing shows only what the principal may describe
+            names = [n for n in names if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)]
         allow_create = False
     else:
         names = [t.name for t in requested]
@@ -78,6 +82,10 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     partitions = encoded_partitions(store)
     topics = []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
+        if authorizer is not None and not _may_see(ctx, name, allow_create and store.get_topic(name) is None):
+            topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": False,
+                           "partitions": []})
+            continue
         info = store.get_topic(name)
         if info is None and is_internal_topic(name):
             # Kafka creates its internal topic when named, always with its own settings
@@ -111,6 +119,14 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         "controller_id": store.controller_id(),
         "topics": topics,
     }
+
+
+def _may_see(ctx: RequestContext, name: str, creating: bool) -> bool:
+    """DESCRIBE on the topic; auto-creating it also needs CREATE on the cluster or it."""
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return False
+    return not creating or ctx.allowed_on_cluster(Operation.CREATE) or ctx.allowed(
+        Operation.CREATE, ResourceType.TOPIC, name)
 
 
 def _brokers(store: MetadataStore, listener: str) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.services import BrokerServices
 
@@ -31,10 +32,16 @@ def _answer(broker: BrokerServices, topic: str, part: Struct) -> dict[str, Any]:
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     topics = []
+    follower = ctx.api_version >= 3 and request.replica_id >= 0
+    cluster_ok = not follower or ctx.allowed_on_cluster(Operation.CLUSTER_ACTION)
     for topic in request.topics:
         partitions = []
+        denied = not cluster_ok or (not follower and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC,
+                                                                    topic.topic))
         for part in topic.partitions:
             try:
+                if denied:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partitions.append(_answer(ctx.broker, topic.topic, part))
             except KafkaError as exc:
                 partitions.append({"error_code": exc.code, "partition": part.partition, "leader_epoch": -1, "end_offset": -1})

@@ -30,6 +30,7 @@ from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import CloseConnection, RequestContext
 
 API_KEY = 0
@@ -97,14 +98,17 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
     responses: list[dict[str, Any]] = []
     by_topic: dict[str, list[PartitionResponse]] = {}
     pending: list[Pending] | None = None
+    authorizer = ctx.broker.authorizer
     for name, partitions in topics:
         results = by_topic.get(name)
         if results is None:
             results = by_topic[name] = []
             responses.append({"name": name, "partition_responses": results})
+        denied = authorizer is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for index, records in partitions:
-            if not valid_acks:
-                results.append(_error(ErrorCode.INVALID_REQUIRED_ACKS, index))
+            if not valid_acks or denied:
+                results.append(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied
+                                      else ErrorCode.INVALID_REQUIRED_ACKS, index))
                 continue
             try:
                 if name in INTERNAL_TOPICS:

@@ -1,0 +1,47 @@
+"""DeleteAcls (key 31): remove the bindings each filter matches and list them. Needs
+ALTER on the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pykfk.errors import ErrorCode
+from pykfk.protocol.types import Struct
+from pykfk.security.acl import AclBinding, AclError, Operation, filter_from_codes
+from pykfk.server.dispatch import RequestContext
+
+API_KEY = 31
+VERSIONS = (1, 3)
+
+
+def _described(binding: AclBinding) -> dict[str, Any]:
+    return {"error_code": ErrorCode.NONE, "resource_type": int(binding.resource_type),
+            "resource_name": binding.name, "pattern_type": int(binding.pattern_type),
+            "principal": binding.principal, "host": binding.host, "operation": int(binding.operation),
+            "permission_type": int(binding.permission)}
+
+
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    filters = request.filters
+    if ctx.broker.authorizer is None:
+        return {"filter_results": [{"error_code": ErrorCode.SECURITY_DISABLED,
+                                    "error_message": "No Authorizer is configured on the broker"} for _ in filters]}
+    if not ctx.allowed_on_cluster(Operation.ALTER):
+        return {"filter_results": [{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED} for _ in filters]}
+    existing = ctx.broker.metadata.acls()
+    results: list[dict[str, Any]] = []
+    doomed: dict[AclBinding, None] = {}
+    for f in filters:
+        acl_filter = filter_from_codes(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
+                                       f.principal_filter, f.host_filter, f.operation, f.permission_type)
+        try:
+            acl_filter.check()
+        except AclError as exc:
+            results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc), "matching_acls": []})
+            continue
+        matching = [b for b in existing if acl_filter.matches(b)]
+        doomed.update(dict.fromkeys(matching))
+        results.append({"error_code": ErrorCode.NONE, "matching_acls": [_described(b) for b in matching]})
+    if doomed:
+        await ctx.broker.metadata.delete_acls(list(doomed))
+    return {"filter_results": results}
