@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: compile compile-one debug install test testinstalled bench bench-fast lint clean
+.PHONY: compile compile-one debug install test testinstalled bench bench-fast fuzz lint clean
 
 compile:            ## build the compiled core in place (src/_core/*.so)
 	$(PYTHON) setup.py build_ext --inplace
@@ -30,6 +30,9 @@ bench: compile      ## pytest-benchmark suites (figures printed against their ba
 
 bench-fast: compile ## one quick pass of every bench so they never rot
 	$(PYTHON) -m pytest bench -q --benchmark-disable
+
+fuzz: compile       ## 10^6 inputs into each fuzz target; failures land in fuzz/crashes/
+	for target in request sasl batches; do $(PYTHON) -m fuzz $$target -runs=1000000 || exit 1; done
 
 lint:               ## ruff on the tree, mypy --strict on the broker packages
 	$(PYTHON) -m pytest -q tests/test_sourcecode.py

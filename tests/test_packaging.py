@@ -67,3 +67,12 @@ def test_wheel_works_from_outside_the_checkout(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert bad.returncode != 0 and "no.such.setting" in bad.stderr
+
+
+def test_every_package_of_the_tree_goes_into_the_wheel() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "pykfk").rglob("__init__.py")}
+    tree |= {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "pykfk_spark").rglob("__init__.py")}
+    assert tree - listed == set()

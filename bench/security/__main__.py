@@ -35,7 +35,12 @@ def _start_broker(workdir: Path) -> tuple[BrokerProcess, str]:
         "ssl.keystore.location": str(server.both),
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
     }, log_level="WARNING").start()
-    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
