@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pykfk.group import GroupCoordinator
     from pykfk.group.leadership import CoordinatorLeadership
     from pykfk.security.acl import Authorizer
+    from pykfk.security.quotas import QuotaManager
     from pykfk.server.connection import KafkaServer
 
 log = logging.getLogger("pykfk.broker")
@@ -57,6 +58,7 @@ class Broker:
         self.topics: TopicManager
         self.group_coordinator: GroupCoordinator
         self.authorizer: Authorizer | None = None
+        self.quotas: QuotaManager
         self.stopping = False
         self._started = False
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
@@ -82,6 +84,9 @@ class Broker:
         self.replica_manager = self.cluster.replica_manager
         self.topics = TopicManager(cfg, store, self._default_log_config,
                                    self.replica_manager.created)
+        from pykfk.security.quotas import QuotaManager
+
+        self.quotas = QuotaManager(store.client_quotas, lambda: store.quota_version)
         if cfg["authorizer.class.name"]:
             from pykfk.security.acl import Authorizer
 

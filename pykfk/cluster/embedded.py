@@ -10,7 +10,8 @@ leaves either the old or the new version. Layout::
      "topics": {"<name>": {"partitions": 8, "replication_factor": 1,
                             "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}},
      "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}},
-     "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...]}
+     "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...],
+     "quotas": [[[["user", "<name or null>"], ["client-id", ...]], {"producer_byte_rate": 1e6}], ...]}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
 leader of every partition, with itself as the only in-sync replica, so the replica
@@ -40,6 +41,7 @@ from pykfk.cluster.metadata import (
     notify_listeners,
 )
 from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from pykfk.security.quotas import Entity
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
@@ -74,6 +76,8 @@ class EmbeddedMetadataStore:
         self._users: dict[str, dict[str, str]] = {}
         self._acls: list[AclBinding] = []
         self.acl_version = 0
+        self._quotas: dict[Entity, dict[str, float]] = {}
+        self.quota_version = 0
         os.makedirs(directory, exist_ok=True)
         self._load()
 
@@ -195,6 +199,19 @@ class EmbeddedMetadataStore:
             del self._users[user]
         self._save()
 
+    def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
+        return self._quotas
+
+    async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None:
+        values = self._quotas.setdefault(entity, {})
+        for key in removals:
+            values.pop(key, None)
+        values.update(updates)
+        if not values:
+            del self._quotas[entity]
+        self.quota_version += 1
+        self._save()
+
     def acls(self) -> list[AclBinding]:
         return list(self._acls)
 
@@ -250,6 +267,9 @@ class EmbeddedMetadataStore:
             self._next_producer_id = self._producer_id_block_end
             self._users = {str(user): {str(m): str(c) for m, c in creds.items()}
                            for user, creds in data.get("users", {}).items()}
+            self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in entity):
+                            {str(k): float(v) for k, v in values.items()}
+                            for entity, values in data.get("quotas", [])}
             self._acls = [AclBinding(ResourceType(a[0]), str(a[1]), PatternType(a[2]), str(a[3]), str(a[4]),
                                      Operation(a[5]), Permission(a[6])) for a in data.get("acls", [])]
             for name, entry in data.get("topics", {}).items():
@@ -278,6 +298,7 @@ class EmbeddedMetadataStore:
                 for t in self._topics.values()
             },
             "users": self._users,
+            "quotas": [[[list(pair) for pair in entity], values] for entity, values in self._quotas.items()],
             "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
                       int(b.permission)] for b in self._acls],
         }

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from pykfk.security.acl import AclBinding
+    from pykfk.security.quotas import Entity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +179,15 @@ class MetadataStore(Protocol):
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
         """Set and remove one user's credentials (mechanism -> credential text)."""
         ...
+
+    # Bumped by every client quota change this store hears of.
+    quota_version: int
+
+    def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
+        """Quota settings by entity (from memory)."""
+        ...
+
+    async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None: ...
 
     # Bumped by every ACL change this store hears of (the authorizer re-indexes then).
     acl_version: int

@@ -61,6 +61,7 @@ from pykfk.security.acl import (
     PatternType,
     ResourceType,
 )
+from pykfk.security.quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -69,6 +70,8 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_USERS_PATH = "/config/users"
+CONFIG_CLIENTS_PATH = "/config/clients"
+DEFAULT_ENTITY = "<default>"  # Kafka's name of a quota entity type's default
 # Kafka's ZooKeeper authorizer layout: LITERAL bindings under /kafka-acl/<Type>/<name>,
 # PREFIXED ones under /kafka-acl-extended/prefixed/<Type>/<name>, each znode
 # {"version":1,"acls":[{"principal","permissionType","operation","host"}]}; changes are
@@ -92,6 +95,8 @@ PERSISTENT_PATHS = (
     "/cluster",
     ACL_PATH,
     f"{ACL_EXTENDED_PATH}/prefixed",
+    CONFIG_USERS_PATH,
+    CONFIG_CLIENTS_PATH,
 )
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 
@@ -188,6 +193,42 @@ def _by_resource(bindings: list[AclBinding]) -> dict[tuple[ResourceType, Pattern
     return groups
 
 
+def _entity_name(text: str) -> str | None:
+    return None if text == DEFAULT_ENTITY else urllib.parse.unquote(text)
+
+
+def _quota_entity(parts: list[str]) -> Entity | None:
+    """The quota entity of a /config/users or /config/clients znode, else None."""
+    if parts[:2] == ["config", "users"] and len(parts) == 3:
+        return ((USER, _entity_name(parts[2])),)
+    if parts[:2] == ["config", "users"] and len(parts) == 5 and parts[3] == "clients":
+        return ((CLIENT_ID, _entity_name(parts[4])), (USER, _entity_name(parts[2])))
+    if parts[:2] == ["config", "clients"] and len(parts) == 3:
+        return ((CLIENT_ID, _entity_name(parts[2])),)
+    return None
+
+
+def _quota_paths(entity: Entity) -> tuple[str, str]:
+    """(znode, change-notice entity path) of a quota entity."""
+    names = dict(entity)
+
+    def part(kind: str) -> str:
+        name = names[kind]
+        return DEFAULT_ENTITY if name is None else _sanitized(name)
+
+    if USER in names and CLIENT_ID in names:
+        relative = f"users/{part(USER)}/clients/{part(CLIENT_ID)}"
+    elif USER in names:
+        relative = f"users/{part(USER)}"
+    else:
+        relative = f"clients/{part(CLIENT_ID)}"
+    return f"/config/{relative}", relative
+
+
+def _quota_text(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
 def _sanitized(user: str) -> str:
     """A user name as a znode name, URL-encoded like Kafka's Sanitizer."""
     return urllib.parse.quote(user, safe="").replace("~", "%7E")
@@ -266,6 +307,8 @@ class ZooKeeperMetadataStore:
         # (resource type, pattern type, name) -> the bindings of one ACL znode.
         self._acls: dict[tuple[ResourceType, PatternType, str], list[AclBinding]] = {}
         self.acl_version = 0
+        self._quotas: dict[Entity, dict[str, float]] = {}
+        self.quota_version = 0
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -294,7 +337,8 @@ class ZooKeeperMetadataStore:
             raise ZooKeeperError(f"cannot use ZooKeeper at {self.connect}: {exc or type(exc).__name__}") from exc
         from kazoo.recipe.cache import TreeCache
 
-        for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH):
+        for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH, CONFIG_USERS_PATH,
+                     CONFIG_CLIENTS_PATH):
             cache = TreeCache(self.zk, root)
             self._initialized[root] = asyncio.Event()
             cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
@@ -424,6 +468,10 @@ class ZooKeeperMetadataStore:
 
     def _apply_node(self, parts: list[str], data: bytes | None, stat: Any) -> None:
         version = stat.version if stat is not None else -1
+        quota_entity = _quota_entity(parts)
+        if quota_entity is not None:
+            self._apply_quotas(quota_entity, data)
+            return
         if parts[:1] == ["kafka-acl"] and len(parts) == 3:
             self._apply_acls(parts[1], PatternType.LITERAL, parts[2], data)
             return
@@ -856,6 +904,53 @@ class ZooKeeperMetadataStore:
         await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", doc))
         await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
         return self._topics[name]
+
+    # -- client quotas (cached from /config/users and /config/clients) -----------------
+
+    def _apply_quotas(self, entity: Entity, data: bytes | None) -> None:
+        config = json.loads(data).get("config", {}) if data else {}
+        values = {k: float(v) for k, v in config.items() if k in QUOTA_KEYS}
+        if values:
+            self._quotas[entity] = values
+        elif self._quotas.pop(entity, None) is None:
+            return
+        self.quota_version += 1
+
+    def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
+        return self._quotas
+
+    async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None:
+        """Kafka's layout: the entity's config znode keeps its other entries (SCRAM
+        credentials) as they are; a change notice follows."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path, entity_path = _quota_paths(entity)
+        while True:
+            try:
+                data, stat = await self._wait(self.zk.get_async(path))
+                config, version = json.loads(data or b"{}").get("config", {}), stat.version
+            except NoNodeError:
+                config, version = {}, -1
+            for key in removals:
+                config.pop(key, None)
+            config.update({k: _quota_text(v) for k, v in updates.items()})
+            doc = json.dumps({"version": 1, "config": config}).encode()
+            try:
+                if version < 0:
+                    await self._wait(self.zk.create_async(path, doc, makepath=True))
+                else:
+                    await self._wait(self.zk.set_async(path, doc, version))
+                break
+            except (BadVersionError, NodeExistsError):
+                continue
+        notice = json.dumps({"version": 2, "entity_path": entity_path}).encode()
+        await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
+                                              sequence=True, makepath=True))
+        await self.wait_for(lambda: self._quotas_applied(entity, updates, removals), 5.0)
+
+    def _quotas_applied(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> bool:
+        values = self._quotas.get(entity, {})
+        return all(values.get(k) == float(v) for k, v in updates.items()) and not any(k in values for k in removals)
 
     # -- ACLs (cached from the ACL znodes, changed with conditional writes) -------------
 

@@ -105,6 +105,8 @@ class Connection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._closed = False
         self._draining = False
+        self._throttled_until = 0.0  # loop time; reading stays paused before it (quotas, KIP-219)
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self._sock: socket.socket | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
@@ -124,6 +126,7 @@ class Connection(asyncio.BufferedProtocol):
         principal = security.principal_of(transport.get_extra_info("peercert")) if tls else ANONYMOUS
         self.session = Session(security, self.peer, principal)
         self.session.on_failed_login = self._begin_drain
+        self.session.on_throttle = self._throttle
         # Over TLS the transport encrypts: responses go through it (record bytes read
         # from the segment in bounded chunks), never straight to the socket.
         raw = None if tls else transport.get_extra_info("socket")
@@ -332,6 +335,22 @@ class Connection(asyncio.BufferedProtocol):
         slot.frame_size = 0
         self._update_reading()
 
+    def _throttle(self, seconds: float) -> None:
+        """Read nothing from this client for ``seconds`` (its answer goes out now)."""
+        until = self.loop.time() + seconds
+        if until > self._throttled_until:
+            self._throttled_until = until
+            if self._throttle_timer is not None:
+                self._throttle_timer.cancel()
+            self._throttle_timer = self.loop.call_at(until, self._end_throttle)
+        self._update_reading()
+
+    def _end_throttle(self) -> None:
+        # Cleared by the timer itself: a timer may fire a hair before its time.
+        self._throttle_timer = None
+        self._throttled_until = 0.0
+        self._update_reading()
+
     def _update_reading(self) -> None:
         if self.transport is None or self._closed:
             return
@@ -339,6 +358,7 @@ class Connection(asyncio.BufferedProtocol):
             self._draining
             or len(self._slots) >= self.server.max_in_flight
             or self._held_bytes > HELD_BYTES_LIMIT
+            or self._throttled_until > 0
         )
         if busy and not self._reading_paused:
             self._reading_paused = True

@@ -27,6 +27,7 @@ import dataclasses
 import importlib
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -78,6 +79,8 @@ HANDLER_MODULES = (
     "describe_acls",
     "create_acls",
     "delete_acls",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.
@@ -159,6 +162,16 @@ class RequestContext:
         authorizer = self.broker.authorizer
         return authorizer is None or authorizer.authorize(
             self.session.principal, self.session.client_ip, operation, resource_type, name)
+
+    def charge(self, quota_key: str, amount: float) -> int:
+        """Count ``amount`` against the client's ``quota_key`` quota; when over it, mute
+        the connection and return the throttle time in ms for the answer (KIP-219)."""
+        seconds = self.broker.quotas.record(quota_key, self.session.user, self.client_id or "", amount,
+                                            time.monotonic())
+        if seconds <= 0:
+            return 0
+        self.session.throttle(seconds)
+        return int(seconds * 1000)
 
     def allowed_on_cluster(self, operation: Operation) -> bool:
         return self.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)

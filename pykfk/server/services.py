@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pykfk.config import BrokerConfig
     from pykfk.group import GroupCoordinator
     from pykfk.security.acl import Authorizer
+    from pykfk.security.quotas import QuotaManager
 
 
 class BrokerServices(Protocol):
@@ -45,6 +46,11 @@ class BrokerServices(Protocol):
 
     @property
     def group_coordinator(self) -> GroupCoordinator: ...
+
+    @property
+    def quotas(self) -> QuotaManager:
+        """Client byte-rate quotas (no cost while none is set)."""
+        ...
 
     @property
     def authorizer(self) -> Authorizer | None:

@@ -83,7 +83,7 @@ class Session:
     """One connection's security state. Loop-affine."""
 
     __slots__ = ("authenticated", "client_host", "client_ip", "expires_at", "gated", "handshake_version",
-                 "on_failed_login", "principal", "sasl", "security")
+                 "on_failed_login", "on_throttle", "principal", "sasl", "security")
 
     def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS):
         self.security = security
@@ -98,6 +98,16 @@ class Session:
         self.handshake_version = -1
         self.expires_at = 0.0  # monotonic seconds; 0: never
         self.on_failed_login: Callable[[], None] | None = None
+        self.on_throttle: Callable[[float], None] | None = None  # mute the connection this many seconds
+
+    @property
+    def user(self) -> str:
+        """The principal's name, as quotas know users."""
+        return self.principal.partition(":")[2]
+
+    def throttle(self, seconds: float) -> None:
+        if self.on_throttle is not None:
+            self.on_throttle(seconds)
 
     @property
     def listener_name(self) -> str:

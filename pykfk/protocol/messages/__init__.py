@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..schema import ApiSpec
 from . import (
+    alter_client_quotas,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -18,6 +19,7 @@ from . import (
     delete_groups,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_configs,
     describe_groups,
     describe_user_scram_credentials,
@@ -67,6 +69,8 @@ _MODULES = (
     sasl_authenticate,
     create_partitions,
     delete_groups,
+    describe_client_quotas,
+    alter_client_quotas,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
 )

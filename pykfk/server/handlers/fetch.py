@@ -28,6 +28,7 @@ from typing import Any
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
+from pykfk.security.quotas import CONSUMER_BYTE_RATE
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 1
@@ -152,7 +153,11 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         first_pass = False
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
-            return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+            throttle_ms = 0
+            if request.replica_id < 0 and broker.quotas.active:
+                throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
+            return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE, "session_id": 0,
+                    "responses": responses}
         _release_regions(ctx)
         keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.

@@ -31,6 +31,7 @@ from pykfk._core.wire import decode_produce, encode_produce_response
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.security.acl import Operation, ResourceType
+from pykfk.security.quotas import PRODUCER_BYTE_RATE
 from pykfk.server.dispatch import CloseConnection, RequestContext
 
 API_KEY = 0
@@ -133,6 +134,9 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                 log.exception("produce to %s-%d failed", name, index)
                 results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
     body = {"responses": responses, "throttle_time_ms": 0}
+    if ctx.broker.quotas.active:
+        body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
+            len(records) for _name, partitions in topics for _index, records in partitions if records is not None))
     if pending is not None:
         return _after_replication(body, pending)
     return _answer(acks, body)
