@@ -46,12 +46,27 @@ def test_replication_over_sasl_ssl_and_scram_users_in_zookeeper(cluster_factory,
     assert registration["listener_security_protocol_map"] == {"CLIENT": "PLAINTEXT", "INTERNAL": "SASL_SSL"}
     assert [e.split("://")[0] for e in registration["endpoints"]] == ["CLIENT", "INTERNAL"]
 
-    cluster.create_topic("secure", 3, 3)
+    cluster.create_topic("secure", 3, 3, **{"min.insync.replicas": 2})
     cluster.wait_for_full_isr("secure", 3)  # followers fetch over SASL_SSL
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
-    for i in range(300):
-        producer.produce("secure", f"r{i}".encode())
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                         "enable.idempotence": True, "message.timeout.ms": 60000,
+                         "topic.metadata.refresh.interval.ms": 1000})
+    failed: list[object] = []
+    for i in range(150):
+        producer.produce("secure", f"r{i}".encode(), on_delivery=lambda err, _m: failed.append(err) if err else None)
     assert producer.flush(30) == 0
+
+    # kill -9 the leader of partition 0: a new leader is elected from the ISR, acks=all
+    # writes go on, and the killed broker catches up again over SASL_SSL once back.
+    victim = cluster.leader("secure", 0)
+    cluster.brokers[victim].kill()
+    wait_until(lambda: cluster.leader("secure", 0) not in (-1, victim), 30, "a new leader of secure-0")
+    for i in range(150, 300):
+        producer.produce("secure", f"r{i}".encode(), on_delivery=lambda err, _m: failed.append(err) if err else None)
+    assert producer.flush(60) == 0
+    assert not failed, failed[:3]
+    cluster.brokers[victim].start(timeout=60)
+    cluster.wait_for_full_isr("secure", 3)
 
     # A SCRAM user created through broker 0 logs in at broker 2's INTERNAL listener.
     admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
