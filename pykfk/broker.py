@@ -87,6 +87,7 @@ class Broker:
         from pykfk.security.quotas import QuotaManager
 
         self.quotas = QuotaManager(store.client_quotas, lambda: store.quota_version)
+        store.add_listener(self._quota_changed)
         if cfg["authorizer.class.name"]:
             from pykfk.security.acl import Authorizer
 
@@ -182,6 +183,10 @@ class Broker:
         # It loads the __consumer_offsets partitions this broker comes to lead.
         self._coordinator_leadership = CoordinatorLeadership(
             self.group_coordinator, self.replica_manager, self.config["offsets.commit.timeout.ms"])
+
+    def _quota_changed(self, kind: str, _key: Any) -> None:
+        if kind == "quota":
+            self.quotas.refresh()
 
     # -- BrokerServices --------------------------------------------------------------
 

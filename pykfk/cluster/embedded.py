@@ -211,6 +211,7 @@ class EmbeddedMetadataStore:
             del self._quotas[entity]
         self.quota_version += 1
         self._save()
+        self._notify("quota", entity)
 
     def acls(self) -> list[AclBinding]:
         return list(self._acls)

@@ -96,7 +96,8 @@ class UnknownTopicError(Exception):
 
 
 # A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
-# "partition" (key: (topic, partition)), "broker", "controller" or "session".
+# "partition" (key: (topic, partition)), "broker", "controller", "session" or "quota"
+# (key: the quota entity).
 StoreListener = Callable[[str, Any], None]
 
 log = logging.getLogger("pykfk.cluster")

@@ -915,6 +915,7 @@ class ZooKeeperMetadataStore:
         elif self._quotas.pop(entity, None) is None:
             return
         self.quota_version += 1
+        self._notify("quota", entity)
 
     def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
         return self._quotas

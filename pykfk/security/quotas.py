@@ -1,4 +1,5 @@
-"""Client quotas as Kafka applies them: byte rates per user and client id.
+"""Client quotas as Kafka applies them: byte rates and request time per user and
+client id.
 
 A quota entity names a user, a client id, or both; a ``None`` name is that type's
 default. For one request the quota is the first entity with the setting, in Kafka's
@@ -21,7 +22,9 @@ from collections.abc import Callable, Mapping
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
-QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
+# Percent of one thread's time spent on the client's requests (here: of the event loop's).
+REQUEST_PERCENTAGE = "request_percentage"
+QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 USER, CLIENT_ID = "user", "client-id"
 ENTITY_TYPES = (USER, CLIENT_ID)
 MAX_THROTTLE_S = 30.0  # never mute a connection longer than this for one request
@@ -75,13 +78,18 @@ class QuotaManager:
         self.window_s = window_s
         self.windows = windows
         self._seen_version = -1
+        self.active = False
+        self.times_requests = False
+        self.refresh()
         self._resolved: dict[tuple[str, str, str], tuple[tuple[str, str | None, str | None], float] | None] = {}
         self._rates: dict[tuple[str, str | None, str | None], _Rate] = {}
 
-    @property
-    def active(self) -> bool:
-        """Whether any quota is set (else nothing needs measuring)."""
-        return bool(self._configs())
+    def refresh(self) -> None:
+        """Re-read which kinds of quota are set; call after every quota change (the
+        request paths read the two flags only)."""
+        configs = self._configs()
+        self.active = bool(configs)  # any quota at all: else nothing needs measuring
+        self.times_requests = any(REQUEST_PERCENTAGE in values for values in configs.values())
 
     def quota(self, key: str, user: str, client_id: str) -> tuple[tuple[str, str | None, str | None], float] | None:
         """(usage key, bytes per second) of the quota that applies, or None."""
@@ -106,8 +114,6 @@ class QuotaManager:
         return found
 
     def record(self, key: str, user: str, client_id: str, amount: float, now: float) -> float:
-        if not self._configs():
-            return 0.0
         applied = self.quota(key, user, client_id)
         if applied is None:
             return 0.0

@@ -34,6 +34,7 @@ from typing import Any
 from pykfk._core.wire import decode_request_header
 from pykfk.protocol.types import FileRegion
 from pykfk.security.acl import CLUSTER_NAME, Operation, ResourceType
+from pykfk.security.quotas import REQUEST_PERCENTAGE
 from pykfk.server.services import BrokerServices
 from pykfk.server.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SASL_LOGIN_KEYS, Session
 
@@ -48,6 +49,7 @@ NEVER_FLEXIBLE = 1 << 15  # flexible_from of an api without flexible versions (i
 log = logging.getLogger("pykfk.server")
 
 API_VERSIONS_KEY = 18
+_FETCH_KEY = 1
 
 # One module per API, named like pykfk.protocol.messages.
 HANDLER_MODULES = (
@@ -183,6 +185,31 @@ class RequestContext:
         )
 
 
+class _StepTimer:
+    """Awaits a coroutine and adds up the time of its own steps (between its waits)."""
+
+    def __init__(self, awaitable: Awaitable[Any]):
+        self._awaitable = awaitable
+        self.elapsed = 0.0
+
+    def __await__(self) -> Any:
+        steps = self._awaitable.__await__()
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                yielded = steps.send(sent) if error is None else steps.throw(error)
+            except StopIteration as done:
+                self.elapsed += time.perf_counter() - started
+                return done.value
+            self.elapsed += time.perf_counter() - started
+            try:
+                sent, error = (yield yielded), None
+            except BaseException as exc:  # noqa: BLE001 - handed on to the coroutine
+                sent, error = None, exc
+
+
 class Failed:
     """A request whose handler failed at once: the connection raises ``error`` when this
     request's turn to be answered comes, so earlier responses still go out first."""
@@ -250,6 +277,7 @@ class Dispatcher:
     def __init__(self, broker: BrokerServices, registry: Registry):
         self.broker = broker
         self.registry = registry
+        self._quotas = getattr(broker, "quotas", None)
         # The registry's own table (read once per request; a Registry never swaps it).
         self._handlers = registry._handlers
         from pykfk.protocol import framing
@@ -271,6 +299,9 @@ class Dispatcher:
         """
         if session.gated and session.expects_raw_token:
             return self._raw_sasl_token(frame, session), []
+        quotas = self._quotas
+        timed = quotas is not None and quotas.times_requests
+        start = time.perf_counter() if timed else 0.0
         if len(frame) < _FIXED_HEADER_SIZE:
             raise CloseConnection(f"request of {len(frame)} bytes is shorter than a header")
         api_key, api_version, correlation_id = _unpack_fixed_header(frame, 0)
@@ -293,8 +324,12 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - ProtocolError, or anything a hostile frame provokes
             raise CloseConnection(f"malformed {handler.name} v{api_version} request: {exc}") from None
         ctx = RequestContext(self.broker, self.registry, api_key, api_version, correlation_id, client_id, session)
+        if timed and api_key == _FETCH_KEY and request.replica_id >= 0:
+            timed = False  # replication is not a client's: Kafka exempts it from request quotas
         try:
             body = handler.handle(ctx, request)
+            if timed:
+                return self._timed(handler, ctx, body, start), ctx.pinned
             if type(body) is dict:
                 # Answered at once (the common case, _encode inline).
                 if handler.encode is not None:
@@ -305,6 +340,27 @@ class Dispatcher:
             return self._encode(handler, ctx, body), ctx.pinned
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
             return Failed(exc), ctx.pinned
+
+    def _timed(self, handler: ApiHandler, ctx: RequestContext, body: Any, start: float) -> Work:
+        """With request_percentage quotas: the request's handling time, its own steps
+        only (not the time it waits), charged to the client once it is answered."""
+        if body is not None and not isinstance(body, dict):
+            return self._run_timed(handler, ctx, body, time.perf_counter() - start)
+        chunks = self._encode(handler, ctx, body)
+        self._charge_time(ctx, time.perf_counter() - start)
+        return chunks
+
+    async def _run_timed(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body],
+                         spent: float) -> Chunks | None:
+        steps = _StepTimer(pending)
+        try:
+            body = await steps
+        finally:
+            self._charge_time(ctx, spent + steps.elapsed)
+        return self._encode(handler, ctx, body)
+
+    def _charge_time(self, ctx: RequestContext, seconds: float) -> None:
+        ctx.charge(REQUEST_PERCENTAGE, seconds * 100)  # percent of one thread for one second
 
     async def _raw_sasl_token(self, frame: bytearray, session: Session) -> Chunks:
         """A SASL token sent as a bare frame after a v0 SaslHandshake; the answer goes

@@ -117,3 +117,29 @@ def test_quota_precedence_and_rates():
     # 100 bytes/s: 300 bytes at once need 3 s of window, so 2 s of throttle after the first second.
     assert quotas.record("producer_byte_rate", "alice", "z", 300, now=1000.0) == pytest.approx(2.0)
     assert quotas.record("producer_byte_rate", "carol", "z", 10, now=1000.0) == 0.0
+
+
+def _requests_in(raw: RawClient, seconds: float) -> int:
+    count, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        raw.call(3, 1, {"topics": None})
+        count += 1
+    return count
+
+
+def test_request_time_quota_throttles_a_busy_client(quota_broker):
+    raw = RawClient("127.0.0.1", quota_broker.port)
+    try:
+        # A tenth of a percent of the loop's time: tens of Metadata requests a second.
+        assert _alter(raw, [("client-id", None)], [("request_percentage", 0.1, False)]) == ErrorCode.NONE
+        limited = _requests_in(raw, 2.0)
+        assert _alter(raw, [("client-id", None)], [("request_percentage", 0.0, True)]) == ErrorCode.NONE
+    finally:
+        raw.close()
+    other = RawClient("127.0.0.1", quota_broker.port)
+    try:
+        free = _requests_in(other, 2.0)
+    finally:
+        other.close()
+    print(f"Metadata requests in 2 s: {limited} under a 0.1% request quota, {free} without")
+    assert limited * 10 < free, (limited, free)

@@ -40,6 +40,8 @@ class EncodedPartitions:
             self.entries.pop(key, None)
         elif kind == "partition" and isinstance(key, tuple):
             self.entries.pop(key[0], None)
+        elif kind in ("quota", "acl"):
+            pass  # not part of a Metadata answer
         else:
             self.entries.clear()  # brokers, the session, anything else: start over
 
