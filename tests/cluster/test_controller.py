@@ -38,7 +38,8 @@ def test_controller_failover_bumps_the_epoch(cluster_factory):
     took = time.monotonic() - killed_at
     # The session timeout is when ZooKeeper notices; the rest is one election round.
     assert took < SESSION_S + 5, took
-    assert cluster.controller_epoch() > epoch
+    # The winner bumps /controller_epoch right after taking /controller.
+    wait_until(lambda: cluster.controller_epoch() > epoch, 5, "the controller epoch bumped")
     # The new controller does the controller's work: leaders for a new topic.
     cluster.create_topic("after-failover", 3, 2)
     assert {cluster.leader("after-failover", p) for p in range(3)} <= {b for b in cluster.brokers if b != first}
