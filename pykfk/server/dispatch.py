@@ -185,6 +185,12 @@ class RequestContext:
         )
 
 
+def _report_throttle(body: Body, throttle_ms: int) -> None:
+    """Kafka answers with the longest of a request's throttles (byte rate, request time)."""
+    if throttle_ms and body is not None and "throttle_time_ms" in body:
+        body["throttle_time_ms"] = max(body["throttle_time_ms"], throttle_ms)
+
+
 class _StepTimer:
     """Awaits a coroutine and adds up the time of its own steps (between its waits)."""
 
@@ -346,9 +352,8 @@ class Dispatcher:
         only (not the time it waits), charged to the client once it is answered."""
         if body is not None and not isinstance(body, dict):
             return self._run_timed(handler, ctx, body, time.perf_counter() - start)
-        chunks = self._encode(handler, ctx, body)
-        self._charge_time(ctx, time.perf_counter() - start)
-        return chunks
+        _report_throttle(body, self._charge_time(ctx, time.perf_counter() - start))
+        return self._encode(handler, ctx, body)
 
     async def _run_timed(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body],
                          spent: float) -> Chunks | None:
@@ -356,11 +361,12 @@ class Dispatcher:
         try:
             body = await steps
         finally:
-            self._charge_time(ctx, spent + steps.elapsed)
+            throttle_ms = self._charge_time(ctx, spent + steps.elapsed)
+        _report_throttle(body, throttle_ms)
         return self._encode(handler, ctx, body)
 
-    def _charge_time(self, ctx: RequestContext, seconds: float) -> None:
-        ctx.charge(REQUEST_PERCENTAGE, seconds * 100)  # percent of one thread for one second
+    def _charge_time(self, ctx: RequestContext, seconds: float) -> int:
+        return ctx.charge(REQUEST_PERCENTAGE, seconds * 100)  # percent of one thread for one second
 
     async def _raw_sasl_token(self, frame: bytearray, session: Session) -> Chunks:
         """A SASL token sent as a bare frame after a v0 SaslHandshake; the answer goes

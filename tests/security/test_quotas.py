@@ -119,12 +119,13 @@ def test_quota_precedence_and_rates():
     assert quotas.record("producer_byte_rate", "carol", "z", 10, now=1000.0) == 0.0
 
 
-def _requests_in(raw: RawClient, seconds: float) -> int:
-    count, deadline = 0, time.monotonic() + seconds
+def _requests_in(raw: RawClient, seconds: float) -> tuple[int, int]:
+    """(answers, answers that carried a throttle time) within ``seconds``."""
+    count, throttled, deadline = 0, 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
-        raw.call(3, 1, {"topics": None})
+        throttled += raw.call(3, 4, {"topics": None, "allow_auto_topic_creation": False}).throttle_time_ms > 0
         count += 1
-    return count
+    return count, throttled
 
 
 def test_request_time_quota_throttles_a_busy_client(quota_broker):
@@ -132,14 +133,15 @@ def test_request_time_quota_throttles_a_busy_client(quota_broker):
     try:
         # A tenth of a percent of the loop's time: tens of Metadata requests a second.
         assert _alter(raw, [("client-id", None)], [("request_percentage", 0.1, False)]) == ErrorCode.NONE
-        limited = _requests_in(raw, 2.0)
+        limited, throttled = _requests_in(raw, 2.0)
         assert _alter(raw, [("client-id", None)], [("request_percentage", 0.0, True)]) == ErrorCode.NONE
     finally:
         raw.close()
     other = RawClient("127.0.0.1", quota_broker.port)
     try:
-        free = _requests_in(other, 2.0)
+        free, _ = _requests_in(other, 2.0)
     finally:
         other.close()
     print(f"Metadata requests in 2 s: {limited} under a 0.1% request quota, {free} without")
     assert limited * 10 < free, (limited, free)
+    assert throttled > 0  # the answers said how long the client was muted
