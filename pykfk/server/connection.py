@@ -19,8 +19,13 @@ Writing bypasses the transport: the writer owns a duplicate of the socket's fd, 
 header bytes with ``sendmsg`` and record bytes (FileRegion chunks) with
 ``pykfk._core.sendfile.sendfile`` straight from the segment file, and waits for
 writability with ``loop.add_writer`` on that duplicate when the socket buffer is full.
-A transport without a real socket (only in tests) falls back to ``transport.write`` with
-bytes read by ``os.pread``.
+Over TLS (and for transports without a real socket) responses go through
+``transport.write``, record bytes read with ``os.pread`` in 256 KiB chunks as the
+transport drains: encryption needs the bytes in memory, a whole response never is.
+
+Each connection has a ``Session`` (``session.py``): its listener, principal and SASL
+login. A client over a quota is muted: its socket is not read until the throttle time
+its answer announced has passed (KIP-219).
 """
 
 from __future__ import annotations
@@ -502,7 +507,7 @@ class Connection(asyncio.BufferedProtocol):
             waiter.cancel()
 
     async def _send_via_transport(self, chunks: Chunks) -> None:
-        """Fallback for transports without a socket (never used for TCP)."""
+        """TLS connections (and transports without a socket): through the transport."""
         assert self.transport is not None
         for chunk in chunks:
             if _is_file_region(chunk):
