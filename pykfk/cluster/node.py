@@ -35,6 +35,7 @@ from pykfk.cluster.metadata import (
     Endpoint,
     MetadataStore,
     TopicExistsError,
+    TopicInfo,
 )
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
 from pykfk.cluster.topics import OFFSETS_TOPIC
@@ -80,6 +81,7 @@ class ClusterNode:
         self.controller: Controller | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._known_partitions: dict[str, int] = {}
+        self._topic_configs: dict[str, dict[str, str]] = {}  # the overrides the logs here have
         self._stopping = False
         self._shutdown_requested = False
 
@@ -263,9 +265,25 @@ class ClusterNode:
         count = max(self._known_partitions.get(topic, 0), info.partitions if info else 0)
         if info is None:
             self._known_partitions.pop(topic, None)
+            self._topic_configs.pop(topic, None)
         else:
             self._known_partitions[topic] = info.partitions
         self.replica_manager.apply_topic(topic, range(count))
+        if info is not None:
+            self._apply_topic_config(info)
+
+    def _apply_topic_config(self, info: TopicInfo) -> None:
+        """A topic's settings changed: its logs here take them. (A new topic's logs are
+        made with its settings: nothing to do on first sight.)"""
+        known = self._topic_configs.get(info.name)
+        self._topic_configs[info.name] = dict(info.configs)
+        if known is None or known == info.configs:
+            return
+        config = self.broker.log_config_for(info)
+        for partition in range(info.partitions):
+            plog = self.broker.get_log(info.name, partition)
+            if plog is not None and plog.config != config:
+                plog.update_config(config)
 
     def _apply_all(self) -> None:
         assert self.store is not None

@@ -150,6 +150,19 @@ class TopicManager:
         log.info("created topic %s with %d partitions%s", name, partitions, f", configs {dict(configs)}" if configs else "")
         return info
 
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace a topic's overrides with ``configs`` (checked like CreateTopics'); the
+        store's listeners hand the new settings to the topic's logs. Raises KafkaError."""
+        if self.store.get_topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        self.validate_topic_configs(configs)
+        if not validate_only:
+            try:
+                await self.store.alter_topic_configs(name, dict(configs))
+            except UnknownTopicError:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist") from None
+            log.info("topic %s configs now %s", name, dict(configs))
+
     async def auto_create(self, name: str) -> TopicInfo:
         """Metadata auto-creation with the broker defaults; raises KafkaError."""
         partitions, replication, configs = self.check_new_topic(name, -1, -1, {})

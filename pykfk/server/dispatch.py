@@ -73,6 +73,8 @@ HANDLER_MODULES = (
     "delete_topics",
     "init_producer_id",
     "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
     "create_partitions",
     "delete_groups",
     "offset_for_leader_epoch",

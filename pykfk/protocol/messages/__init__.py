@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..schema import ApiSpec
 from . import (
     alter_client_quotas,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     create_acls,
@@ -26,6 +27,7 @@ from . import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -66,9 +68,11 @@ _MODULES = (
     create_acls,
     delete_acls,
     describe_configs,
+    alter_configs,
     sasl_authenticate,
     create_partitions,
     delete_groups,
+    incremental_alter_configs,
     describe_client_quotas,
     alter_client_quotas,
     describe_user_scram_credentials,
