@@ -942,6 +942,11 @@ class ReplicaFetcher:
                 p.append_as_follower(memoryview(records), result.high_watermark)
             else:
                 p._take_high_watermark(result.high_watermark)
+            # Records deleted on the leader (DeleteRecords) go here too, up to what this
+            # replica knows to be committed.
+            leader_start = min(result.log_start_offset, p.log.high_watermark)
+            if leader_start > p.log.log_start_offset:
+                p.log.advance_log_start_offset(leader_start)
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leader_start = result.log_start_offset
             if leader_start >= 0 and p.log.log_end_offset < leader_start:

@@ -71,6 +71,7 @@ HANDLER_MODULES = (
     "sasl_authenticate",
     "create_topics",
     "delete_topics",
+    "delete_records",
     "init_producer_id",
     "describe_configs",
     "alter_configs",
