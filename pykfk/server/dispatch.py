@@ -86,6 +86,7 @@ HANDLER_MODULES = (
     "delete_acls",
     "describe_client_quotas",
     "alter_client_quotas",
+    "describe_cluster",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

@@ -22,6 +22,7 @@ from . import (
     delete_topics,
     describe_acls,
     describe_client_quotas,
+    describe_cluster,
     describe_configs,
     describe_groups,
     describe_user_scram_credentials,
@@ -79,6 +80,7 @@ _MODULES = (
     alter_client_quotas,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
+    describe_cluster,
 )
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}
