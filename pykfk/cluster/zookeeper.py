@@ -923,30 +923,8 @@ class ZooKeeperMetadataStore:
     async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None:
         """Kafka's layout: the entity's config znode keeps its other entries (SCRAM
         credentials) as they are; a change notice follows."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
         path, entity_path = _quota_paths(entity)
-        while True:
-            try:
-                data, stat = await self._wait(self.zk.get_async(path))
-                config, version = json.loads(data or b"{}").get("config", {}), stat.version
-            except NoNodeError:
-                config, version = {}, -1
-            for key in removals:
-                config.pop(key, None)
-            config.update({k: _quota_text(v) for k, v in updates.items()})
-            doc = json.dumps({"version": 1, "config": config}).encode()
-            try:
-                if version < 0:
-                    await self._wait(self.zk.create_async(path, doc, makepath=True))
-                else:
-                    await self._wait(self.zk.set_async(path, doc, version))
-                break
-            except (BadVersionError, NodeExistsError):
-                continue
-        notice = json.dumps({"version": 2, "entity_path": entity_path}).encode()
-        await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
-                                              sequence=True, makepath=True))
+        await self._change_entity_config(path, entity_path, {k: _quota_text(v) for k, v in updates.items()}, removals)
         await self.wait_for(lambda: self._quotas_applied(entity, updates, removals), 5.0)
 
     def _quotas_applied(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> bool:
@@ -1037,18 +1015,25 @@ class ZooKeeperMetadataStore:
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
         """Kafka's layout: the user's config znode keeps other entries (quotas) as they
         are; a change notification tells brokers, Kafka's among them, to reload."""
+        await self._change_entity_config(f"{CONFIG_USERS_PATH}/{_sanitized(user)}", f"users/{_sanitized(user)}",
+                                         upserts, deletions)
+
+    async def _change_entity_config(self, path: str, entity_path: str, updates: Mapping[str, str],
+                                    removals: list[str]) -> None:
+        """Set and remove entries of a user's or client's config znode with a
+        conditional write (read again when it changed meanwhile), keeping its other
+        entries, then announce the change under /config/changes as Kafka does."""
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-        path = f"{CONFIG_USERS_PATH}/{_sanitized(user)}"
         while True:
             try:
                 data, stat = await self._wait(self.zk.get_async(path))
                 config, version = json.loads(data or b"{}").get("config", {}), stat.version
             except NoNodeError:
                 config, version = {}, -1
-            for mechanism in deletions:
-                config.pop(mechanism, None)
-            config.update(upserts)
+            for key in removals:
+                config.pop(key, None)
+            config.update(updates)
             doc = json.dumps({"version": 1, "config": config}).encode()
             try:
                 if version < 0:
@@ -1058,7 +1043,7 @@ class ZooKeeperMetadataStore:
                 break
             except (BadVersionError, NodeExistsError):
                 continue  # changed meanwhile: read again
-        notice = json.dumps({"version": 2, "entity_path": f"users/{_sanitized(user)}"}).encode()
+        notice = json.dumps({"version": 2, "entity_path": entity_path}).encode()
         await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
                                               sequence=True, makepath=True))
 

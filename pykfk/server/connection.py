@@ -163,6 +163,9 @@ class Connection(asyncio.BufferedProtocol):
                 slot.release()
         self._slots.clear()
         self._stop_waiting_writable()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         if self._sock is not None:
             self._sock.close()
             self._sock = None
