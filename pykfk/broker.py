@@ -27,7 +27,7 @@ from pykfk.cluster.metadata import MetadataStore, TopicInfo
 from pykfk.cluster.node import ClusterNode
 from pykfk.cluster.replica import ReplicaManager
 from pykfk.cluster.topics import OFFSETS_TOPIC, TopicManager
-from pykfk.config import BrokerConfig, format_config_value
+from pykfk.config import BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from pykfk.server.connection import KafkaServer
 
 log = logging.getLogger("pykfk.broker")
+# The entity of the cluster-wide dynamic broker settings (Kafka's ZooKeeper layout).
+DEFAULT_BROKER_ENTITY = "<default>"
 
 
 class Broker:
@@ -80,6 +82,8 @@ class Broker:
         for directory in cfg.log_dirs:
             os.makedirs(directory, exist_ok=True)
         store = self.metadata = await self.cluster.connect()
+        self._settings_changed(self._take_dynamic_configs())
+        store.add_listener(self._broker_config_changed)
         assert self.cluster.replica_manager is not None
         self.replica_manager = self.cluster.replica_manager
         self.topics = TopicManager(cfg, store, self._default_log_config,
@@ -187,6 +191,48 @@ class Broker:
     def _quota_changed(self, kind: str, _key: Any) -> None:
         if kind == "quota":
             self.quotas.refresh()
+
+    # -- settings changed at run time (dynamic broker configs, a re-read file) ---------
+
+    def _broker_config_changed(self, kind: str, entity: Any) -> None:
+        if kind == "broker_config" and entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
+            self._settings_changed(self._take_dynamic_configs())
+
+    def _take_dynamic_configs(self) -> list[str]:
+        """This broker's settings with the stored dynamic ones on top (KIP-226)."""
+        try:
+            return self.config.apply_dynamic(self.metadata.broker_configs(DEFAULT_BROKER_ENTITY),
+                                             self.metadata.broker_configs(str(self.broker_id)))
+        except ConfigError as exc:  # written by another tool: keep what runs
+            log.warning("dynamic broker configs not applied: %s", exc)
+            return []
+
+    def reload_properties(self, props: Mapping[str, Any]) -> list[str]:
+        """A re-read server.properties: its dynamically changeable settings apply at once.
+        Raises ConfigError (nothing changed) for a bad value or a setting that needs a
+        restart. Returns the names of the settings whose value changed."""
+        changed = self.config.replace_static(props)
+        self._settings_changed(changed)
+        return changed
+
+    def _settings_changed(self, changed: list[str]) -> None:
+        """New broker settings reach what was built from them: the topic defaults of
+        new topics and of every log without its own override."""
+        if not changed:
+            return
+        log.info("broker %d settings changed: %s", self.broker_id,
+                 ", ".join(f"{name}={format_config_value(self.config[name])}" for name in sorted(changed)))
+        self._default_log_config = LogConfig.from_properties(_as_strings(self.config.topic_defaults()))
+        if self.log_manager is None:
+            return  # still starting: the logs are made with the new defaults
+        self.topics.default_log_config = self._default_log_config
+        self.log_manager.default_config = self._default_log_config
+        for info in self.metadata.topics().values():
+            config = self.log_config_for(info)
+            for partition in range(info.partitions):
+                plog = self.get_log(info.name, partition)
+                if plog is not None and plog.config != config:
+                    plog.update_config(config)
 
     # -- BrokerServices --------------------------------------------------------------
 

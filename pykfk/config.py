@@ -322,9 +322,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 }
 
 
-# Kafka's dynamically updatable broker settings (DynamicBrokerConfig): the log settings
-# that are topic defaults, the cleaner's, the thread pools', the listeners'. DescribeConfigs
-# reports every other broker setting read-only.
+# Kafka's dynamically updatable broker settings (DynamicBrokerConfig) that a running pykfk
+# broker takes without a restart: the log settings that are topic defaults (the cleaner's
+# among them); thread counts are accepted and have no effect. Listeners are bound once at
+# start and the cleaner's pacing is set then, so pykfk reports those read-only, as it
+# does every other broker setting.
 DYNAMIC_BROKER_KEYS = frozenset({
     "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.index.size.max.bytes",
     "log.index.interval.bytes", "log.flush.interval.messages", "log.flush.interval.ms",
@@ -332,10 +334,9 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.segment.delete.delay.ms", "log.cleanup.policy", "log.cleaner.min.cleanable.ratio",
     "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.preallocate",
     "log.message.timestamp.type", "message.max.bytes", "min.insync.replicas",
-    "unclean.leader.election.enable", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
-    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "listeners",
-    "advertised.listeners", "listener.security.protocol.map",
+    "unclean.leader.election.enable", "log.cleaner.threads",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
+    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
 })
 BROKER_DEFAULTS: dict[str, Any] = {name: key.default for name, key in BROKER_KEYS.items()}
 
@@ -578,6 +579,9 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, Any] | None = None):
         props = dict(props or {})
         self.originals: dict[str, Any] = props
+        # Dynamic layers (apply_dynamic): the cluster-wide default and this broker's own.
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         unknown = sorted(k for k in props if k not in BROKER_KEYS and _per_listener_key(k) is None)
         if unknown:
@@ -704,6 +708,49 @@ class BrokerConfig:
         """True when ``name`` was given in server.properties or an override."""
         return name in self.originals
 
+    # -- dynamic settings (KIP-226) -----------------------------------------------------
+
+    def apply_dynamic(self, cluster_default: Mapping[str, str], this_broker: Mapping[str, str]) -> list[str]:
+        """Lay the dynamic settings over the static ones in Kafka's precedence (this
+        broker's, then the cluster-wide default, then server.properties) and return the
+        names whose value changed. Everyone holding this object sees the new values; a
+        layer that does not validate leaves everything as it was (ConfigError)."""
+        merged = {**self.originals, **cluster_default, **this_broker}
+        fresh = BrokerConfig(merged)
+        changed = [name for name, value in fresh._values.items() if self._values[name] != value]
+        originals = self.originals
+        vars(self).update(vars(fresh))
+        self.originals = originals
+        self.dynamic_default = dict(cluster_default)
+        self.dynamic_broker = dict(this_broker)
+        return changed
+
+    def replace_static(self, props: Mapping[str, Any]) -> list[str]:
+        """Take a re-read server.properties: its dynamic settings replace the ones given
+        before, with the dynamic layers still on top. A static setting that differs is
+        left as it is and named in the ConfigError (it needs a restart)."""
+        fresh = BrokerConfig(props)
+        restart = sorted(name for name in set(fresh.originals) | set(self.originals)
+                         if name not in DYNAMIC_BROKER_KEYS and fresh.originals.get(name) != self.originals.get(name))
+        if restart:
+            raise ConfigError(restart[0], "cannot be changed on a running broker: restart it to apply")
+        previous = self.originals
+        self.originals = dict(fresh.originals)
+        try:
+            return self.apply_dynamic(self.dynamic_default, self.dynamic_broker)
+        except ConfigError:
+            self.originals = previous
+            raise
+
+    def source_of(self, name: str) -> str:
+        """Where ``name``'s value comes from: "dynamic-broker", "dynamic-default",
+        "static" or "default" (DescribeConfigs' config sources)."""
+        if name in self.dynamic_broker:
+            return "dynamic-broker"
+        if name in self.dynamic_default:
+            return "dynamic-default"
+        return "static" if name in self.originals else "default"
+
     def ignored_keys_set(self) -> list[str]:
         """Keys accepted for compatibility that were set but have no effect."""
         return sorted(k for k in self.originals if k in BROKER_KEYS and BROKER_KEYS[k].ignored)
@@ -741,6 +788,22 @@ class BrokerConfig:
                 raise ConfigError(item, "an override must look like key=value")
             props[key.strip()] = value.strip()
         return cls(props)
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str]) -> None:
+    """Check settings meant for a running broker (AlterConfigs on a BROKER resource):
+    known, changeable without a restart, and valid. Raises ConfigError naming the first
+    that is not."""
+    for name, raw in configs.items():
+        key = BROKER_KEYS.get(name)
+        if key is None:
+            raise ConfigError(name, "unknown broker configuration key")
+        if not key.dynamic:
+            raise ConfigError(name, "cannot be updated dynamically: set it in server.properties and restart")
+        try:
+            key.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(name, str(exc)) from None
 
 
 def validate_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ leaves either the old or the new version. Layout::
                             "topic_id": "<32 hex>", "configs": {"retention.ms": "1000"}}},
      "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}},
      "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...],
-     "quotas": [[[["user", "<name or null>"], ["client-id", ...]], {"producer_byte_rate": 1e6}], ...]}
+     "quotas": [[[["user", "<name or null>"], ["client-id", ...]], {"producer_byte_rate": 1e6}], ...],
+     "broker_configs": {"<default>": {"log.retention.ms": "60000"}, "0": {...}}}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
 leader of every partition, with itself as the only in-sync replica, so the replica
@@ -78,6 +79,7 @@ class EmbeddedMetadataStore:
         self.acl_version = 0
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
+        self._broker_configs: dict[str, dict[str, str]] = {}
         os.makedirs(directory, exist_ok=True)
         self._load()
 
@@ -213,6 +215,17 @@ class EmbeddedMetadataStore:
         self._save()
         self._notify("quota", entity)
 
+    def broker_configs(self, entity: str) -> Mapping[str, str]:
+        return self._broker_configs.get(entity, {})
+
+    async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        if configs:
+            self._broker_configs[entity] = dict(configs)
+        else:
+            self._broker_configs.pop(entity, None)
+        self._save()
+        self._notify("broker_config", entity)
+
     def acls(self) -> list[AclBinding]:
         return list(self._acls)
 
@@ -271,6 +284,8 @@ class EmbeddedMetadataStore:
             self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in entity):
                             {str(k): float(v) for k, v in values.items()}
                             for entity, values in data.get("quotas", [])}
+            self._broker_configs = {str(entity): {str(k): str(v) for k, v in configs.items()}
+                                    for entity, configs in data.get("broker_configs", {}).items()}
             self._acls = [AclBinding(ResourceType(a[0]), str(a[1]), PatternType(a[2]), str(a[3]), str(a[4]),
                                      Operation(a[5]), Permission(a[6])) for a in data.get("acls", [])]
             for name, entry in data.get("topics", {}).items():
@@ -300,6 +315,7 @@ class EmbeddedMetadataStore:
             },
             "users": self._users,
             "quotas": [[[list(pair) for pair in entity], values] for entity, values in self._quotas.items()],
+            "broker_configs": self._broker_configs,
             "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
                       int(b.permission)] for b in self._acls],
         }

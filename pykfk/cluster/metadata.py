@@ -96,8 +96,8 @@ class UnknownTopicError(Exception):
 
 
 # A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
-# "partition" (key: (topic, partition)), "broker", "controller", "session" or "quota"
-# (key: the quota entity).
+# "partition" (key: (topic, partition)), "broker", "controller", "session", "quota"
+# (key: the quota entity) or "broker_config" (key: a broker id as text, or "<default>").
 StoreListener = Callable[[str, Any], None]
 
 log = logging.getLogger("pykfk.cluster")
@@ -163,6 +163,15 @@ class MetadataStore(Protocol):
     async def create_partitions(self, name: str, total: int) -> TopicInfo: ...
 
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo: ...
+
+    def broker_configs(self, entity: str) -> Mapping[str, str]:
+        """Dynamic broker settings of ``entity``: a broker id as text, or "<default>"
+        for the cluster-wide default (from memory)."""
+        ...
+
+    async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace ``entity``'s dynamic broker settings; listeners hear "broker_config"."""
+        ...
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, even across restarts."""

@@ -8,6 +8,7 @@ Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
     /brokers/topics/<topic>/partitions/<p>/state   {"leader","leader_epoch","isr","controller_epoch"}
     /config/topics/<topic>                         {"version":1,"config":{...}}
     /config/users/<user, URL-encoded>              {"version":1,"config":{"SCRAM-SHA-256":"salt=..."}}
+    /config/brokers/<id> and /config/brokers/<default>   {"version":1,"config":{"log.retention.ms":"..."}}
     /config/changes/config_change_<seq>            {"version":2,"entity_path":"users/<user>"}
     /controller                         ephemeral  {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                              N (bumped with a conditional set)
@@ -71,6 +72,7 @@ TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_USERS_PATH = "/config/users"
 CONFIG_CLIENTS_PATH = "/config/clients"
+CONFIG_BROKERS_PATH = "/config/brokers"
 DEFAULT_ENTITY = "<default>"  # Kafka's name of a quota entity type's default
 # Kafka's ZooKeeper authorizer layout: LITERAL bindings under /kafka-acl/<Type>/<name>,
 # PREFIXED ones under /kafka-acl-extended/prefixed/<Type>/<name>, each znode
@@ -97,6 +99,7 @@ PERSISTENT_PATHS = (
     f"{ACL_EXTENDED_PATH}/prefixed",
     CONFIG_USERS_PATH,
     CONFIG_CLIENTS_PATH,
+    CONFIG_BROKERS_PATH,
 )
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 
@@ -309,6 +312,7 @@ class ZooKeeperMetadataStore:
         self.acl_version = 0
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
+        self._broker_configs: dict[str, dict[str, str]] = {}
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -338,7 +342,7 @@ class ZooKeeperMetadataStore:
         from kazoo.recipe.cache import TreeCache
 
         for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH, CONFIG_USERS_PATH,
-                     CONFIG_CLIENTS_PATH):
+                     CONFIG_CLIENTS_PATH, CONFIG_BROKERS_PATH):
             cache = TreeCache(self.zk, root)
             self._initialized[root] = asyncio.Event()
             cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
@@ -520,6 +524,11 @@ class ZooKeeperMetadataStore:
                 doc = json.loads(data)
                 self._configs[topic] = {str(k): str(v) for k, v in (doc.get("config") or {}).items()}
             self._rebuild_topic(topic)
+        elif parts[:2] == ["config", "brokers"] and len(parts) == 3:
+            configs = {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()} if data else {}
+            if self._broker_configs.get(parts[2], {}) != configs:
+                self._broker_configs[parts[2]] = configs
+                self._notify("broker_config", parts[2])
         elif parts[:2] == ["admin", "delete_topics"] and len(parts) == 3:
             if data is None:
                 self._delete_requests.discard(parts[2])
@@ -904,6 +913,27 @@ class ZooKeeperMetadataStore:
         await self._wait(self.zk.set_async(f"{CONFIG_TOPICS_PATH}/{name}", doc))
         await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
         return self._topics[name]
+
+    # -- dynamic broker configs (cached from /config/brokers) --------------------------
+
+    def broker_configs(self, entity: str) -> Mapping[str, str]:
+        return self._broker_configs.get(entity, {})
+
+    async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """The entity's znode is replaced whole (AlterConfigs semantics; the incremental
+        form computed the whole set already), then a change notice follows as in Kafka."""
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"{CONFIG_BROKERS_PATH}/{entity}"
+        doc = json.dumps({"version": 1, "config": dict(configs)}).encode()
+        try:
+            await self._wait(self.zk.create_async(path, doc, makepath=True))
+        except NodeExistsError:
+            await self._wait(self.zk.set_async(path, doc))
+        notice = json.dumps({"version": 2, "entity_path": f"brokers/{entity}"}).encode()
+        await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
+                                              sequence=True, makepath=True))
+        await self.wait_for(lambda: self._broker_configs.get(entity, {}) == dict(configs), 5.0)
 
     # -- client quotas (cached from /config/users and /config/clients) -----------------
 

@@ -3,15 +3,20 @@ lookup and the change, each resource answered on its own (Kafka's ConfigAdminMan
 
 Topic resources take their new overrides from the request (``TopicManager`` checks
 them like CreateTopics does and the topic's logs take them at once). Broker resources
-are refused with INVALID_REQUEST: a broker's settings come from its server.properties.
+change the dynamic broker settings (KIP-226) of one broker (its id as the name) or of
+every broker (an empty name: the cluster-wide default), kept where Kafka keeps them; the
+brokers apply them without a restart. A broker setting that is unknown, invalid or not
+changeable at run time is refused with INVALID_REQUEST and nothing is stored, as Kafka
+answers for broker resources.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pykfk.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, validate_dynamic_broker_configs
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation, ResourceType
@@ -19,8 +24,11 @@ from pykfk.server.dispatch import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 
-# (the resource from the request, the topic's current overrides) -> its new overrides
-NewConfigs = Callable[[Struct, dict[str, str]], dict[str, str]]
+DEFAULT_BROKER_ENTITY = "<default>"
+
+# (the resource from the request, its current settings, the declaration of its keys)
+# -> its new settings
+NewConfigs = Callable[[Struct, dict[str, str], Mapping[str, Any]], dict[str, str]]
 
 
 async def alter_resources(ctx: RequestContext, resources: list[Struct], validate_only: bool,
@@ -48,12 +56,40 @@ async def _alter_one(ctx: RequestContext, resource: Struct, validate_only: bool,
         info = ctx.broker.metadata.get_topic(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
-        configs = new_configs(resource, dict(info.configs))
+        configs = new_configs(resource, dict(info.configs), TOPIC_KEYS)
         await ctx.broker.topics.alter_topic_configs(name, configs, validate_only=validate_only)
-    elif resource.resource_type in (BROKER, BROKER_LOGGER):
+    elif resource.resource_type == BROKER:
         if not ctx.allowed_on_cluster(Operation.ALTER_CONFIGS):
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         "dynamic broker configs are not supported: change server.properties and restart")
+        await _alter_broker(ctx, resource, validate_only, new_configs)
+    elif resource.resource_type == BROKER_LOGGER:
+        if not ctx.allowed_on_cluster(Operation.ALTER_CONFIGS):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "broker logger levels cannot be changed on a pykfk broker")
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
+
+
+async def _alter_broker(ctx: RequestContext, resource: Struct, validate_only: bool, new_configs: NewConfigs) -> None:
+    entity = broker_entity(ctx, resource.resource_name)
+    store = ctx.broker.metadata
+    try:
+        configs = new_configs(resource, dict(store.broker_configs(entity)), BROKER_KEYS)
+        validate_dynamic_broker_configs(configs)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {entity}: {exc}") from None
+    except KafkaError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
+    if not validate_only:
+        await store.alter_broker_configs(entity, configs)
+
+
+def broker_entity(ctx: RequestContext, name: str) -> str:
+    """A BROKER resource's name as the store's entity: "" is the cluster-wide default;
+    a broker id must be this broker's (each broker checks what it is sent, as Kafka's do)."""
+    if name == "":
+        return DEFAULT_BROKER_ENTITY
+    if name != str(ctx.broker.broker_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unexpected broker id, expected {ctx.broker.broker_id} or empty string, but received {name}")
+    return name

@@ -131,7 +131,7 @@ def test_bad_changes_get_kafkas_errors_and_change_nothing(config_broker):
             ErrorCode.INVALID_REQUEST]
         assert alter([{"resource_type": 2, "resource_name": "missing", "configs": []}]) == [
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-        assert alter([{"resource_type": 4, "resource_name": "0", "configs": []}]) == [ErrorCode.INVALID_REQUEST]
+        assert alter([{"resource_type": 4, "resource_name": "7", "configs": []}]) == [ErrorCode.INVALID_REQUEST]
         assert alter([{**topic, "configs": []}, {**topic, "configs": []}]) == [ErrorCode.INVALID_REQUEST] * 2
     finally:
         raw.close()

@@ -1,8 +1,9 @@
-"""AlterConfigs (key 33): a topic's overrides become exactly the given set (a null value
-leaves that key at its default)."""
+"""AlterConfigs (key 33): a topic's overrides, or a broker's dynamic settings, become
+exactly the given set (a null value leaves that key at its default)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pykfk.protocol.types import Struct
@@ -13,7 +14,7 @@ API_KEY = 33
 VERSIONS = (0, 2)
 
 
-def _replacement(resource: Struct, _current: dict[str, str]) -> dict[str, str]:
+def _replacement(resource: Struct, _current: dict[str, str], _keys: Mapping[str, Any]) -> dict[str, str]:
     return {c.name: c.value for c in resource.configs if c.value is not None}
 
 

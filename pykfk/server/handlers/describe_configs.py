@@ -2,11 +2,14 @@
 read from the one declaration of settings (``pykfk.config``).
 
 A topic setting's value is the topic's override (source DYNAMIC_TOPIC_CONFIG) or the
-default its broker synonyms give (STATIC_BROKER_CONFIG when one of them was set in
-server.properties/--override, DEFAULT_CONFIG otherwise); topic settings are never
-read-only. Synonyms come in Kafka's order: the topic override, each broker synonym that
-was set, then the default. A broker setting is read-only unless Kafka updates it
-dynamically. v1 adds synonyms and sources, v3 the type and the documentation.
+default its broker synonyms give: set dynamically for this broker
+(DYNAMIC_BROKER_CONFIG) or for all (DYNAMIC_DEFAULT_BROKER_CONFIG), in
+server.properties/--override (STATIC_BROKER_CONFIG), else DEFAULT_CONFIG; topic
+settings are never read-only. Synonyms come in Kafka's order: the topic override, each
+broker synonym where it was set (dynamic, dynamic default, static), then the default. A
+broker setting is read-only unless it can change at run time; the BROKER resource ""
+describes the cluster-wide dynamic default only. v1 adds synonyms and sources, v3 the
+type and the documentation.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ TOPIC = 2
 BROKER = 4
 # ConfigSource codes (DescribeConfigsResponse.json)
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
@@ -63,12 +68,19 @@ def _synonym(name: str, value: Any, source: int) -> dict[str, Any]:
     return {"name": name, "value": format_config_value(value), "source": source}
 
 
+def _set_layers(config: BrokerConfig, name: str) -> list[dict[str, Any]]:
+    """Each place a broker setting was given, highest precedence first."""
+    layers = [(config.dynamic_broker, DYNAMIC_BROKER_CONFIG), (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+              (config.originals, STATIC_BROKER_CONFIG)]
+    return [_synonym(name, values[name], source) for values, source in layers if name in values]
+
+
 def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, str]) -> dict[str, Any]:
     synonyms = []
     if key.name in overrides:
         synonyms.append(_synonym(key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
-    synonyms += [_synonym(name, config[name], STATIC_BROKER_CONFIG)
-                 for name, _factor in key.synonyms if config.is_explicit(name)]
+    for name, _factor in key.synonyms:
+        synonyms += _set_layers(config, name)
     default_name = key.synonym_with_value(BROKER_DEFAULTS)
     synonyms.append(_synonym(default_name, BROKER_DEFAULTS[default_name], DEFAULT_CONFIG))
     source = synonyms[0]["source"]
@@ -90,11 +102,19 @@ def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[st
     for name, key in BROKER_KEYS.items():
         if keys is not None and name not in keys:
             continue
-        source = STATIC_BROKER_CONFIG if config.is_explicit(name) else DEFAULT_CONFIG
+        synonyms = [*_set_layers(config, name), _synonym(name, BROKER_DEFAULTS[name], DEFAULT_CONFIG)]
+        source = synonyms[0]["source"]
         value = format_config_value(config[name])
-        out.append(_entry(name, value, source, not key.dynamic, [_synonym(name, config[name], source)],
-                          key.kind, key.doc))
+        out.append(_entry(name, value, source, not key.dynamic, synonyms, key.kind, key.doc))
     return out
+
+
+def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[str, Any]]:
+    """The BROKER resource "" is the cluster-wide default: only its dynamic settings."""
+    return [_entry(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG, False,
+                   [_synonym(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG)], BROKER_KEYS[name].kind, BROKER_KEYS[name].doc)
+            for name, value in sorted(config.dynamic_default.items())
+            if (keys is None or name in keys) and name in BROKER_KEYS]
 
 
 def _shaped(configs: list[dict[str, Any]], request: Struct, version: int) -> list[dict[str, Any]]:
@@ -128,6 +148,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             if resource.resource_name not in ("", str(broker.broker_id)):
                 code = ErrorCode.INVALID_REQUEST
                 message = f"Unexpected broker id, expected {broker.broker_id} or empty string, but received {resource.resource_name}"
+            elif resource.resource_name == "":
+                configs = _cluster_default_configs(broker.config, keys)
             else:
                 configs = _broker_configs(broker.config, keys)
         else:

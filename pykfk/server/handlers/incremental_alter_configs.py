@@ -1,13 +1,14 @@
-"""IncrementalAlterConfigs (key 44, KIP-339): SET or DELETE single topic overrides, APPEND
-to or SUBTRACT from list settings (cleanup.policy); other overrides stay as they are.
-INVALID_CONFIG for an unknown key or APPEND/SUBTRACT on a non-list setting,
-INVALID_REQUEST for a key named twice or a SET without a value."""
+"""IncrementalAlterConfigs (key 44, KIP-339): SET or DELETE single topic overrides or
+dynamic broker settings, APPEND to or SUBTRACT from list settings (cleanup.policy);
+other settings stay as they are. For topics INVALID_CONFIG for an unknown key or
+APPEND/SUBTRACT on a non-list setting, INVALID_REQUEST for a key named twice or a SET
+without a value (broker resources answer INVALID_REQUEST for all of these)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pykfk.config import TOPIC_KEYS
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
 from pykfk.server.config_changes import alter_resources
@@ -22,15 +23,15 @@ def _items(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
-def _changed(resource: Struct, current: dict[str, str]) -> dict[str, str]:
+def _changed(resource: Struct, current: dict[str, str], keys: Mapping[str, Any]) -> dict[str, str]:
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "A config is named more than once")
     configs = dict(current)
     for change in resource.configs:
-        key = TOPIC_KEYS.get(change.name)
+        key = keys.get(change.name)
         if key is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {change.name}")
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {change.name}")
         if change.config_operation == SET:
             if change.value is None:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for SET of {change.name}")
