@@ -1,0 +1,315 @@
+"""``pykfk group``: list, describe (members, assignments, offsets and lag),
+reset-offsets, delete, delete-offsets."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from pykfk.cli.common import (
+    CliContext,
+    CliError,
+    admin_command,
+    emit,
+    emit_json,
+    emit_table,
+    note,
+    parse_partitions,
+    parse_time_ms,
+    pass_cli,
+    progress,
+)
+from pykfk.client.admin import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AdminClient,
+    GroupDescription,
+)
+
+TopicPartition = tuple[str, int]
+
+# Kafka resets offsets only of groups without active members.
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+@click.group("group")
+def group_group() -> None:
+    """Consumer groups: members, lag, offsets."""
+
+
+@group_group.command("list")
+@admin_command
+@pass_cli
+def list_groups(cli: CliContext) -> None:
+    """List the groups of every broker, with their state."""
+    admin = cli.admin()
+    rows = []
+    for g in admin.list_groups():
+        description = admin.describe_group(g["group"])
+        rows.append({"group": g["group"], "protocol_type": g["protocol_type"],
+                     "state": description.state, "members": len(description.members)})
+    emit(cli, rows, rows, ["group", "state", "members", "protocol_type"],
+         ["group", "state", "members", "type"])
+
+
+def _owners(description: GroupDescription) -> dict[TopicPartition, dict[str, Any]]:
+    owners = {}
+    for m in description.members:
+        for topic, partitions in m.assignment.items():
+            for p in partitions:
+                owners[(topic, p)] = {"member_id": m.member_id, "client_id": m.client_id,
+                                      "host": m.client_host}
+    return owners
+
+
+def end_offsets(admin: AdminClient, partitions: Iterable[TopicPartition],
+                timestamp: int = LATEST_TIMESTAMP, *, show_progress: bool = True) -> dict[TopicPartition, int]:
+    """(topic, partition) -> offset at ``timestamp``, asked topic by topic."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
+    out = {}
+    with progress(len(by_topic), "offsets", enabled=show_progress and len(by_topic) > 1) as advance:
+        for topic, parts in sorted(by_topic.items()):
+            for p, offset in admin.list_offsets(topic, parts, timestamp).items():
+                out[(topic, p)] = offset
+            advance(1)
+    return out
+
+
+def lag_rows(admin: AdminClient, group: str, description: GroupDescription) -> list[dict[str, Any]]:
+    """One row per partition the group has an offset for or is assigned: committed
+    offset, end offset (high watermark) and lag = end - committed."""
+    committed = admin.committed_offsets(group)
+    owners = _owners(description)
+    partitions = sorted(set(committed) | set(owners))
+    ends = end_offsets(admin, partitions)
+    rows = []
+    for tp in partitions:
+        current, end = committed.get(tp), ends.get(tp)
+        owner = owners.get(tp, {})
+        rows.append({
+            "topic": tp[0], "partition": tp[1], "committed_offset": current,
+            "end_offset": end,
+            "lag": end - current if current is not None and end is not None else None,
+            "member_id": owner.get("member_id"), "client_id": owner.get("client_id"),
+            "host": owner.get("host"),
+        })
+    return rows
+
+
+@group_group.command("describe")
+@click.argument("group")
+@admin_command
+@pass_cli
+def describe(cli: CliContext, group: str) -> None:
+    """State, members, assignments, committed offsets and lag of GROUP."""
+    admin = cli.admin()
+    description = admin.describe_group(group)
+    offsets = lag_rows(admin, group, description)
+    members = [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "client_id": m.client_id, "host": m.client_host,
+         "assignment": {t: ps for t, ps in sorted(m.assignment.items())}}
+        for m in description.members
+    ]
+    if description.state == "Dead" and not offsets:
+        raise CliError(f"group {group!r} does not exist")
+    if cli.json:
+        emit_json({"group": group, "state": description.state,
+                   "protocol_type": description.protocol_type,
+                   "protocol": description.protocol, "coordinator": description.coordinator,
+                   "members": members, "offsets": offsets,
+                   "total_lag": sum(r["lag"] or 0 for r in offsets)})
+        return
+    click.echo(f"group {group}: {description.state}, {len(members)} members, "
+               f"protocol {description.protocol or '-'}, coordinator {description.coordinator}")
+    if members:
+        click.echo()
+        emit_table([{**m, "assignment": _assignment_text(m["assignment"])} for m in members],
+                   ["member_id", "client_id", "host", "assignment"])
+    if offsets:
+        click.echo()
+        emit_table(offsets, ["topic", "partition", "committed_offset", "end_offset", "lag",
+                             "client_id"],
+                   ["topic", "partition", "committed", "end", "lag", "client"])
+
+
+def _assignment_text(assignment: dict[str, list[int]]) -> str:
+    return " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in assignment.items()) or "-"
+
+
+# ------------------------------------------------------------------ reset-offsets
+
+
+def _chosen_partitions(admin: AdminClient, group: str, topics: tuple[str, ...],
+                       all_topics: bool) -> list[TopicPartition]:
+    if all_topics:
+        chosen = sorted(admin.committed_offsets(group))
+        if not chosen:
+            raise CliError(f"group {group!r} has no committed offsets; name topics with --topic")
+        return chosen
+    out: list[TopicPartition] = []
+    for spec in topics:
+        name, sep, parts = spec.partition(":")
+        known = [p.partition for p in admin.topic(name).partitions]
+        wanted = parse_partitions(parts, "--topic") if sep else known
+        missing = sorted(set(wanted) - set(known))
+        if missing:
+            raise CliError(f"topic {name!r} has no partition {missing[0]}")
+        out += [(name, p) for p in wanted]
+    return sorted(set(out))
+
+
+def _read_offsets_file(path: str) -> dict[TopicPartition, int]:
+    """Kafka's reset file: ``topic,partition,offset`` per line."""
+    out = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for lineno, row in enumerate(csv.reader(f), 1):
+            if not row or row[0].startswith("#"):
+                continue
+            try:
+                topic, partition, offset = row[0].strip(), int(row[1]), int(row[2])
+            except (IndexError, ValueError):
+                raise click.BadParameter(f"line {lineno}: expected topic,partition,offset",
+                                         param_hint="--from-file") from None
+            out[(topic, partition)] = offset
+    return out
+
+
+def _targets(admin: AdminClient, chosen: list[TopicPartition], committed: dict[TopicPartition, int],
+             strategy: tuple[str, Any]) -> dict[TopicPartition, int]:
+    """The new offset of each partition, clamped into [log start, end] as Kafka does."""
+    kind, value = strategy
+    earliest = end_offsets(admin, chosen, EARLIEST_TIMESTAMP)
+    latest = end_offsets(admin, chosen, LATEST_TIMESTAMP)
+    if kind == "datetime":
+        found = end_offsets(admin, chosen, value)
+        wanted = {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in chosen}
+    elif kind == "earliest":
+        wanted = dict(earliest)
+    elif kind == "latest":
+        wanted = dict(latest)
+    elif kind == "offset":
+        wanted = {tp: value for tp in chosen}
+    elif kind == "shift":
+        wanted = {tp: committed.get(tp, latest[tp]) + value for tp in chosen}
+    else:  # file
+        wanted = {tp: value[tp] for tp in chosen}
+    return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in chosen}
+
+
+def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
+              shift_by: int | None, from_file: str | None) -> tuple[str, Any]:
+    given = [(name, value) for name, value in (
+        ("earliest", to_earliest or None), ("latest", to_latest or None), ("offset", to_offset),
+        ("datetime", to_datetime), ("shift", shift_by), ("file", from_file)) if value is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                               "--to-datetime, --shift-by, --from-file")
+    kind, value = given[0]
+    if kind == "datetime":
+        return kind, parse_time_ms(value, "--to-datetime")
+    if kind == "file":
+        return kind, _read_offsets_file(value)
+    return kind, value
+
+
+@group_group.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC[:PARTITIONS]",
+              help="A topic, or some of its partitions (orders:0,2-3). Repeatable.")
+@click.option("--all-topics", is_flag=True, help="Every topic the group has offsets for.")
+@click.option("--to-earliest", is_flag=True, help="To each partition's log start.")
+@click.option("--to-latest", is_flag=True, help="To each partition's end.")
+@click.option("--to-offset", type=click.IntRange(min=0), help="To this offset.")
+@click.option("--to-datetime", metavar="TIME",
+              help="To the first offset at or after TIME (ISO 8601, ms, or -1h style).")
+@click.option("--shift-by", type=int, metavar="N", help="Move each committed offset by N.")
+@click.option("--from-file", type=click.Path(exists=True, dir_okay=False),
+              help="CSV of topic,partition,offset lines.")
+@click.option("--execute", is_flag=True, help="Apply; without it nothing changes (dry run).")
+@admin_command
+@pass_cli
+def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topics: bool,
+                  to_earliest: bool, to_latest: bool, to_offset: int | None,
+                  to_datetime: str | None, shift_by: int | None, from_file: str | None,
+                  execute: bool) -> None:
+    """Move GROUP's committed offsets. A dry run unless --execute; the group must have no
+    active members to apply."""
+    strategy = _strategy(to_earliest, to_latest, to_offset, to_datetime, shift_by, from_file)
+    if strategy[0] == "file" and not topics and not all_topics:
+        chosen = sorted(strategy[1])
+    elif bool(topics) == all_topics:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
+    else:
+        chosen = None
+    admin = cli.admin()
+    if chosen is None:
+        chosen = _chosen_partitions(admin, group, topics, all_topics)
+    if strategy[0] == "file":
+        absent = [tp for tp in chosen if tp not in strategy[1]]
+        if absent:
+            raise CliError(f"{absent[0][0]}-{absent[0][1]} is not in --from-file")
+    committed = admin.committed_offsets(group)
+    targets = _targets(admin, chosen, committed, strategy)
+    if execute:
+        description = admin.describe_group(group)
+        if description.state not in INACTIVE_STATES:
+            raise CliError(f"group {group!r} is {description.state} with "
+                           f"{len(description.members)} members; offsets can be reset only "
+                           "while it has none (stop its consumers first)")
+        admin.commit_offsets(group, targets)
+    rows = [{"topic": t, "partition": p, "current_offset": committed.get((t, p)),
+             "new_offset": targets[(t, p)]} for t, p in chosen]
+    if cli.json:
+        emit_json({"group": group, "executed": execute, "offsets": rows})
+    else:
+        emit_table(rows, ["topic", "partition", "current_offset", "new_offset"],
+                   ["topic", "partition", "current", "new"])
+        if not execute:
+            note("dry run: nothing changed (add --execute to apply)")
+
+
+# --------------------------------------------------------------------------- delete
+
+
+@group_group.command("delete")
+@click.argument("groups", nargs=-1, required=True)
+@admin_command
+@pass_cli
+def delete(cli: CliContext, groups: tuple[str, ...]) -> None:
+    """Delete GROUPS (they must have no active members)."""
+    results = cli.admin().delete_groups(list(groups))
+    rows = [{"group": g, "deleted": e is None, "error": e} for g, e in results.items()]
+    emit(cli, rows, rows, ["group", "deleted", "error"])
+    failed = [f"{g} ({e})" for g, e in results.items() if e]
+    if failed:
+        raise CliError("not deleted: " + ", ".join(failed))
+
+
+@group_group.command("delete-offsets")
+@click.argument("group")
+@click.option("--topic", "-t", required=True, metavar="TOPIC[:PARTITIONS]",
+              help="The topic, or some of its partitions (orders:0,2).")
+@admin_command
+@pass_cli
+def delete_offsets(cli: CliContext, group: str, topic: str) -> None:
+    """Remove GROUP's committed offsets of a topic (OffsetDelete)."""
+    admin = cli.admin()
+    name, sep, parts = topic.partition(":")
+    partitions = (parse_partitions(parts, "--topic") if sep
+                  else [p.partition for p in admin.topic(name).partitions])
+    results = admin.delete_offsets(group, name, partitions)
+    rows = [{"topic": name, "partition": p, "deleted": e is None, "error": e}
+            for p, e in sorted(results.items())]
+    emit(cli, rows, rows, ["topic", "partition", "deleted", "error"])
+    failed = [f"{name}-{p} ({e})" for p, e in sorted(results.items()) if e]
+    if failed:
+        raise CliError("offsets not deleted: " + ", ".join(failed))
+
+
+COMMANDS = [group_group]

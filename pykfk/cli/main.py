@@ -1,0 +1,59 @@
+"""``pykfk``: the operator's command for any Kafka-protocol cluster, pykfk or Kafka.
+
+``pykfk topic|group|produce|consume|cluster|acl|user|reassign|log ...``; ``pykfk COMMAND
+--help`` describes each. docs/cli.md is the manual.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from pykfk.cli import access, cluster, console, group, logdump, reassign, topic
+from pykfk.cli.common import CliContext, connection_options, output_option, run_guarded
+
+
+class GuardedGroup(click.Group):
+    """The root group: every subcommand's client failures become clear messages with
+    the documented exit codes, never a traceback, and connections are closed."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return run_guarded(lambda: super(GuardedGroup, self).invoke(ctx))
+        finally:
+            obj = ctx.find_object(CliContext)
+            if obj is not None:
+                obj.close()
+
+
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                  "max_content_width": 100})
+@connection_options
+@output_option
+@click.version_option(package_name="pykfk", prog_name="pykfk")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Operate a Kafka-protocol cluster: topics, consumer groups, configs, ACLs, SCRAM
+    users, reassignments, console produce/consume, and offline segment dumps.
+
+    The brokers come from --bootstrap-server, else the PYKFK_BOOTSTRAP environment
+    variable, else 127.0.0.1:9092. Exit codes: 0 ok, 1 the cluster reported an error or a
+    check failed, 2 bad arguments, 3 no broker reachable.
+    """
+    ctx.ensure_object(CliContext)
+
+
+for module in (topic, group, console, cluster, access, reassign, logdump):
+    for command in module.COMMANDS:
+        cli.add_command(command)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cli.main(args=list(argv) if argv is not None else None, prog_name="pykfk")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
