@@ -1,0 +1,150 @@
+"""``pykfk group`` against a real consumer group made by confluent-kafka: lag is the
+end offset minus the committed offset, and reset-offsets moves the group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pykfk.testing import BrokerProcess
+
+from .conftest import Pykfk
+
+PARTITIONS = 3
+PER_PARTITION = 20
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            producer.produce(topic, value=f"p{p}-{i}".encode(), partition=p,
+                             timestamp=1_700_000_000_000 + i * 1000)
+    assert producer.flush(30) == 0
+
+
+def _consumer(bootstrap: str, group: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                     "session.timeout.ms": 6000})
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    consumer = _consumer(bootstrap, group)
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+@pytest.fixture
+def group_topic(pykfk: Pykfk, broker: BrokerProcess, topic_name: str) -> Iterator[str]:
+    pykfk.ok("topic", "create", topic_name, "-p", str(PARTITIONS))
+    _produce(broker.bootstrap, topic_name)
+    yield topic_name
+
+
+def _wait_for_assignment(consumer: Consumer, partitions: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while len(consumer.assignment()) < partitions:
+        assert time.monotonic() < deadline, "no assignment in time"
+        consumer.poll(0.2)
+
+
+def test_describe_shows_members_assignments_and_lag(pykfk: Pykfk, broker: BrokerProcess,
+                                                    group_topic: str) -> None:
+    group = f"g-{group_topic}"
+    consumer = _consumer(broker.bootstrap, group)
+    consumer.subscribe([group_topic])
+    try:
+        _wait_for_assignment(consumer, PARTITIONS)
+        committed = {0: 5, 1: 17}  # partition 2 never committed
+        consumer.commit(offsets=[TopicPartition(group_topic, p, o) for p, o in committed.items()],
+                        asynchronous=False)
+        described = pykfk.ok("group", "describe", group, "-o", "json").json()
+        assert described["state"] == "Stable"
+        [member] = described["members"]
+        assert member["assignment"] == {group_topic: [0, 1, 2]}
+        rows = {r["partition"]: r for r in described["offsets"] if r["topic"] == group_topic}
+        assert sorted(rows) == [0, 1, 2]
+        for p, row in rows.items():
+            _, high = consumer.get_watermark_offsets(TopicPartition(group_topic, p), 10)
+            assert row["end_offset"] == high == PER_PARTITION
+            assert row["committed_offset"] == committed.get(p)
+            expected_lag = high - committed[p] if p in committed else None
+            assert row["lag"] == expected_lag
+            assert row["member_id"] == member["member_id"]
+        assert described["total_lag"] == (PER_PARTITION - 5) + (PER_PARTITION - 17)
+
+        table = pykfk.ok("group", "describe", group).out
+        assert "LAG" in table and member["member_id"] in table
+        listed = {g["group"]: g for g in pykfk.ok("group", "list", "-o", "json").json()}
+        assert listed[group]["state"] == "Stable" and listed[group]["members"] == 1
+
+        # An active group's offsets are not reset, and say why.
+        refused = pykfk("group", "reset-offsets", group, "--all-topics", "--to-earliest",
+                        "--execute")
+        assert refused.code == 1 and "stop its consumers first" in refused.err
+    finally:
+        consumer.close()
+
+
+def test_reset_offsets_moves_a_real_group(pykfk: Pykfk, broker: BrokerProcess,
+                                          group_topic: str, tmp_path: Path) -> None:
+    group = f"g-{group_topic}"
+    consumer = _consumer(broker.bootstrap, group)
+    consumer.commit(offsets=[TopicPartition(group_topic, p, 10) for p in range(PARTITIONS)],
+                    asynchronous=False)
+    consumer.close()
+    topic = group_topic
+
+    dry = pykfk.ok("group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+                   "-o", "json").json()
+    assert dry["executed"] is False
+    assert {r["partition"]: (r["current_offset"], r["new_offset"]) for r in dry["offsets"]} == \
+        {p: (10, 0) for p in range(PARTITIONS)}
+    assert _committed(broker.bootstrap, group, topic) == dict.fromkeys(range(PARTITIONS), 10)
+    text = pykfk.ok("group", "reset-offsets", group, "--topic", topic, "--to-earliest")
+    assert "dry run" in text.err
+
+    pykfk.ok("group", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")
+    assert _committed(broker.bootstrap, group, topic) == dict.fromkeys(range(PARTITIONS), 0)
+
+    pykfk.ok("group", "reset-offsets", group, "--topic", f"{topic}:1", "--shift-by", "7",
+             "--execute")
+    assert _committed(broker.bootstrap, group, topic) == {0: 0, 1: 7, 2: 0}
+
+    pykfk.ok("group", "reset-offsets", group, "--all-topics", "--shift-by", "-100", "--execute")
+    assert _committed(broker.bootstrap, group, topic) == {0: 0, 1: 0, 2: 0}  # clamped
+
+    pykfk.ok("group", "reset-offsets", group, "--topic", topic, "--to-latest", "--execute")
+    assert _committed(broker.bootstrap, group, topic) == dict.fromkeys(range(PARTITIONS),
+                                                                       PER_PARTITION)
+
+    # Record i of each partition has timestamp 1_700_000_000_000 + i s.
+    pykfk.ok("group", "reset-offsets", group, "--topic", topic,
+             "--to-datetime", "2023-11-14T22:13:32Z", "--execute")
+    assert _committed(broker.bootstrap, group, topic) == dict.fromkeys(range(PARTITIONS), 12)
+
+    plan = tmp_path / "reset.csv"
+    plan.write_text(f"{topic},0,3\n{topic},2,9\n")
+    result = pykfk.ok("group", "reset-offsets", group, "--from-file", str(plan), "--execute",
+                      "-o", "json").json()
+    assert result["executed"] is True
+    assert _committed(broker.bootstrap, group, topic) == {0: 3, 1: 12, 2: 9}
+
+    # The lag the tool reports follows the new offsets.
+    rows = {r["partition"]: r["lag"] for r in
+            pykfk.ok("group", "describe", group, "-o", "json").json()["offsets"]}
+    assert rows == {0: PER_PARTITION - 3, 1: PER_PARTITION - 12, 2: PER_PARTITION - 9}
+
+    deleted = pykfk.ok("group", "delete", group, "-o", "json").json()
+    assert deleted == [{"group": group, "deleted": True, "error": None}]
+    assert group not in {g["group"] for g in pykfk.ok("group", "list", "-o", "json").json()}
+    missing = pykfk("group", "describe", group)
+    assert missing.code == 1 and "does not exist" in missing.err
