@@ -43,9 +43,12 @@ async def find_coordinator(
     """FindCoordinator (key 10). ``node_for_partition(p)`` gives (node_id, host, port) of
     the leader of ``__consumer_offsets`` partition p, or None when it has none. Only group
     coordinators exist (transactions are not supported: COORDINATOR_NOT_AVAILABLE).
-    Versions 0-3 (v4 batches keys in coordinator_keys)."""
+    Versions 0-3 name one key; v4 batches keys in coordinator_keys."""
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    return _body(_locate(coordinator, request.key, key_type, node_for_partition))
+    if api_version < 4:
+        return _body(_locate(coordinator, request.key, key_type, node_for_partition))
+    return _body({"coordinators": [{"key": key, **_locate(coordinator, key, key_type, node_for_partition)}
+                                   for key in request.coordinator_keys]})
 
 
 def _locate(coordinator: GroupCoordinator, key: str, key_type: int,

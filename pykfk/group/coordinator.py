@@ -1203,6 +1203,37 @@ class GroupCoordinator:
                 log.warning("group %r: writing deletion tombstones failed: %r", group_id, exc)
         return {"results": results}
 
+    async def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> Result:
+        """OffsetDelete (KIP-496): remove a group's committed offsets of ``partitions``.
+        Returns {error_code, partitions: {(topic, partition): error_code}}:
+        GROUP_ID_NOT_FOUND for an unknown group, NON_EMPTY_GROUP for a group with members
+        whose topics cannot be read, GROUP_SUBSCRIBED_TO_TOPIC for a partition of a topic
+        the group's members subscribe to (those offsets stay)."""
+        error = self._check_group(group_id)
+        group = self._groups.get(group_id) if error is None else None
+        if error is None and (group is None or group.is_(GroupState.DEAD)):
+            error = E.GROUP_ID_NOT_FOUND
+        if error is not None or group is None:
+            return {"error_code": error, "partitions": {}}
+        in_use: set[str] = set()
+        if not group.is_(GroupState.EMPTY):
+            topics = group.subscribed_topics()
+            if topics is None:
+                return {"error_code": E.NON_EMPTY_GROUP, "partitions": {}}
+            in_use = topics
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        removed = []
+        for key in partitions:
+            if key[0] in in_use:
+                codes[key] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            codes[key] = E.NONE
+            if group.offsets.pop(key, None) is not None or key in group.pending_commits:
+                removed.append(key)
+        if removed:
+            await asyncio.shield(self._spawn(self._append(group_id, self._tombstones(group, removed))))
+        return {"error_code": E.NONE, "partitions": codes}
+
     @staticmethod
     def _tombstones(
         group: Group, keys: Iterable[tuple[str, int]]

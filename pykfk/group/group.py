@@ -19,12 +19,30 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import struct
 from collections import Counter
 from typing import Any
 
 from pykfk.clock import TimerHandle
 from pykfk.errors import ErrorCode
 from pykfk.group.offsets import GroupMetadataRecord, MemberRecord, OffsetAndMetadata
+
+
+def _subscription_topics(data: bytes) -> list[str] | None:
+    """The topic names of a ConsumerProtocolSubscription (any version: the fields after
+    the topics are not needed), or None when it is malformed."""
+    try:
+        (count,) = struct.unpack_from(">i", data, 2)
+        pos, names = 6, []
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", data, pos)
+            if length < 0 or pos + 2 + length > len(data):
+                return None
+            names.append(data[pos + 2:pos + 2 + length].decode())
+            pos += 2 + length
+        return names
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 class GroupState(enum.Enum):
@@ -273,6 +291,21 @@ class Group:
 
     def not_yet_rejoined(self) -> list[Member]:
         return [m for m in self.members.values() if not m.is_awaiting_join]
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members of a consumer group subscribe to, read from the subscription
+        each member sent in its JoinGroup (ConsumerProtocolSubscription: version, topics,
+        ...). None when the group is not a consumer group or a subscription is unreadable,
+        so a caller cannot tell which topics are in use."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            names = _subscription_topics(member.metadata(self.protocol_name))
+            if names is None:
+                return None
+            topics.update(names)
+        return topics
 
     def elect_joined_leader(self) -> bool:
         """Keep the leader if it rejoined, else pick a member that did. False when no

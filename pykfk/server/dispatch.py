@@ -87,6 +87,7 @@ HANDLER_MODULES = (
     "describe_client_quotas",
     "alter_client_quotas",
     "describe_cluster",
+    "offset_delete",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

@@ -190,20 +190,20 @@ async def test_describe_list_delete_at_every_version(coord, version):
 @pytest.mark.parametrize("version", versions(10))
 async def test_find_coordinator(coord, version):
     nodes = {p: (0, "127.0.0.1", 9092) for p in range(PARTITIONS)}
-    found = response(10, version, await api.find_coordinator(
-        coord, version, request(10, version, {"key": "grp", "key_type": 0}),
-        node_for_partition=nodes.get))
-    assert (found.error_code, found.node_id, found.host, found.port) == (
-        E.NONE, 0, "127.0.0.1", 9092)
-    none = response(10, version, await api.find_coordinator(
-        coord, version, request(10, version, {"key": "grp", "key_type": 0}),
-        node_for_partition=lambda p: None))
-    assert none.error_code == E.COORDINATOR_NOT_AVAILABLE
+
+    async def answer(key: str, key_type: int, node_for_partition) -> list[tuple]:
+        body = {"key": key, "key_type": key_type, "coordinator_keys": [key, key + "-2"]}
+        found = response(10, version, await api.find_coordinator(
+            coord, version, request(10, version, body), node_for_partition=node_for_partition))
+        if version < 4:
+            return [(found.error_code, found.node_id, found.host, found.port)]
+        return [(c.error_code, c.node_id, c.host, c.port) for c in found.coordinators]
+
+    expected = 1 if version < 4 else 2
+    assert await answer("grp", 0, nodes.get) == [(E.NONE, 0, "127.0.0.1", 9092)] * expected
+    assert [a[0] for a in await answer("grp", 0, lambda p: None)] == [E.COORDINATOR_NOT_AVAILABLE] * expected
     if version >= 1:
-        txn = response(10, version, await api.find_coordinator(
-            coord, version, request(10, version, {"key": "tx", "key_type": 1}),
-            node_for_partition=nodes.get))
-        assert txn.error_code == E.COORDINATOR_NOT_AVAILABLE
+        assert [a[0] for a in await answer("tx", 1, nodes.get)] == [E.COORDINATOR_NOT_AVAILABLE] * expected
 
 
 async def test_join_parks_until_the_group_completes(coord):

@@ -182,8 +182,10 @@ def test_describe_configs_reports_sources(raw):
     body = {
         "resources": [
             {"resource_type": 2, "resource_name": "configured", "configuration_keys": ["retention.ms", "segment.bytes"]},
-            {"resource_type": 4, "resource_name": "", "configuration_keys": ["num.partitions"]},
+            {"resource_type": 4, "resource_name": "0", "configuration_keys": ["num.partitions"]},
             {"resource_type": 2, "resource_name": "missing", "configuration_keys": None},
+            # "" is the cluster-wide dynamic default, empty until something is set there
+            {"resource_type": 4, "resource_name": "", "configuration_keys": None},
         ],
         "include_synonyms": True,
     }
@@ -193,6 +195,7 @@ def test_describe_configs_reports_sources(raw):
     assert topic_configs["segment.bytes"][1] == 5  # DEFAULT_CONFIG
     assert {c.name: c.value for c in results[1].configs} == {"num.partitions": "1"}
     assert results[2].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (results[3].error_code, results[3].configs) == (ErrorCode.NONE, [])
 
 
 # -- Produce ----------------------------------------------------------------------------

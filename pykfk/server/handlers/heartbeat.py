@@ -15,7 +15,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import GROUP_DENIED, group_allowed
 
 API_KEY = 12
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pykfk.server.group_access import (
 )
 
 API_KEY = 8
-VERSIONS = (2, 3)
+VERSIONS = (0, 8)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

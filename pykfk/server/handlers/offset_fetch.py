@@ -21,7 +21,7 @@ from pykfk.server.group_access import (
 )
 
 API_KEY = 9
-VERSIONS = (1, 3)
+VERSIONS = (0, 7)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
