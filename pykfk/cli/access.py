@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +18,8 @@ from pykfk.security.scram import (
     MIN_ITERATIONS,
     salted_password,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _names(enum: Any, skip: tuple[str, ...] = ("UNKNOWN", "ANY")) -> list[str]:
@@ -35,7 +37,7 @@ def _enum_name(enum: Any, value: int) -> str:
         return str(value)
 
 
-def _resource_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def _resource_options(func: F) -> F:
     options = [
         click.option("--topic", help="A topic name (or prefix with --prefixed; '*' = all)."),
         click.option("--group", help="A consumer group name (or prefix)."),
@@ -105,7 +107,7 @@ def acl_group() -> None:
 @_resource_options
 @admin_command
 @pass_cli
-def acl_list(cli: CliContext, **kw: Any) -> None:
+def acl_list(cli: CliContext, /, **kw: Any) -> None:
     """The ACL bindings matching the options (all of them without options)."""
     rows = [_acl_row(b) for b in cli.admin().describe_acls(_acl_filter(kw))]
     emit(cli, rows, rows, _ACL_COLUMNS)
@@ -115,7 +117,7 @@ def acl_list(cli: CliContext, **kw: Any) -> None:
 @_resource_options
 @admin_command
 @pass_cli
-def acl_create(cli: CliContext, **kw: Any) -> None:
+def acl_create(cli: CliContext, /, **kw: Any) -> None:
     """Add one binding: --principal, --operation, --permission and one resource."""
     resource_type, name = _resource(kw["topic"], kw["group"], kw["transactional_id"], kw["cluster"])
     missing = [o for o, v in (("--principal", kw["principal"]), ("--operation", kw["operation"]),
@@ -143,7 +145,7 @@ def acl_create(cli: CliContext, **kw: Any) -> None:
 @click.option("--all", "delete_all", is_flag=True, help="Allow a filter that matches everything.")
 @admin_command
 @pass_cli
-def acl_delete(cli: CliContext, delete_all: bool, **kw: Any) -> None:
+def acl_delete(cli: CliContext, /, delete_all: bool, **kw: Any) -> None:
     """Remove the bindings matching the options; prints what was removed."""
     acl_filter = _acl_filter(kw)
     if not delete_all and not any(kw[k] for k in ("topic", "group", "transactional_id", "cluster",
@@ -168,7 +170,7 @@ def user_group() -> None:
 def user_list(cli: CliContext, names: tuple[str, ...]) -> None:
     """Users with SCRAM credentials and their mechanisms (never the secrets)."""
     users = cli.admin().describe_scram_users(list(names) or None)
-    rows = [{"user": u, "mechanisms": [
+    rows: list[dict[str, Any]] = [{"user": u, "mechanisms": [
         {"mechanism": MECHANISM_NAMES.get(m, str(m)), "iterations": i} for m, i in creds]}
         for u, creds in sorted(users.items())]
     table = [{"user": r["user"], "mechanisms": " ".join(
@@ -197,7 +199,7 @@ def user_set(cli: CliContext, name: str, password: str | None, mechanisms: tuple
                                 confirmation_prompt=True, err=True)
     if not password:
         raise click.BadParameter("the password is empty", param_hint="--password")
-    upsertions = []
+    upsertions: list[dict[str, Any]] = []
     for mechanism in [m.upper() for m in mechanisms] or sorted(MECHANISM_TYPES):
         salt = os.urandom(32)
         upsertions.append({

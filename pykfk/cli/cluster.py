@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pykfk.cli.common import CliContext, admin_command, emit, emit_json, emit_table, pass_cli
@@ -99,7 +101,7 @@ def config_get(cli: CliContext, keys: tuple[str, ...], broker: int | None,
     entries = cli.admin().describe_configs(resource_type, name, list(keys) or None)
     if not (show_all or keys):
         entries = [e for e in entries if not e.is_default]
-    rows = [{"name": e.name, "value": "[hidden]" if e.sensitive else e.value,
+    rows: list[dict[str, Any]] = [{"name": e.name, "value": "[hidden]" if e.sensitive else e.value,
              "source": e.source, "read_only": e.read_only, "sensitive": e.sensitive,
              "synonyms": [{"name": s[0], "value": s[1], "source": s[2]} for s in e.synonyms]}
             for e in entries]

@@ -53,7 +53,7 @@ def encode_field(text: Any, encoding: str, what: str) -> bytes | None:
             return bytes.fromhex(text)
     except (binascii.Error, ValueError):
         raise CliError(f"{what} {text[:40]!r} is not valid {encoding}") from None
-    return text.encode()
+    return str(text).encode()
 
 
 def decode_field(data: bytes | None, encoding: str) -> Any:
@@ -175,7 +175,7 @@ def produce(cli: CliContext, topic: str, source: IO[str], input_format: str,
             header_items: tuple[str, ...], partition: int | None, acks: str, compression: str,
             batch_records: int) -> None:
     """Write records read from stdin (or --file) to TOPIC, one per line."""
-    headers = [(k, v.encode()) for k, v in parse_key_values(header_items, "--header").items()]
+    headers: list[Header] = [(k, v.encode()) for k, v in parse_key_values(header_items, "--header").items()]
     sender = _Sender(cli.admin(), topic, -1 if acks == "all" else int(acks), CODECS[compression])
     # A person typing expects each line sent at once; a pipe is sent in batches.
     interactive = source.isatty()

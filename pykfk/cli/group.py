@@ -110,7 +110,7 @@ def describe(cli: CliContext, group: str) -> None:
     admin = cli.admin()
     description = admin.describe_group(group)
     offsets = lag_rows(admin, group, description)
-    members = [
+    members: list[dict[str, Any]] = [
         {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
          "client_id": m.client_id, "host": m.client_host,
          "assignment": {t: ps for t, ps in sorted(m.assignment.items())}}
@@ -204,7 +204,7 @@ def _targets(admin: AdminClient, chosen: list[TopicPartition], committed: dict[T
 
 def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
               shift_by: int | None, from_file: str | None) -> tuple[str, Any]:
-    given = [(name, value) for name, value in (
+    given: list[tuple[str, Any]] = [(name, value) for name, value in (
         ("earliest", to_earliest or None), ("latest", to_latest or None), ("offset", to_offset),
         ("datetime", to_datetime), ("shift", shift_by), ("file", from_file)) if value is not None]
     if len(given) != 1:

@@ -111,7 +111,7 @@ def _config_dict(entry: ConfigEntry) -> dict[str, Any]:
 def describe(cli: CliContext, names: tuple[str, ...], all_configs: bool) -> None:
     """Partitions (leader, replicas, ISR, offsets) and configs of topics NAMES."""
     admin = cli.admin()
-    described = []
+    described: list[dict[str, Any]] = []
     for name in names:
         info = admin.topic(name)
         configs = [c for c in admin.describe_configs(RESOURCE_TOPIC, name)

@@ -19,14 +19,12 @@ Errors surface as ``KafkaError`` (the cluster answered with an error code) or
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pykfk.client.connection import BrokerConnection, ConnectionError_, parse_bootstrap
@@ -841,8 +839,8 @@ class AdminClient:
             out[r.user] = [(c.mechanism, c.iterations) for c in r.credential_infos]
         return out
 
-    def alter_scram_users(self, upsertions: list[Mapping[str, Any]],
-                          deletions: list[Mapping[str, Any]]) -> None:
+    def alter_scram_users(self, upsertions: Sequence[Mapping[str, Any]],
+                          deletions: Sequence[Mapping[str, Any]]) -> None:
         answer = self.call(self.controller(), 51, {
             "upsertions": upsertions, "deletions": deletions,
         })
@@ -901,16 +899,3 @@ def _resource_label(resource_type: int, name: str) -> str:
 def _error_text(code: int, message: str | None) -> str:
     name = error_code(code).name
     return f"{name}: {message}" if message else name
-
-
-@contextlib.contextmanager
-def admin_client(bootstrap: str, **kwargs: Any) -> Iterator[AdminClient]:
-    client = AdminClient(bootstrap, **kwargs)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def env_bootstrap(default: str = "127.0.0.1:9092") -> str:
-    return os.environ.get("PYKFK_BOOTSTRAP", default)

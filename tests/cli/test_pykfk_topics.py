@@ -138,3 +138,20 @@ def test_cluster_info_and_configs(pykfk: Pykfk, broker: object, topic_name: str)
     assert [(c["name"], c["value"]) for c in got["configs"]] == [("max.message.bytes", "65536")]
     clash = pykfk("cluster", "config", "get", "--topic", topic_name, "--broker", "0")
     assert clash.code == 2
+
+
+def test_broker_configs_change_without_restart(pykfk: Pykfk) -> None:
+    node = str(pykfk.ok("cluster", "info", "-o", "json").json()["controller_id"])
+    pykfk.ok("cluster", "config", "set", "--broker", node, "log.retention.ms=86400000")
+    got = pykfk.ok("cluster", "config", "get", "--broker", node, "log.retention.ms",
+                   "-o", "json").json()["configs"]
+    assert [(c["value"], c["source"]) for c in got] == [("86400000", "DYNAMIC_BROKER_CONFIG")]
+    pykfk.ok("cluster", "config", "set", "--broker-defaults", "log.cleaner.threads=2")
+    defaults = pykfk.ok("cluster", "config", "get", "--broker-defaults", "-o", "json").json()
+    assert ("log.cleaner.threads", "2") in [(c["name"], c["value"]) for c in defaults["configs"]]
+    bad = pykfk("cluster", "config", "set", "--broker", node, "no.such.setting=1")
+    assert bad.code == 1 and "no.such.setting" in bad.err, bad
+    pykfk.ok("cluster", "config", "set", "--broker", node, "--delete", "log.retention.ms")
+    sources = {c["name"]: c["source"] for c in pykfk.ok(
+        "cluster", "config", "get", "--broker", node, "--all", "-o", "json").json()["configs"]}
+    assert sources["log.retention.ms"] != "DYNAMIC_BROKER_CONFIG"
