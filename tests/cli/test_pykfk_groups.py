@@ -148,3 +148,29 @@ def test_reset_offsets_moves_a_real_group(pykfk: Pykfk, broker: BrokerProcess,
     assert group not in {g["group"] for g in pykfk.ok("group", "list", "-o", "json").json()}
     missing = pykfk("group", "describe", group)
     assert missing.code == 1 and "does not exist" in missing.err
+
+
+def test_delete_offsets_of_one_topic(pykfk: Pykfk, broker: BrokerProcess, group_topic: str) -> None:
+    group = f"g-{group_topic}"
+    consumer = _consumer(broker.bootstrap, group)
+    consumer.subscribe([group_topic])
+    try:
+        _wait_for_assignment(consumer, PARTITIONS)
+        consumer.commit(offsets=[TopicPartition(group_topic, p, 4) for p in range(PARTITIONS)],
+                        asynchronous=False)
+        # A topic the group consumes keeps its offsets (OffsetDelete refuses).
+        refused = pykfk("group", "delete-offsets", group, "--topic", group_topic)
+        assert refused.code == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in refused.out + refused.err
+    finally:
+        consumer.close()
+    assert _committed(broker.bootstrap, group, group_topic) == dict.fromkeys(range(PARTITIONS), 4)
+
+    result = pykfk.ok("group", "delete-offsets", group, "--topic", f"{group_topic}:0,2",
+                      "-o", "json").json()
+    assert result == [{"topic": group_topic, "partition": p, "deleted": True, "error": None}
+                      for p in (0, 2)]
+    left = _committed(broker.bootstrap, group, group_topic)
+    assert left[1] == 4 and left[0] < 0 and left[2] < 0
+    rows = {r["partition"]: r for r in
+            pykfk.ok("group", "describe", group, "-o", "json").json()["offsets"]}
+    assert sorted(rows) == [1]
