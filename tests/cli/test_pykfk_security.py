@@ -113,3 +113,35 @@ def test_bad_command_config_is_a_usage_error(sasl: Pykfk, tmp_path: Path) -> Non
 def test_acls_on_a_broker_without_authorizer(pykfk: Pykfk) -> None:
     result = pykfk("acl", "list")
     assert result.code == 1 and "SECURITY_DISABLED" in result.err, result
+
+
+def test_tls_listener_with_a_trust_store(tmp_path: Path) -> None:
+    from tests.security.certs import CertificateAuthority
+
+    (tmp_path / "ca").mkdir()
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("server", "localhost", server=True)
+    broker = BrokerProcess(str(tmp_path / "data"), {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(server.both),
+        "ssl.truststore.location": str(ca.cert_path),
+    }).start()
+    try:
+        tls = Pykfk(f"127.0.0.1:{broker.ports['SSL']}")
+        trusted = tmp_path / "tls.properties"
+        trusted.write_text(f"security.protocol=SSL\nssl.truststore.location={ca.cert_path}\n")
+        info = tls.ok("cluster", "info", "--command-config", str(trusted), "-o", "json").json()
+        assert [b["port"] for b in info["brokers"]] == [broker.ports["SSL"]]
+        tls.ok("topic", "create", "secret", "-p", "1", "--command-config", str(trusted))
+        tls.ok("produce", "secret", "--command-config", str(trusted), input="over tls\n")
+        records = tls.ok("consume", "secret", "--from-beginning", "-e", "-o", "json",
+                         "--command-config", str(trusted)).json_lines()
+        assert [r["value"] for r in records] == ["over tls"]
+
+        # Without the CA the broker's certificate is not trusted: no connection.
+        untrusted = tmp_path / "untrusted.properties"
+        untrusted.write_text("security.protocol=SSL\n")
+        refused = tls("cluster", "info", "--command-config", str(untrusted), "--timeout", "3")
+        assert refused.code == 3 and "CERTIFICATE_VERIFY_FAILED" in refused.err, refused
+    finally:
+        broker.stop()
