@@ -207,7 +207,12 @@ class AdminConnection(BrokerConnection):
         self._sock = sock
         self._rbuf = bytearray()
         try:
-            body = self.request(API_VERSIONS, {}, version=0)
+            try:
+                body = self.request(API_VERSIONS, {}, version=0)
+            except ConnectionError_ as exc:
+                # Often something else listens there (an HTTP server, a TLS port).
+                raise ConnectionError_(f"{self.host}:{self.port} does not answer like a Kafka "
+                                       f"broker ({exc.message})") from exc
             check(body.error_code, "ApiVersions")
             self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
             if self.security.uses_sasl:

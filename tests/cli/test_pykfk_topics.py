@@ -3,6 +3,9 @@ topics, no broker) against a real broker process."""
 
 from __future__ import annotations
 
+import socket
+import threading
+
 from pykfk.testing import free_port
 
 from .conftest import Pykfk
@@ -17,6 +20,24 @@ def test_unreachable_broker_is_exit_3_with_a_message() -> None:
     result = pykfk("-o", "json", "cluster", "info", "--timeout", "2")
     assert result.code == 3, result
     assert result.out == ""
+
+
+def test_a_port_that_is_not_kafka_is_named() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+
+        def answer_like_http() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        thread = threading.Thread(target=answer_like_http, daemon=True)
+        thread.start()
+        result = Pykfk(f"127.0.0.1:{server.getsockname()[1]}")("topic", "list", "--timeout", "5")
+        thread.join(10)
+    assert result.code == 3, result
+    assert "does not answer like a Kafka broker" in result.err
 
 
 def test_bad_arguments_are_exit_2(pykfk: Pykfk, topic_name: str) -> None:
