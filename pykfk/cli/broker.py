@@ -5,7 +5,11 @@ data under ``./data``; with ``zookeeper.connect`` set, a member of a cluster coo
 through ZooKeeper, and SIGTERM first moves its partition leaderships to other brokers
 (controlled shutdown). SIGTERM or SIGINT stop it cleanly: stop accepting, answer requests
 already read, flush, write checkpoints, exit 0 (the next start then skips the recovery
-scan).
+scan). SIGHUP re-reads server.properties and applies its dynamic settings.
+
+Under systemd (``docs/service.md``, the unit from ``--print-systemd-unit``) it reports
+READY=1 once it serves and STOPPING=1 when it begins to stop; ``--log-format json``
+writes its log as JSON lines.
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import sys
-from collections.abc import Sequence
+import sysconfig
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pykfk._core.segment import set_open_sealed_segments_limit
 from pykfk.broker import Broker
-from pykfk.config import BrokerConfig, ConfigError
+from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError
+from pykfk.service import example_config_text, unit_file_text
+from pykfk.service.log_format import configure_logging
+from pykfk.service.notify import notify
 
 log = logging.getLogger("pykfk.broker")
-
-
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -50,18 +58,27 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="logging threshold (default INFO)",
     )
     parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="stderr log lines: readable text (default) or JSON objects "
+        "(time, level, logger, message, exception)",
+    )
+    parser.add_argument(
         "--ready-file",
         help="once accepting connections, write {host, port, pid} as JSON to this file",
     )
-    return parser.parse_args(argv)
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    parser.add_argument(
+        "--print-systemd-unit",
+        action="store_true",
+        help="print a systemd unit that runs this pykfk-broker with /etc/pykfk/server.properties, and exit",
     )
+    parser.add_argument(
+        "--print-example-config",
+        action="store_true",
+        help="print an example /etc/pykfk/server.properties for that unit, and exit",
+    )
+    return parser.parse_args(argv)
 
 
 def _write_ready_file(path: str, broker: Broker) -> None:
@@ -95,7 +112,77 @@ def size_sealed_segment_lru(open_files_limit: int) -> int:
     return limit
 
 
-async def _serve(config: BrokerConfig, ready_file: str | None) -> int:
+class _Reloader:
+    """SIGHUP: re-read server.properties (and the command line's overrides over it) and
+    hand the result to the running broker. A signal that comes while the broker starts
+    is applied once it serves."""
+
+    def __init__(self, broker: Broker, path: str | None, overrides: Sequence[str]):
+        self.broker = broker
+        self.path = path
+        self.overrides = list(overrides)
+        self.serving = False
+        self.pending = False
+
+    def on_signal(self) -> None:
+        if self.broker.stopping:
+            return
+        if self.serving:
+            self.reload()
+        else:
+            self.pending = True
+
+    def now_serving(self) -> None:
+        self.serving = True
+        if self.pending:
+            self.reload()
+
+    def reload(self) -> None:
+        if self.path is None:
+            log.warning("SIGHUP: no server.properties to re-read (the broker was started without one)")
+            return
+        try:
+            props = BrokerConfig.load(self.path, self.overrides).originals
+        except OSError as exc:
+            log.warning("SIGHUP: cannot read %s: %s; settings not reloaded", self.path, exc.strerror or exc)
+            return
+        except ConfigError as exc:
+            log.warning("SIGHUP: %s in %s; settings not reloaded", exc, self.path)
+            return
+        props, restart_only = keep_static_settings(props, self.broker.config.originals)
+        for name in restart_only:
+            log.warning("SIGHUP: %s changed in %s: takes effect at the next restart", name, self.path)
+        try:
+            changed = self.broker.reload_properties(props)
+        except ConfigError as exc:
+            log.warning("SIGHUP: %s in %s; settings not reloaded", exc, self.path)
+            return
+        if not changed:
+            log.info("SIGHUP: %s re-read, no dynamic setting changed", self.path)
+
+
+def keep_static_settings(props: Mapping[str, Any], running: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split a re-read file's settings from the ones that need a restart: those (the
+    static settings whose value differs from ``running``, the settings given at start)
+    get their running value back and are named, sorted."""
+    names = set(props) | set(running)
+    restart_only = sorted(name for name in names
+                          if not _is_dynamic(name) and props.get(name) != running.get(name))
+    kept = {name: value for name, value in props.items() if name not in restart_only}
+    kept.update({name: running[name] for name in restart_only if name in running})
+    return kept, restart_only
+
+
+def _is_dynamic(name: str) -> bool:
+    key = BROKER_KEYS.get(name)  # listener.name.* settings are per listener: static
+    return key is not None and key.dynamic
+
+
+def _listeners_text(broker: Broker) -> str:
+    return ", ".join(f"{name}://{host}:{port}" for name, (host, port) in broker.bound.items())
+
+
+async def _serve(config: BrokerConfig, args: argparse.Namespace) -> int:
     _before, open_files = raise_open_files_limit()
     size_sealed_segment_lru(open_files if open_files != resource.RLIM_INFINITY else 1 << 20)
     loop = asyncio.get_running_loop()
@@ -103,42 +190,69 @@ async def _serve(config: BrokerConfig, ready_file: str | None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     broker = Broker(config)
+    reloader = _Reloader(broker, args.config, args.override)
+    loop.add_signal_handler(signal.SIGHUP, reloader.on_signal)
+    notify("STATUS=starting: opening logs, joining the cluster")
     try:
         await broker.start()
     except Exception as exc:  # port in use, unreadable log dir, bad metadata file...
         log.error("cannot start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        notify(f"STATUS=cannot start: {exc}")
         await broker.stop()
         return 1
-    if ready_file:
-        _write_ready_file(ready_file, broker)
+    if args.ready_file:
+        _write_ready_file(args.ready_file, broker)
+    # start() returns once every listener serves: registered, a controller known.
+    notify("READY=1", f"STATUS=serving on {_listeners_text(broker)}")
+    reloader.now_serving()
     await stop.wait()
+    notify("STOPPING=1", "STATUS=shutting down")
     await broker.stop()
     return 0
+
+
+def _installed_script() -> str | None:
+    """This installation's pykfk-broker console script, for the unit's ExecStart."""
+    script = os.path.join(sysconfig.get_path("scripts"), "pykfk-broker")
+    return script if os.path.isfile(script) else shutil.which("pykfk-broker")
+
+
+def _refuse(log_format: str, message: str) -> int:
+    """A start refused before serving: a JSON log line in JSON mode, else plain text."""
+    if log_format == "json":
+        log.error("%s", message)
+    else:
+        print(f"pykfk-broker: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the process exit status."""
     args = _parse_args(argv)
-    _setup_logging(args.log_level)
+    if args.print_systemd_unit:
+        sys.stdout.write(unit_file_text(_installed_script()))
+        return 0
+    if args.print_example_config:
+        sys.stdout.write(example_config_text())
+        return 0
+    configure_logging(args.log_level, args.log_format)
     try:
         config = BrokerConfig.load(args.config, args.override)
     except ConfigError as exc:
-        print(f"pykfk-broker: invalid configuration: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(args.log_format, f"invalid configuration: {exc}")
     except OSError as exc:
-        print(f"pykfk-broker: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return _refuse(args.log_format, f"cannot read {args.config}: {exc.strerror or exc}")
     for key in config.ignored_keys_set():
         log.info("%s is accepted for compatibility and has no effect", key)
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(_serve(config, args.ready_file))
+        return asyncio.run(_serve(config, args))
     if not hasattr(asyncio, "Runner"):  # Python 3.10
         uvloop.install()
-        return asyncio.run(_serve(config, args.ready_file))
+        return asyncio.run(_serve(config, args))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_serve(config, args.ready_file))
+        return runner.run(_serve(config, args))
 
 
 if __name__ == "__main__":
