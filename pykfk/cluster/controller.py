@@ -25,7 +25,23 @@ Events (handled one at a time, in order, by one task, like Kafka's ControllerEve
 - preferred-leader rebalancing (``auto.leader.rebalance.enable``): every
   ``leader.imbalance.check.interval.seconds``, a broker whose share of preferred
   partitions it does not lead exceeds ``leader.imbalance.per.broker.percentage`` gets
-  them back when it is in their ISR.
+  them back when it is in their ISR;
+- partition reassignment (AlterPartitionReassignments, KIP-455): the topic znode gets
+  the union of the original and target replicas with the ones being added and removed;
+  the new replicas see themselves in the assignment and fetch from the leader, which
+  adds them to the ISR once they caught up. When every target replica is in the ISR (a
+  state change: ``_advance_reassignments``), one transaction writes the state (a leader
+  from the target set if the current one leaves, the removed replicas out of the ISR)
+  and the assignment shrunk to the target; the removed brokers then stop and delete
+  their replicas. The move lives in ZooKeeper, so a new controller carries it on.
+  Cancelling (null replicas) is a move back to the original replicas; the added ones
+  leave the assignment and the ISR at once;
+- leader elections asked for by an admin (ElectLeaders, KIP-460): the preferred replica
+  when it is alive and in sync, or (unclean) a live replica of a partition without a
+  live leader.
+
+Admin requests run as controller events too (``request``), in order with the others, and
+answer NOT_CONTROLLER on a broker that is not the active controller.
 
 Leader election from the ISR only unless ``unclean.leader.election.enable`` (broker or
 topic config); a partition whose ISR has no live member keeps its last ISR member in the
@@ -37,16 +53,158 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
-from pykfk.cluster.metadata import NO_LEADER, PartitionState
+from pykfk.cluster.metadata import NO_LEADER, PartitionAssignment, PartitionState
+from pykfk.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pykfk.cluster")
 
 # (topic, partition, new state, expected znode version or None for a new state)
 StateChange = tuple[str, int, PartitionState, int | None]
+TopicPartition = tuple[str, int]
+
+# ElectLeaders election types (KIP-460).
+PREFERRED, UNCLEAN = 0, 1
+# What ElectLeaders answers for one partition: an error code and its message.
+ElectionOutcome = tuple[ErrorCode, str | None]
+_ELECTION_MESSAGES = {
+    ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "The preferred leader is not alive or not in the ISR.",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "No live replica of the partition can be elected.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "The partition does not exist.",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "The topic is being deleted.",
+}
+# Controller events that answer an admin request through a future.
+_REQUESTS = ("alter_reassignments", "elect_leaders")
+# Attempts at a write that lost a race with a leader's ISR change before giving up.
+_WRITE_ATTEMPTS = 5
+
+
+def preferred_election(replicas: Sequence[int], state: PartitionState, live: set[int],
+                       controller_epoch: int) -> tuple[ErrorCode, PartitionState | None]:
+    """Kafka's preferred-replica election: the first replica of the assignment leads when
+    it is alive and in the ISR."""
+    preferred = replicas[0] if replicas else NO_LEADER
+    if state.leader == preferred:
+        return ErrorCode.ELECTION_NOT_NEEDED, None
+    if preferred in live and preferred in state.isr:
+        return ErrorCode.NONE, PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+    return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None
+
+
+def unclean_election(replicas: Sequence[int], state: PartitionState, live: set[int], registered: set[int],
+                     controller_epoch: int) -> tuple[ErrorCode, PartitionState | None]:
+    """An election for a partition without a live leader: a live ISR member if there is
+    one, else any live replica (which may lack committed records: unclean)."""
+    if state.leader != NO_LEADER and state.leader in registered:
+        return ErrorCode.ELECTION_NOT_NEEDED, None
+    in_sync = [r for r in replicas if r in state.isr and r in live]
+    if in_sync:
+        isr = tuple(r for r in state.isr if r in registered)
+        return ErrorCode.NONE, PartitionState(in_sync[0], state.leader_epoch + 1, isr, controller_epoch)
+    alive = [r for r in replicas if r in live]
+    if not alive:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    return ErrorCode.NONE, PartitionState(alive[0], state.leader_epoch + 1, (alive[0],), controller_epoch)
+
+
+def decide_election(store: Any, election_type: int, topic: str, partition: int, live: set[int],
+                    registered: set[int], controller_epoch: int,
+                    default_replica: int = NO_LEADER) -> tuple[ErrorCode, PartitionState | None]:
+    """ElectLeaders for one partition: the error code, and the new state to write
+    (``default_replica``: the replica of a partition without an assignment)."""
+    info = store.get_topic(topic)
+    state = store.partition_state(topic, partition)
+    if info is None or state is None or not 0 <= partition < info.partitions:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    if topic in store.delete_requests():
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, None
+    replicas = info.replicas(partition, default_replica)
+    if election_type == PREFERRED:
+        return preferred_election(replicas, state, live, controller_epoch)
+    if election_type == UNCLEAN:
+        return unclean_election(replicas, state, live, registered, controller_epoch)
+    return ErrorCode.INVALID_REQUEST, None
+
+
+def election_outcome(code: ErrorCode, topic: str, partition: int) -> ElectionOutcome:
+    if code == ErrorCode.NONE:
+        return code, None
+    return code, f"{topic}-{partition}: {_ELECTION_MESSAGES.get(code, code.name)}"
+
+
+def check_reassignment(target: Sequence[int], current: PartitionAssignment, registered: set[int],
+                       allow_replication_factor_change: bool) -> None:
+    """Kafka's checks of a new replica set (``KafkaController.validateReplicas``)."""
+    if not target:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment.")
+    if len(set(target)) != len(target):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"Duplicate replica ids in partition reassignment replica list: {list(target)}")
+    if any(r < 0 for r in target):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Invalid broker id in replica list: {list(target)}")
+    adding = current.reassigned_to(target).adding
+    if not set(adding) <= registered:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"Replica assignment has brokers that are not alive. Replica list: {list(adding)}, "
+                         f"live broker list: {sorted(registered)}")
+    if not allow_replication_factor_change and len(target) != len(current.original):
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"The replication factor is changed from {len(current.original)} to {len(target)} "
+                         "but allowReplicationFactorChange is false")
+
+
+def reassignment_target(store: Any, topic: str, partition: int, target: Sequence[int] | None,
+                        registered: set[int], allow_replication_factor_change: bool,
+                        default_replica: int = NO_LEADER) -> tuple[int, ...]:
+    """The replicas a partition is to move to (its original ones for a cancellation, a
+    null target); KafkaError with Kafka's code when the request cannot be done."""
+    info = store.get_topic(topic)
+    if info is None or not 0 <= partition < info.partitions or topic in store.delete_requests():
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}-{partition}.")
+    current = info.partition_assignment(partition, default_replica)
+    if target is None:
+        if not current.reassigning:
+            raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"No reassignment of {topic}-{partition} to cancel.")
+        return tuple(current.original)
+    check_reassignment(target, current, registered, allow_replication_factor_change)
+    return tuple(target)
+
+
+def without_replicas(state: PartitionState, gone: Sequence[int], replicas: Sequence[int], live: set[int],
+                     controller_epoch: int) -> PartitionState | None:
+    """The state once ``gone`` are no replicas any more: out of the ISR, and a new leader
+    from the remaining in-sync ``replicas`` if the leader is one of them."""
+    if not set(gone) & ({state.leader} | set(state.isr)):
+        return None
+    isr = tuple(r for r in state.isr if r not in gone)
+    if state.leader not in gone:
+        return PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
+    candidates = [r for r in replicas if r in isr and r in live]
+    leader = candidates[0] if candidates else NO_LEADER
+    return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+
+
+def completed_move(moving: PartitionAssignment, state: PartitionState, live: set[int], registered: set[int],
+                   controller_epoch: int) -> tuple[PartitionAssignment, PartitionState | None] | None:
+    """The end of a move once every target replica is in the ISR: the assignment shrunk
+    to the target and the state without the removed replicas, led by a target replica
+    (the current leader when it stays, at the same epoch). None while it must wait."""
+    target = moving.target
+    if not set(target) <= set(state.isr):
+        return None
+    isr = tuple(r for r in state.isr if r in target)
+    if state.leader in target and state.leader in registered:
+        same = isr == state.isr
+        return PartitionAssignment(target), None if same else PartitionState(
+            state.leader, state.leader_epoch, isr, controller_epoch)
+    candidates = [r for r in target if r in live]
+    if not candidates:
+        return None
+    return PartitionAssignment(target), PartitionState(candidates[0], state.leader_epoch + 1, isr, controller_epoch)
 
 
 class ControllerSettings:
@@ -116,10 +274,19 @@ class Controller:
             self.post("delete", key)
         elif kind == "controlled_shutdown":
             self.post("shutdown", key)
+        elif kind == "partition" and self._moving(*key):
+            self.post("reassignment", key[0])  # maybe the ISR the move waits for
+
+    def _moving(self, topic: str, partition: int) -> bool:
+        info = self.store.get_topic(topic)
+        return info is not None and (partition in info.adding_replicas or partition in info.removing_replicas)
 
     async def _run(self) -> None:
         while True:
             kind, key = await self._queue.get()
+            if kind in _REQUESTS:
+                await self._answer(kind, *key)
+                continue
             try:
                 await self._handle(kind, key)
             except asyncio.CancelledError:
@@ -153,6 +320,69 @@ class Controller:
             await self._on_controlled_shutdown(key)
         elif kind == "rebalance":
             await self._rebalance()
+        elif kind == "reassignment":
+            await self._advance_reassignments(key)
+
+    # -- admin requests ----------------------------------------------------------------
+
+    async def request(self, kind: str, args: tuple[Any, ...], timeout_s: float) -> Any:
+        """Run an admin request as one controller event, in order with the others.
+        KafkaError NOT_CONTROLLER on a broker that is not the active controller,
+        REQUEST_TIMED_OUT when it did not run within ``timeout_s``."""
+        if not self.active or self._stopped:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((kind, (args, future)))
+        try:
+            return await asyncio.wait_for(future, max(timeout_s, 0.001))
+        except asyncio.TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the controller did not answer within {timeout_s}s") from None
+
+    async def _answer(self, kind: str, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+        if future.done():
+            return  # the caller gave up
+        try:
+            if not self.active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
+            if kind == "alter_reassignments":
+                result: Any = await self._alter_reassignments(*args)
+            else:
+                result = await self._elect_leaders(*args)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the request
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)
+
+    async def alter_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                  allow_replication_factor_change: bool,
+                                  timeout_s: float) -> dict[TopicPartition, KafkaError | None]:
+        """AlterPartitionReassignments: start (or, with None, cancel) moves; per
+        partition None when accepted, else the KafkaError to answer."""
+        result = await self.request("alter_reassignments", (targets, allow_replication_factor_change), timeout_s)
+        return cast(dict[TopicPartition, KafkaError | None], result)
+
+    async def elect_leaders(self, election_type: int, partitions: Sequence[TopicPartition] | None,
+                            timeout_s: float) -> dict[TopicPartition, ElectionOutcome]:
+        """ElectLeaders for ``partitions`` (every partition when None)."""
+        result = await self.request("elect_leaders", (election_type, partitions), timeout_s)
+        return cast(dict[TopicPartition, ElectionOutcome], result)
+
+    def list_reassignments(self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
+        """ListPartitionReassignments: the moves under way (of ``partitions`` when given)."""
+        if not self.active:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
+        wanted = None if partitions is None else set(partitions)
+        ongoing: dict[TopicPartition, PartitionAssignment] = {}
+        for topic, info in self.store.topics().items():
+            for partition in info.reassigning_partitions():
+                if wanted is None or (topic, partition) in wanted:
+                    ongoing[(topic, partition)] = info.partition_assignment(partition, NO_LEADER)
+        return ongoing
 
     # -- election ----------------------------------------------------------------------
 
@@ -249,6 +479,7 @@ class Controller:
             leader = alive[0] if alive else NO_LEADER
             changes.append((topic, partition, PartitionState(leader, 0, tuple(alive), self.epoch), None))
         await self._write(changes)
+        await self._advance_reassignments(topic)
 
     async def _on_broker_change(self) -> None:
         live = self._live()
@@ -379,3 +610,149 @@ class Controller:
         if changes:
             log.info("controller: preferred leader election for %d partitions", len(changes))
         await self._write(changes)
+
+    # -- partition reassignment ----------------------------------------------------------
+
+    async def _alter_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                   allow_replication_factor_change: bool) -> dict[TopicPartition, KafkaError | None]:
+        results: dict[TopicPartition, KafkaError | None] = {}
+        accepted: dict[str, dict[int, tuple[int, ...]]] = {}
+        registered = set(self.store.live_broker_ids())
+        for (topic, partition), target in targets.items():
+            try:
+                resolved = reassignment_target(self.store, topic, partition, target, registered,
+                                               allow_replication_factor_change)
+            except KafkaError as exc:
+                results[(topic, partition)] = exc
+                continue
+            accepted.setdefault(topic, {})[partition] = resolved
+            results[(topic, partition)] = None
+        for topic, moves in accepted.items():
+            try:
+                await self._start_moves(topic, moves)
+            except KafkaError as exc:
+                results.update({(topic, p): exc for p in moves})
+        return results
+
+    async def _start_moves(self, topic: str, targets: Mapping[int, tuple[int, ...]]) -> None:
+        """Record the moves of ``topic``'s partitions in its znode; replicas that leave
+        at once (an added replica of a cancelled move) leave the ISR in the same write."""
+        for _attempt in range(_WRITE_ATTEMPTS):
+            info = self.store.get_topic(topic)
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} was deleted")
+            live = self._live()
+            moves: dict[int, PartitionAssignment] = {}
+            changes: list[StateChange] = []
+            for partition, target in targets.items():
+                current = info.partition_assignment(partition, NO_LEADER)
+                move = current.reassigned_to(target)
+                if move == current:
+                    continue
+                moves[partition] = move
+                state = self.store.partition_state(topic, partition)
+                gone = [r for r in current.replicas if r not in move.replicas]
+                new_state = None if state is None else without_replicas(state, gone, move.replicas, live, self.epoch)
+                if state is not None and new_state is not None:
+                    changes.append((topic, partition, new_state, state.version))
+            if not moves:
+                return
+            if await self._write_moves(topic, moves, changes):
+                for partition, move in moves.items():
+                    log.info("controller: moving %s-%d to %s (adding %s, removing %s)", topic, partition,
+                             list(move.target), list(move.adding), list(move.removing))
+                await self._advance_reassignments(topic)
+                return
+            if not self.active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the replicas of {topic} kept changing; try again")
+
+    async def _advance_reassignments(self, topic: str) -> None:
+        """Complete the moves of ``topic`` whose target replicas are all in sync."""
+        info = self.store.get_topic(topic)
+        if info is None or not info.reassigning_partitions():
+            return
+        live, registered = self._live(), set(self.store.live_broker_ids())
+        done: dict[int, PartitionAssignment] = {}
+        changes: list[StateChange] = []
+        for partition in info.reassigning_partitions():
+            state = self.store.partition_state(topic, partition)
+            step = None if state is None else completed_move(
+                info.partition_assignment(partition, NO_LEADER), state, live, registered, self.epoch)
+            if state is None or step is None:
+                continue
+            done[partition], new_state = step
+            if new_state is not None:
+                changes.append((topic, partition, new_state, state.version))
+        if not done:
+            return
+        if await self._write_moves(topic, done, changes):
+            for partition, assignment in done.items():
+                log.info("controller: %s-%d moved to %s", topic, partition, list(assignment.replicas))
+        elif self.active:
+            await self.clock.sleep(0.05)
+            self.post("reassignment", topic)
+
+    async def _write_moves(self, topic: str, moves: Mapping[int, PartitionAssignment],
+                           changes: list[StateChange]) -> bool:
+        """One fenced transaction; False (with the view re-read, or this controller
+        deposed) when it lost a race."""
+        try:
+            await self.store.write_reassignment_as_controller(topic, moves, changes, self.epoch_version)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a conflict or ZooKeeper trouble: re-read
+            log.info("controller: writing the replicas of %s failed: %r; re-reading", topic, exc)
+        with contextlib.suppress(Exception):
+            await self.store.read_topic(topic)
+            for partition in moves:
+                await self.store.read_state(topic, partition)
+        if not await self._still_controller():
+            log.info("broker %d lost the controller epoch %d", self.broker_id, self.epoch)
+            self.active = False
+        return False
+
+    # -- leader elections asked for by an admin ----------------------------------------
+
+    async def _elect_leaders(self, election_type: int,
+                             partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, ElectionOutcome]:
+        pending = sorted(self.store.partition_states()) if partitions is None else list(dict.fromkeys(partitions))
+        outcomes: dict[TopicPartition, ElectionOutcome] = {}
+        for _attempt in range(_WRITE_ATTEMPTS):
+            live, registered = self._live(), set(self.store.live_broker_ids())
+            changes: list[StateChange] = []
+            for topic, partition in pending:
+                code, new_state = decide_election(self.store, election_type, topic, partition, live, registered,
+                                                  self.epoch)
+                outcomes[(topic, partition)] = election_outcome(code, topic, partition)
+                state = self.store.partition_state(topic, partition)
+                if new_state is not None and state is not None:
+                    changes.append((topic, partition, new_state, state.version))
+            pending = await self._write_elections(changes, outcomes)
+            if not pending or not self.active:
+                break
+        return outcomes
+
+    async def _write_elections(self, changes: list[StateChange],
+                               outcomes: dict[TopicPartition, ElectionOutcome]) -> list[TopicPartition]:
+        """Write elected leaders; returns the partitions to decide again (their state
+        changed meanwhile), having marked them failed for now."""
+        if not changes:
+            return []
+        results = await self.store.write_states_as_controller(changes, self.epoch_version)
+        failed = [(t, p) for t, p, _state, _expected in changes if isinstance(results[(t, p)], BaseException)]
+        for topic, partition, state, _expected in changes:
+            if (topic, partition) not in failed:
+                log.info("controller: elected %d leader of %s-%d (epoch %d)", state.leader, topic, partition,
+                         state.leader_epoch)
+        if not failed:
+            return []
+        deposed = not await self._still_controller()
+        for topic, partition in failed:
+            outcomes[(topic, partition)] = (ErrorCode.NOT_CONTROLLER if deposed else ErrorCode.REQUEST_TIMED_OUT,
+                                            f"{topic}-{partition}: the election could not be written")
+            with contextlib.suppress(Exception):
+                await self.store.read_state(topic, partition)
+        if deposed:
+            self.active = False
+            return []
+        return failed

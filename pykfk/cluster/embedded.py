@@ -106,6 +106,10 @@ class EmbeddedMetadataStore:
     def shutdown_requests(self) -> dict[int, bytes]:
         return {}
 
+    def delete_requests(self) -> set[str]:
+        """Deletions here complete before the call returns: none is ever pending."""
+        return set()
+
     def controller_id(self) -> int:
         return self._broker.node_id
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -50,6 +50,39 @@ class BrokerInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class PartitionAssignment:
+    """A partition's replicas and, while it moves to new brokers (KIP-455), the replicas
+    being added and removed. During a move ``replicas`` is the union of the target and
+    the original replicas, target first (Kafka's order), so brokers being added follow
+    the leader like any replica until the controller shrinks the set to the target."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    def reassigned_to(self, target: Sequence[int]) -> PartitionAssignment:
+        """The move from the original replicas to ``target`` (Kafka's ``reassignTo``): a
+        partition already moving keeps its original replicas, so a new target, or the
+        original one (a cancellation), is measured from them."""
+        original = self.original
+        replicas = tuple(dict.fromkeys((*target, *original)))
+        return PartitionAssignment(replicas, tuple(r for r in replicas if r not in original),
+                                   tuple(r for r in replicas if r not in target))
+
+
+@dataclasses.dataclass(frozen=True)
 class TopicInfo:
     """A topic: its partition count and per-topic config overrides (Kafka topic names,
     raw string values as given by the client)."""
@@ -62,10 +95,23 @@ class TopicInfo:
     # Partition id -> replica broker ids, the preferred leader first. Empty for the
     # embedded store, where the single broker holds every partition.
     assignment: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # Partitions being moved (KIP-455) -> the replicas being added / removed; their
+    # ``assignment`` holds both (see PartitionAssignment).
+    adding_replicas: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    removing_replicas: Mapping[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def replicas(self, partition: int, default: int) -> tuple[int, ...]:
         """The replicas of ``partition``; ``(default,)`` when there is no assignment."""
         return tuple(self.assignment.get(partition, (default,)))
+
+    def partition_assignment(self, partition: int, default: int) -> PartitionAssignment:
+        """The replicas of ``partition`` with the move under way, if any."""
+        return PartitionAssignment(self.replicas(partition, default),
+                                   tuple(self.adding_replicas.get(partition, ())),
+                                   tuple(self.removing_replicas.get(partition, ())))
+
+    def reassigning_partitions(self) -> list[int]:
+        return sorted(set(self.adding_replicas) | set(self.removing_replicas))
 
 
 NO_LEADER = -1

@@ -15,6 +15,10 @@ controller office, close the store.
 
 Store events reach the replica manager through the store's listeners; after a ZooKeeper
 session expiry this broker registers again and re-applies every partition state.
+
+Partition reassignments and leader elections asked for by an admin go to the controller
+(NOT_CONTROLLER on other brokers); a cluster of one answers them itself: every partition
+is on this broker and led by it, so there is nothing to move or elect.
 """
 
 from __future__ import annotations
@@ -23,23 +27,33 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pykfk.cluster.channel import ChannelSecurity
-from pykfk.cluster.controller import Controller, ControllerSettings
+from pykfk.cluster.controller import (
+    Controller,
+    ControllerSettings,
+    ElectionOutcome,
+    TopicPartition,
+    decide_election,
+    election_outcome,
+    reassignment_target,
+)
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
     Endpoint,
     MetadataStore,
+    PartitionAssignment,
     TopicExistsError,
     TopicInfo,
 )
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
 from pykfk.cluster.topics import OFFSETS_TOPIC
 from pykfk.config import BrokerConfig
+from pykfk.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -312,8 +326,14 @@ class ClusterNode:
         a lost metadata file: its data is kept (and not served) rather than deleted."""
         assert self.store is not None
         topics = self.store.topics()
+        me = self.config.broker_id
         for (topic, partition) in list(self.broker.log_manager.logs()):
-            if topic in topics:
+            info = topics.get(topic)
+            if info is not None and 0 <= partition < info.partitions and me not in info.replicas(partition, me):
+                log.info("deleting log %s-%d: the partition moved to other brokers", topic, partition)
+                self.broker.log_manager.delete_log(topic, partition)
+                continue
+            if info is not None:
                 continue
             if self.store.single_broker:
                 log.warning("log %s-%d belongs to no known topic: kept, not served", topic, partition)
@@ -349,3 +369,54 @@ class ClusterNode:
         if address is None:
             return None
         return state.leader, address[0], address[1]
+
+    # -- reassignments and elections (admin APIs) --------------------------------------
+
+    def _active_controller(self) -> Controller:
+        if self.controller is None or not self.controller.active:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.config.broker_id} is not the controller")
+        return self.controller
+
+    async def elect_leaders(self, election_type: int, partitions: Sequence[TopicPartition] | None,
+                            timeout_s: float) -> dict[TopicPartition, ElectionOutcome]:
+        """ElectLeaders (every partition when ``partitions`` is None); NOT_CONTROLLER
+        (KafkaError) on a broker that is not the controller."""
+        store = self.store
+        assert store is not None
+        if not store.single_broker:
+            return await self._active_controller().elect_leaders(election_type, partitions, timeout_s)
+        # A cluster of one: its only broker leads everything already.
+        me = self.config.broker_id
+        keys = partitions if partitions is not None else [
+            (t, p) for t, info in store.topics().items() for p in range(info.partitions)]
+        return {(t, p): election_outcome(decide_election(store, election_type, t, p, {me}, {me}, 0, me)[0], t, p)
+                for t, p in keys}
+
+    async def alter_partition_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                            allow_replication_factor_change: bool,
+                                            timeout_s: float) -> dict[TopicPartition, KafkaError | None]:
+        """AlterPartitionReassignments: per partition None (accepted) or the KafkaError."""
+        store = self.store
+        assert store is not None
+        if not store.single_broker:
+            return await self._active_controller().alter_reassignments(
+                targets, allow_replication_factor_change, timeout_s)
+        # A cluster of one: the only valid target is [this broker], where every partition
+        # already is; anything else names a broker that does not exist.
+        me = self.config.broker_id
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for (topic, partition), target in targets.items():
+            try:
+                reassignment_target(store, topic, partition, target, {me}, allow_replication_factor_change, me)
+                results[(topic, partition)] = None
+            except KafkaError as exc:
+                results[(topic, partition)] = exc
+        return results
+
+    def list_partition_reassignments(
+            self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
+        """ListPartitionReassignments: the moves under way."""
+        assert self.store is not None
+        if self.store.single_broker:
+            return {}
+        return self._active_controller().list_reassignments(partitions)

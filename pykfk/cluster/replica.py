@@ -369,6 +369,27 @@ class Partition:
         finally:
             self.isr_change_pending = False
 
+    def track_replicas(self) -> None:
+        """A leader's followers: the assignment's replicas (a reassignment adds and
+        removes some) and any ISR member (a replica being removed stays until the
+        controller takes it out of the ISR)."""
+        me = self.manager.broker_id
+        wanted = (set(self.replicas) | self.isr) - {me}
+        if wanted == self.remote.keys():
+            return
+        had_followers = bool(self.remote)
+        for r in wanted - self.remote.keys():
+            self.remote[r] = RemoteReplica()
+        for r in self.remote.keys() - wanted:
+            del self.remote[r]
+        if self.remote and not had_followers:
+            # The high watermark followed the log end by itself; from now on it is
+            # computed over the ISR (pinned where it is).
+            self.log.high_watermark = self.log.high_watermark
+        elif had_followers and not self.remote:
+            self.maybe_advance_high_watermark()
+            self.log.high_watermark = None
+
     def apply_isr(self, state: PartitionState) -> None:
         """Same leader and epoch, new ISR (written by this leader or the controller)."""
         self.state = state
@@ -512,7 +533,9 @@ class ReplicaManager:
         current = self.partitions.get(key)
         if self.broker_id not in replicas:
             if current is not None:
-                self.remove_partition(topic, partition, delete=info is None)
+                # The topic is gone, or a reassignment moved the partition off this
+                # broker (the controller took it out of the ISR first): drop the data.
+                self.remove_partition(topic, partition, delete=True)
             return
         if state is None:
             return
@@ -532,6 +555,7 @@ class ReplicaManager:
         if state.leader == self.broker_id:
             if current.role == LEADER and state.leader_epoch == current.leader_epoch:
                 current.apply_isr(state)
+                current.track_replicas()
             else:
                 self._unfollow(current)
                 current.become_leader(state)

@@ -5,6 +5,8 @@ Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
     /cluster/id                                    {"version":"1","id":"<22 chars>"}
     /brokers/ids/<id>                   ephemeral  {"host","port","endpoints","rack",...}
     /brokers/topics/<topic>                        {"version":2,"partitions":{"0":[1,2,3]},...}
+                                                   with "adding_replicas"/"removing_replicas" of
+                                                   partitions being moved (KIP-455)
     /brokers/topics/<topic>/partitions/<p>/state   {"leader","leader_epoch","isr","controller_epoch"}
     /config/topics/<topic>                         {"version":1,"config":{...}}
     /config/users/<user, URL-encoded>              {"version":1,"config":{"SCRAM-SHA-256":"salt=..."}}
@@ -41,13 +43,14 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pykfk.cluster.assignment import AssignmentError, assign_replicas
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
     Endpoint,
+    PartitionAssignment,
     PartitionState,
     TopicExistsError,
     TopicInfo,
@@ -255,16 +258,46 @@ def _parse_broker(broker_id: int, data: bytes) -> BrokerInfo:
     return BrokerInfo(broker_id, host, port, doc.get("rack"), tuple(endpoints))
 
 
-def _topic_json(assignment: Mapping[int, Sequence[int]], topic_id: str) -> bytes:
+def _topic_json(assignment: Mapping[int, Sequence[int]], topic_id: str,
+                adding: Mapping[int, Sequence[int]] | None = None,
+                removing: Mapping[int, Sequence[int]] | None = None) -> bytes:
+    def by_partition(replicas: Mapping[int, Sequence[int]] | None) -> dict[str, list[int]]:
+        return {str(p): list(r) for p, r in sorted((replicas or {}).items())}
+
     return json.dumps(
         {
             "version": 2,
-            "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-            "adding_replicas": {},
-            "removing_replicas": {},
+            "partitions": by_partition(assignment),
+            "adding_replicas": by_partition(adding),
+            "removing_replicas": by_partition(removing),
             "topic_id": topic_id,
         }
     ).encode()
+
+
+class _TopicZnode(NamedTuple):
+    """What ``/brokers/topics/<t>`` holds, and the znode version it was read at."""
+
+    assignment: dict[int, tuple[int, ...]]
+    topic_id: str
+    version: int
+    adding: dict[int, tuple[int, ...]]
+    removing: dict[int, tuple[int, ...]]
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+
+def _parse_topic(data: bytes, version: int) -> _TopicZnode:
+    doc = json.loads(data)
+
+    def by_partition(key: str) -> dict[int, tuple[int, ...]]:
+        return {int(p): tuple(int(b) for b in r) for p, r in (doc.get(key) or {}).items()}
+
+    moving = {key: {p: r for p, r in by_partition(key).items() if r} for key in ("adding_replicas", "removing_replicas")}
+    return _TopicZnode(by_partition("partitions"), str(doc.get("topic_id") or ""), version,
+                       moving["adding_replicas"], moving["removing_replicas"])
 
 
 class ZooKeeperMetadataStore:
@@ -296,7 +329,7 @@ class ZooKeeperMetadataStore:
         self._broker_epochs: dict[int, int] = {}
         self.registration_zxid = -1
         self._controller_id = -1
-        self._assignments: dict[str, tuple[dict[int, tuple[int, ...]], str, int]] = {}
+        self._assignments: dict[str, _TopicZnode] = {}
         self._configs: dict[str, dict[str, str]] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
@@ -503,11 +536,10 @@ class ZooKeeperMetadataStore:
                     del self._states[key]
                 self._rebuild_topic(topic)
             elif data:
-                doc = json.loads(data)
-                assignment = {int(p): tuple(int(b) for b in r) for p, r in doc["partitions"].items()}
+                znode = _parse_topic(data, version)
                 current = self._assignments.get(topic)
-                if current is None or current[2] <= version:
-                    self._assignments[topic] = (assignment, str(doc.get("topic_id") or ""), version)
+                if current is None or current.version <= version:
+                    self._assignments[topic] = znode
                     self._rebuild_topic(topic)
         elif parts[:2] == ["brokers", "topics"] and len(parts) == 6 and parts[5] == "state":
             key = (parts[2], int(parts[4]))
@@ -544,20 +576,24 @@ class ZooKeeperMetadataStore:
             self._notify("controlled_shutdown", broker_id)
 
     def _rebuild_topic(self, topic: str) -> None:
-        entry = self._assignments.get(topic)
-        if entry is None:
+        znode = self._assignments.get(topic)
+        if znode is None:
             if self._topics.pop(topic, None) is not None:
                 self._notify("topic", topic)
             return
-        assignment, topic_id, _version = entry
-        factor = len(next(iter(assignment.values()))) if assignment else 0
+        assignment = znode.assignment
+        # The replication factor is the target's: a moving partition has extra replicas.
+        first = next(iter(assignment), None)
+        factor = 0 if first is None else len([r for r in assignment[first] if r not in znode.removing.get(first, ())])
         info = TopicInfo(
             topic,
             len(assignment),
             factor,
             dict(self._configs.get(topic, {})),
-            topic_id or uuid.uuid5(uuid.NAMESPACE_URL, topic).hex,
+            znode.topic_id or uuid.uuid5(uuid.NAMESPACE_URL, topic).hex,
             assignment,
+            znode.adding,
+            znode.removing,
         )
         if self._topics.get(topic) != info:
             self._topics[topic] = info
@@ -756,6 +792,49 @@ class ZooKeeperMetadataStore:
         self.apply_state(topic, partition, stored)
         return stored
 
+    async def write_reassignment_as_controller(
+        self,
+        topic: str,
+        partitions: Mapping[int, PartitionAssignment],
+        states: Sequence[tuple[str, int, PartitionState, int | None]],
+        epoch_version: int,
+    ) -> None:
+        """Controller: new replica sets (with the moves under way) of partitions of one
+        topic, and the partition states that go with them, in one transaction that also
+        checks ``/controller_epoch`` (a deposed controller cannot write) and the versions
+        this broker last saw of the topic and state znodes. Raises kazoo's
+        BadVersionError when one moved meanwhile (re-read and decide again)."""
+        znode = self._assignments.get(topic)
+        if znode is None:
+            raise UnknownTopicError(topic)
+        assignment, adding, removing = dict(znode.assignment), dict(znode.adding), dict(znode.removing)
+        for partition, moved in partitions.items():
+            assignment[partition] = moved.replicas
+            for table, replicas in ((adding, moved.adding), (removing, moved.removing)):
+                table.pop(partition, None)
+                if replicas:
+                    table[partition] = replicas
+        doc = _topic_json(assignment, znode.topic_id, adding, removing)
+        txn = self.zk.transaction()
+        txn.check(CONTROLLER_EPOCH_PATH, epoch_version)
+        txn.set_data(f"{TOPICS_PATH}/{topic}", doc, znode.version)
+        for state_topic, partition, state, expected in states:
+            txn.set_data(state_path(state_topic, partition), encode_state(state), -1 if expected is None else expected)
+        results = await self._wait(txn.commit_async())
+        _raise_first(results)
+        self._apply_node(["brokers", "topics", topic], doc, results[1])
+        for (state_topic, partition, state, _expected), stat in zip(states, results[2:]):
+            self.apply_state(state_topic, partition, PartitionState(
+                state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version, stat.mzxid))
+
+    async def read_topic(self, topic: str) -> None:
+        """``/brokers/topics/<t>`` straight from ZooKeeper (after a conflict) into the view."""
+        from kazoo.exceptions import NoNodeError
+
+        with contextlib.suppress(NoNodeError):
+            data, stat = await self._wait(self.zk.get_async(f"{TOPICS_PATH}/{topic}"))
+            self._apply_node(["brokers", "topics", topic], data, stat)
+
     async def read_state(self, topic: str, partition: int) -> PartitionState | None:
         """The state straight from ZooKeeper (after a conflict); also updates the view."""
         from kazoo.exceptions import NoNodeError
@@ -895,14 +974,20 @@ class ZooKeeperMetadataStore:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"topic {name} is marked for deletion, not deleted yet")
 
     async def create_partitions(self, name: str, total: int, *, wait_s: float = 10.0) -> TopicInfo:
-        entry = self._assignments.get(name)
+        znode = self._assignments.get(name)
         info = self._topics.get(name)
-        if entry is None or info is None:
+        if znode is None or info is None:
             raise UnknownTopicError(name)
-        assignment, topic_id, version = entry
+        if znode.reassigning:
+            from pykfk.errors import ErrorCode, KafkaError
+
+            raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                             f"A partition reassignment is in progress for the topic '{name}'.")
+        assignment = znode.assignment
         extra = self.assign(total - len(assignment), info.replication_factor, first_partition=len(assignment))
         merged = {**{p: list(r) for p, r in assignment.items()}, **extra}
-        await self._wait(self.zk.set_async(f"{TOPICS_PATH}/{name}", _topic_json(merged, topic_id), version))
+        await self._wait(self.zk.set_async(f"{TOPICS_PATH}/{name}", _topic_json(merged, znode.topic_id),
+                                           znode.version))
         await self.wait_for(lambda: self._has_leaders(name, total), wait_s)
         return self._topics.get(name, info)
 

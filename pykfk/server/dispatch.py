@@ -88,6 +88,9 @@ HANDLER_MODULES = (
     "alter_client_quotas",
     "describe_cluster",
     "offset_delete",
+    "elect_leaders",
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

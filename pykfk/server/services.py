@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pykfk.cluster.metadata import MetadataStore
+    from pykfk.cluster.node import ClusterNode
     from pykfk.cluster.replica import ReplicaManager
     from pykfk.cluster.topics import TopicManager
     from pykfk.config import BrokerConfig
@@ -37,6 +38,11 @@ class BrokerServices(Protocol):
     @property
     def replica_manager(self) -> ReplicaManager:
         """The one path of records: appends, reads, offsets, fetch purgatories."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterNode:
+        """Partition reassignments and leader elections (the controller's work)."""
         ...
 
     @property

@@ -46,7 +46,7 @@ def wait_until(condition: Callable[[], Any], timeout: float, message: str, inter
 class Cluster:
     """Broker processes sharing one ZooKeeper chroot, and a kazoo view of its znodes."""
 
-    def __init__(self, base_dir: str, zookeeper: Any, size: int, overrides: dict[str, Any]):
+    def __init__(self, base_dir: str, zookeeper: Any, size: int, overrides: dict[str, Any], first_id: int = 0):
         from kazoo.client import KazooClient
 
         self.chroot = f"c-{uuid.uuid4().hex[:10]}"
@@ -55,7 +55,7 @@ class Cluster:
         settings = {**CLUSTER_DEFAULTS, **overrides, "zookeeper.connect": self.connect}
         self.brokers: dict[int, BrokerProcess] = {
             i: BrokerProcess(os.path.join(base_dir, f"broker{i}"), {**settings, "broker.id": i})
-            for i in range(size)
+            for i in range(first_id, first_id + size)
         }
         self.zk = KazooClient(hosts=zookeeper.connect_string())
         self.zk.start(timeout=10)
@@ -143,12 +143,14 @@ class Cluster:
 
 @pytest.fixture
 def cluster_factory(tmp_path: Any, zookeeper_server: Any) -> Iterator[Callable[..., Cluster]]:
-    """``factory(size=3, **overrides) -> Cluster`` (started); all stopped at teardown."""
+    """``factory(size=3, *, first_id=0, **overrides) -> Cluster`` (started; broker ids
+    from ``first_id``); all stopped at teardown."""
     made: list[Cluster] = []
 
-    def factory(size: int = 3, **overrides: Any) -> Cluster:
+    def factory(size: int = 3, *, first_id: int = 0, **overrides: Any) -> Cluster:
         directory = tmp_path / f"cluster{len(made)}"
-        cluster = Cluster(str(directory), zookeeper_server, size, {k.replace("_", "."): v for k, v in overrides.items()})
+        cluster = Cluster(str(directory), zookeeper_server, size, {k.replace("_", "."): v for k, v in overrides.items()},
+                          first_id)
         made.append(cluster)
         return cluster.start()
 

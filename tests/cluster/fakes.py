@@ -9,7 +9,13 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError
 
-from pykfk.cluster.metadata import BrokerInfo, PartitionState, TopicInfo, notify_listeners
+from pykfk.cluster.metadata import (
+    BrokerInfo,
+    PartitionAssignment,
+    PartitionState,
+    TopicInfo,
+    notify_listeners,
+)
 
 
 class FakeStore:
@@ -33,13 +39,17 @@ class FakeStore:
         self.controller_epoch_version = 0
         self._delete_requests: set[str] = set()
         self.processed_shutdowns: dict[int, int] = {}
+        self.reassignment_writes = 0
 
     # -- test controls -----------------------------------------------------------------
 
-    def add_topic(self, name: str, assignment: Mapping[int, Sequence[int]], configs: Mapping[str, str] | None = None) -> None:
+    def add_topic(self, name: str, assignment: Mapping[int, Sequence[int]], configs: Mapping[str, str] | None = None,
+                  *, adding: Mapping[int, tuple[int, ...]] | None = None,
+                  removing: Mapping[int, tuple[int, ...]] | None = None) -> None:
+        """Create or replace a topic (its znode), with moves under way if given."""
         replicas = {p: tuple(r) for p, r in assignment.items()}
         self._topics[name] = TopicInfo(name, len(replicas), len(next(iter(replicas.values()))),
-                                       dict(configs or {}), name, replicas)
+                                       dict(configs or {}), name, replicas, dict(adding or {}), dict(removing or {}))
         self._notify("topic", name)
 
     def request_deletion(self, name: str) -> None:
@@ -124,6 +134,31 @@ class FakeStore:
             results[(topic, partition)] = self.set_state(
                 topic, partition, state.leader, state.leader_epoch, state.isr, state.controller_epoch)
         return results
+
+    async def write_reassignment_as_controller(
+        self, topic: str, partitions: Mapping[int, PartitionAssignment],
+        states: Sequence[tuple[str, int, PartitionState, int | None]], epoch_version: int,
+    ) -> None:
+        """The topic's assignment and the states in one step, checked like a transaction."""
+        info = self._topics[topic]
+        if epoch_version != self.controller_epoch_version or any(
+                (current := self._states.get((t, p))) is None or current.version != expected
+                for t, p, _state, expected in states):
+            raise BadVersionError()
+        self.reassignment_writes += 1
+        assignment, adding, removing = dict(info.assignment), dict(info.adding_replicas), dict(info.removing_replicas)
+        for partition, moved in partitions.items():
+            assignment[partition] = moved.replicas
+            for table, replicas in ((adding, moved.adding), (removing, moved.removing)):
+                table.pop(partition, None)
+                if replicas:
+                    table[partition] = replicas
+        for t, p, state, _expected in states:
+            self.set_state(t, p, state.leader, state.leader_epoch, state.isr, state.controller_epoch)
+        self.add_topic(topic, assignment, info.configs, adding=adding, removing=removing)
+
+    async def read_topic(self, topic: str) -> None:
+        """The view is always current here."""
 
     async def delete_topic_znodes(self, topic: str) -> None:
         self._topics.pop(topic, None)
