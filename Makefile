@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: compile compile-one debug install test testinstalled bench bench-fast fuzz lint clean
+.PHONY: compile compile-one debug install test testinstalled wheel bench bench-fast fuzz lint clean
 
 compile:            ## build the compiled core in place (src/_core/*.so)
 	$(PYTHON) setup.py build_ext --inplace
@@ -24,6 +24,9 @@ testinstalled:      ## build a wheel, install it in a fresh venv, import from ou
 	cd /tmp && $(CURDIR)/build/testinstalled/venv/bin/python -c \
 	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile, pykfk._core.wire; \
 	   assert c.crc32c(b'123456789') == 0xE3069283; print('installed wheel OK:', c.__file__)"
+
+wheel:              ## the sdist and a manylinux wheel built from it, in dist/ (tools/build_wheels.sh)
+	PYTHON=$(PYTHON) bash tools/build_wheels.sh dist
 
 bench: compile      ## pytest-benchmark suites (figures printed against their baselines)
 	$(PYTHON) -m pytest bench -q --benchmark-columns=min,median,mean,ops --benchmark-sort=name
