@@ -11,6 +11,7 @@ import pytest
 
 from pykfk._core.records import build_batch, iter_records
 from pykfk.errors import ErrorCode
+from pykfk.protocol import framing
 from pykfk.server.dispatch import Registry
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -99,7 +100,7 @@ def records_of(data):
 # -- ApiVersions ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_api_versions_come_from_the_registry(raw, version):
     body = {"client_software_name": "raw", "client_software_version": "1"}
     response = raw.call(API_VERSIONS, version, body)
@@ -107,17 +108,26 @@ def test_api_versions_come_from_the_registry(raw, version):
     got = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     expected = {r["api_key"]: (r["min_version"], r["max_version"]) for r in Registry.default().api_versions()}
     assert got == expected
-    # Lower bounds older librdkafka needs, upper bounds of the research note.
-    assert got[0] == (0, 7) and got[1] == (0, 11) and got[3] == (0, 5) and got[18] == (0, 3)
+    # Every version from 0 (clients that do not negotiate send fixed old versions, and
+    # older librdkafka needs specific low versions in the range) up to what today's
+    # clients send.
+    assert got[0][0] == got[1][0] == got[3][0] == got[18][0] == 0
+    assert got[0][1] >= 7 and got[1][1] >= 11 and got[3][1] >= 5 and got[18][1] == 4
 
 
 def test_unsupported_api_versions_version_gets_v0_error_and_connection_stays(raw):
-    correlation_id = raw.send(API_VERSIONS, 4, {"client_software_name": "raw", "client_software_version": "1"})
+    # A version newer than any this broker knows: v4's bytes with the version field raised
+    # (request header: size, api key, version, ...).
+    frame = bytearray(framing.encode_request(API_VERSIONS, 4, 77, "raw",
+                                             {"client_software_name": "raw", "client_software_version": "1"}))
+    struct.pack_into(">h", frame, 6, 5)
+    raw.sock.sendall(frame)
+    correlation_id = 77
     frame = raw.recv_frame()
     got_id, code, count = struct.unpack_from(">ihi", frame)
     assert (got_id, code) == (correlation_id, ErrorCode.UNSUPPORTED_VERSION)
     triples = [struct.unpack_from(">hhh", frame, 10 + 6 * i) for i in range(count)]
-    assert (18, 0, 3) in triples
+    assert (18, 0, 4) in triples
     # Same connection, supported version: answered normally.
     assert raw.call(API_VERSIONS, 3, {"client_software_name": "raw", "client_software_version": "1"}).error_code == 0
 

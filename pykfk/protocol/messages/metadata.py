@@ -3,7 +3,9 @@
 v1 adds rack, controller_id, is_internal, null topics = all topics (in v0 an empty list
 means all); v2 adds cluster_id; v3 adds throttle_time_ms; v4 adds
 allow_auto_topic_creation; v5 adds offline_replicas; v6 same as v5; v7 adds leader_epoch;
-v8 adds authorized operations; v9 first flexible version.
+v8 adds authorized operations; v9 first flexible version; v10 adds topic ids; v11
+drops the cluster's authorized operations (DescribeCluster has them); v12 lets a request
+name a topic by id alone (null name).
 """
 
 from ..schema import ApiSpec, Field
@@ -11,7 +13,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     3,
     "Metadata",
-    versions="0-9",
+    versions="0-12",
     flexible="9+",
     request=[
         Field(
@@ -19,7 +21,8 @@ SPEC = ApiSpec(
             "[]MetadataRequestTopic",
             nullable="1+",
             fields=[
-                Field("name", "string"),
+                Field("topic_id", "uuid", "10+"),
+                Field("name", "string", nullable="10+"),
             ],
         ),
         Field("allow_auto_topic_creation", "bool", "4+", default=True),
@@ -45,7 +48,8 @@ SPEC = ApiSpec(
             "[]MetadataResponseTopic",
             fields=[
                 Field("error_code", "int16"),
-                Field("name", "string"),
+                Field("name", "string", nullable="12+"),
+                Field("topic_id", "uuid", "10+"),
                 Field("is_internal", "bool", "1+", default=False),
                 Field(
                     "partitions",

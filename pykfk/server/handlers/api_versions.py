@@ -13,7 +13,7 @@ from pykfk.protocol.types import Struct
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 18
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

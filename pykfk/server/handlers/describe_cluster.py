@@ -8,15 +8,12 @@ from typing import Any
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
-from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.handlers.metadata import CLUSTER_OPERATIONS
 
 API_KEY = 60
 VERSIONS = (0, 2)
 BROKER_ENDPOINTS = 1
-# Cluster operations (AclOperation codes) a principal may be told it has.
-_CLUSTER_OPERATIONS = (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION,
-                       Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE)
 
 
 def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
@@ -33,5 +30,5 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                             "controller_id": store.controller_id(), "brokers": brokers}
     if request.include_cluster_authorized_operations:
         body["cluster_authorized_operations"] = sum(
-            1 << int(op) for op in _CLUSTER_OPERATIONS if ctx.allowed_on_cluster(op))
+            1 << int(op) for op in CLUSTER_OPERATIONS if ctx.allowed_on_cluster(op))
     return body

@@ -4,10 +4,15 @@ When ``auto.create.topics.enable`` is on and the request allows it (always below
 ``allow_auto_topic_creation`` flag from v4), a missing topic is created synchronously and
 returned ready, with its partitions and leaders, in this same response: older librdkafka
 fails sends to an explicit partition if it first sees LEADER_NOT_AVAILABLE.
+
+From v8 topics (and, v8-v10, the cluster) carry the operations the principal may do on
+them when asked; from v10 topics carry their id, and from v12 a request may name a topic
+by id alone (UNKNOWN_TOPIC_ID when no topic has it).
 """
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from typing import Any
 
@@ -15,13 +20,62 @@ from pykfk.cluster.metadata import NO_LEADER, MetadataStore, TopicInfo
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.framing import response_field_encoder
-from pykfk.protocol.types import PreEncoded, Struct
+from pykfk.protocol.messages import API_SPECS
+from pykfk.protocol.types import ZERO_UUID, PreEncoded, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
-VERSIONS = (0, 5)
+VERSIONS = (0, 12)
 PARTITIONS_FIELD = ("topics", "partitions")
+# AclOperation codes a principal may be told it has on a topic, and on the cluster.
+TOPIC_OPERATIONS = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
+                    Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS)
+CLUSTER_OPERATIONS = (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION,
+                      Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE)
+
+
+_SPEC = API_SPECS[API_KEY]
+
+
+def decode_request(view: memoryview, offset: int, version: int) -> Struct:
+    """The declared layout; bytes after it are ignored, as Kafka ignores them: librdkafka
+    2.16 sends its all-topics Metadata v10+ with the topics count as a 4-byte
+    placeholder it never rewrote, which reads as a null (all topics) compact array
+    followed by three stray bytes."""
+    value, _end = _SPEC.request_decoder(version)(view, offset)
+    return value
+
+
+def topic_uuid(info: TopicInfo) -> uuid.UUID:
+    """The topic's id as the protocol carries it (stored as 32 hex digits)."""
+    try:
+        return uuid.UUID(hex=info.topic_id)
+    except ValueError:
+        return ZERO_UUID
+
+
+def _names(store: MetadataStore, requested: Any) -> tuple[list[str], dict[str, uuid.UUID]]:
+    """The requested topic names, a topic named by id alone (v12) resolved to its name;
+    ids that name no topic are returned apart (keyed by a placeholder)."""
+    names, unknown_ids = [], {}
+    by_id: dict[uuid.UUID, str] | None = None
+    for topic in requested:
+        if topic.name is not None:
+            names.append(topic.name)
+            continue
+        if by_id is None:
+            by_id = {topic_uuid(info): name for name, info in store.topics().items()}
+        name = by_id.get(topic.topic_id)
+        if name is None:
+            unknown_ids[f"\0{topic.topic_id}"] = topic.topic_id
+        else:
+            names.append(name)
+    return names, unknown_ids
+
+
+def _operations(ctx: RequestContext, name: str) -> int:
+    return sum(1 << int(op) for op in TOPIC_OPERATIONS if ctx.allowed(op, ResourceType.TOPIC, name))
 
 
 class EncodedPartitions:
@@ -71,18 +125,21 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     store = broker.metadata
     requested = request.topics
     authorizer = broker.authorizer
+    unknown_ids: dict[str, uuid.UUID] = {}
     if requested is None or (version == 0 and not requested):
         names = sorted(store.topics())  # null (v1+) or empty (v0): every topic
         if authorizer is not None:  # a listing shows only what the principal may describe
             names = [n for n in names if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)]
         allow_create = False
     else:
-        names = [t.name for t in requested]
+        names, unknown_ids = _names(store, requested)
         allow_create = broker.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
         )
     partitions = encoded_partitions(store)
-    topics = []
+    topics: list[dict[str, Any]] = [
+        {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
+        for topic_id in unknown_ids.values()] if requested else []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
         if authorizer is not None and not _may_see(ctx, name, allow_create and store.get_topic(name) is None):
             topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": False,
@@ -106,21 +163,27 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if info is None:
             topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
             continue
-        topics.append(
-            {
-                "error_code": ErrorCode.NONE,
-                "name": name,
-                "is_internal": is_internal_topic(name),
-                "partitions": partitions.get(info, version, broker.broker_id),
-            }
-        )
-    return {
+        entry = {
+            "error_code": ErrorCode.NONE,
+            "name": name,
+            "topic_id": topic_uuid(info),
+            "is_internal": is_internal_topic(name),
+            "partitions": partitions.get(info, version, broker.broker_id),
+        }
+        if version >= 8 and request.include_topic_authorized_operations:
+            entry["topic_authorized_operations"] = _operations(ctx, name)
+        topics.append(entry)
+    body = {
         "throttle_time_ms": 0,
         "brokers": _brokers(store, ctx.session.listener_name),
         "cluster_id": store.cluster_id,
         "controller_id": store.controller_id(),
         "topics": topics,
     }
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        body["cluster_authorized_operations"] = sum(
+            1 << int(op) for op in CLUSTER_OPERATIONS if ctx.allowed_on_cluster(op))
+    return body
 
 
 def _may_see(ctx: RequestContext, name: str, creating: bool) -> bool:
