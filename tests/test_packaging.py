@@ -164,6 +164,20 @@ def test_the_installed_broker_serves_a_record_without_build_tools(bare_venv: Pat
         assert broker.wait(60) == 0, (tmp_path / "broker.log").read_text()
 
 
+@pytest.mark.slow
+def test_the_installed_broker_prints_a_unit_that_systemd_accepts(bare_venv: Path, tmp_path: Path) -> None:
+    script = bare_venv / "bin" / "pykfk-broker"
+    unit = tmp_path / "pykfk-broker.service"
+    unit.write_text(subprocess.run([str(script), "--print-systemd-unit"], env=_without_build_tools(bare_venv),
+                                   capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert f"ExecStart={script} /etc/pykfk/server.properties" in unit.read_text().splitlines()
+    systemd_analyze = shutil.which("systemd-analyze")
+    assert systemd_analyze, "systemd-analyze is missing (Debian's systemd package; bash .ci/install)"
+    verified = subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert (verified.returncode, verified.stdout, verified.stderr) == (0, "", "")
+
+
 def test_every_package_of_the_tree_goes_into_the_wheel() -> None:
     import tomllib
 

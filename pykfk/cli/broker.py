@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import sysconfig
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -128,14 +129,24 @@ class _Reloader:
         if self.broker.stopping:
             return
         if self.serving:
-            self.reload()
+            self.reload_notifying()
         else:
             self.pending = True
 
     def now_serving(self) -> None:
         self.serving = True
         if self.pending:
+            self.reload_notifying()
+
+    def reload_notifying(self) -> None:
+        """Reload between RELOADING=1 and READY=1, as sd_notify(3) asks of a service
+        whose reload is a signal: the manager then knows when it is done."""
+        notify("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}",
+               f"STATUS=re-reading {self.path}")
+        try:
             self.reload()
+        finally:
+            notify("READY=1", f"STATUS=serving on {_listeners_text(self.broker)}")
 
     def reload(self) -> None:
         if self.path is None:

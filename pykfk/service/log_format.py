@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import sys
+import threading
+import types
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # sd-daemon(3) priority prefixes: the journal reads "<3>" at a line's start as the level
@@ -70,6 +72,23 @@ def configure_logging(level: str, log_format: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level))
+    # Whatever else would reach stderr goes through the same format, so a JSON log
+    # stays one object a line: Python's warnings, and exceptions nothing caught.
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_in_thread
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: types.TracebackType | None) -> None:
+    logging.getLogger("pykfk").critical("uncaught %s", kind.__name__, exc_info=(kind, value, tb))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+        return  # what threading's own hook ignores too
+    thread = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("pykfk").error("uncaught %s in thread %s", args.exc_type.__name__, thread,
+                                     exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def _utc_iso(created: float) -> str:

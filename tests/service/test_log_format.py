@@ -81,3 +81,25 @@ def test_priority_prefixes_when_stderr_is_the_journal(tmp_path, service_broker):
     lines = broker.stderr.splitlines()
     assert "<6>INFO pykfk.broker: broker 0 stopped" in lines
     assert all(line[:3] in {"<2>", "<3>", "<4>", "<6>", "<7>"} for line in lines), lines
+
+
+def test_warnings_and_uncaught_exceptions_stay_json():
+    code = (
+        "import threading, warnings\n"
+        "from pykfk.service.log_format import configure_logging\n"
+        "configure_logging('INFO', 'json')\n"
+        "warnings.warn('an old setting')\n"
+        "def fail(): raise ValueError('in a thread')\n"
+        "t = threading.Thread(target=fail, name='worker'); t.start(); t.join()\n"
+        "raise RuntimeError('nothing caught this')\n"
+    )
+    result = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True,
+                            timeout=START_TIMEOUT_S, check=False)
+    assert result.returncode == 1
+    warning, in_thread, uncaught = _json_lines(result.stderr)
+    assert (warning["level"], warning["logger"]) == ("WARNING", "py.warnings")
+    assert "an old setting" in warning["message"]
+    assert in_thread["message"] == "uncaught ValueError in thread worker"
+    assert "ValueError: in a thread" in in_thread["exception"]
+    assert (uncaught["level"], uncaught["message"]) == ("CRITICAL", "uncaught RuntimeError")
+    assert "RuntimeError: nothing caught this" in uncaught["exception"]

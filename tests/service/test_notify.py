@@ -59,6 +59,20 @@ def test_ready_once_metadata_answers_and_stopping_at_sigterm(tmp_path, notify_so
     assert broker.proc.wait(START_TIMEOUT_S) == 0
 
 
+def test_a_reload_is_framed_by_reloading_and_ready(tmp_path, notify_socket, service_broker):
+    config = tmp_path / "server.properties"
+    config.write_text(f"log.dirs={tmp_path / 'data'}\nlisteners=PLAINTEXT://127.0.0.1:0\n", encoding="utf-8")
+    broker = service_broker([str(config)], env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    _receive_until(notify_socket, "READY")
+    broker.proc.send_signal(signal.SIGHUP)
+    reloading, _ = _receive_until(notify_socket, "RELOADING")
+    assert reloading["RELOADING"] == "1"
+    assert int(reloading["MONOTONIC_USEC"]) > 0
+    ready, _ = _receive_until(notify_socket, "READY")
+    assert ready["STATUS"].startswith("serving on PLAINTEXT://127.0.0.1:")
+    assert "no dynamic setting changed" in broker.stderr
+
+
 def test_no_ready_notification_when_the_broker_cannot_start(tmp_path, notify_socket, service_broker):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
