@@ -33,7 +33,7 @@ from pykfk.broker import Broker
 from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError
 from pykfk.service import example_config_text, unit_file_text
 from pykfk.service.log_format import configure_logging
-from pykfk.service.notify import notify
+from pykfk.service.notify import notify, watchdog_interval_s
 
 log = logging.getLogger("pykfk.broker")
 
@@ -193,7 +193,25 @@ def _listeners_text(broker: Broker) -> str:
     return ", ".join(f"{name}://{host}:{port}" for name, (host, port) in broker.bound.items())
 
 
+async def _ping_watchdog(interval_s: float) -> None:
+    """WATCHDOG=1 from the event loop itself: a loop stuck for longer than the unit's
+    WatchdogSec= misses its pings, and systemd restarts the broker."""
+    while True:
+        notify("WATCHDOG=1")
+        await asyncio.sleep(interval_s)
+
+
 async def _serve(config: BrokerConfig, args: argparse.Namespace) -> int:
+    watchdog_s = watchdog_interval_s()
+    watchdog = asyncio.create_task(_ping_watchdog(watchdog_s)) if watchdog_s else None
+    try:
+        return await _run_broker(config, args)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+async def _run_broker(config: BrokerConfig, args: argparse.Namespace) -> int:
     _before, open_files = raise_open_files_limit()
     size_sealed_segment_lru(open_files if open_files != resource.RLIM_INFINITY else 1 << 20)
     loop = asyncio.get_running_loop()

@@ -44,3 +44,14 @@ def notify_address() -> bytes | None:
     if name.startswith("/"):
         return os.fsencode(name)
     return None
+
+
+def watchdog_interval_s() -> float | None:
+    """How often to send ``WATCHDOG=1``: half the timeout the unit's ``WatchdogSec=``
+    set (sd_watchdog_enabled(3) advises half), or None when no watchdog watches this
+    process (``$WATCHDOG_PID``, when set, names the process it watches)."""
+    usec = os.environ.get("WATCHDOG_USEC", "")
+    pid = os.environ.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0 or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2_000_000

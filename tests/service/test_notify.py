@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pykfk.service.notify import notify
+from pykfk.service.notify import notify, watchdog_interval_s
 
 from .conftest import START_TIMEOUT_S, loopback_args
 
@@ -71,6 +71,27 @@ def test_a_reload_is_framed_by_reloading_and_ready(tmp_path, notify_socket, serv
     ready, _ = _receive_until(notify_socket, "READY")
     assert ready["STATUS"].startswith("serving on PLAINTEXT://127.0.0.1:")
     assert "no dynamic setting changed" in broker.stderr
+
+
+def test_the_event_loop_pings_the_watchdog(tmp_path, notify_socket, service_broker):
+    broker = service_broker(loopback_args(tmp_path), env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+                                                          "WATCHDOG_USEC": "200000"})
+    _receive_until(notify_socket, "READY")
+    for _ in range(3):  # every 100 ms, half of WatchdogSec=200ms
+        assert _receive_until(notify_socket, "WATCHDOG")[0]["WATCHDOG"] == "1"
+    assert broker.stop() == 0
+
+
+def test_the_watchdog_interval_is_half_the_timeout_for_this_process(monkeypatch):
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+    assert watchdog_interval_s() is None
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    assert watchdog_interval_s() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert watchdog_interval_s() == 15.0
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))  # meant for another process
+    assert watchdog_interval_s() is None
 
 
 def test_no_ready_notification_when_the_broker_cannot_start(tmp_path, notify_socket, service_broker):
