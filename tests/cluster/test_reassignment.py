@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError as ConfluentError
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
@@ -35,6 +36,19 @@ def create_topic_on(cluster: Cluster, name: str, assignment: dict[int, list[int]
                  "adding_replicas": {}, "removing_replicas": {}}
     cluster.zk.create(cluster.path(f"/brokers/topics/{name}"), json.dumps(topic_doc).encode())
     cluster.wait_for_full_isr(name, len(assignment), timeout=60)
+
+
+def grow(bootstrap: str, topic: str, partitions: int) -> int | None:
+    """CreatePartitions through confluent-kafka's AdminClient: None or the error code."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer comes
+    future = admin.create_partitions([NewPartitions(topic, partitions)])[topic]
+    try:
+        future.result(30)
+    except Exception as exc:  # noqa: BLE001 - the KafkaException carries the code
+        return int(exc.args[0].code())
+    return None
 
 
 def admin_client(bootstrap: str) -> KafkaAdminClient:
@@ -167,6 +181,7 @@ def test_a_waiting_move_is_listed_cancelled_and_finished_by_the_next_controller(
                       "removing_replicas": [controller]}
             assert admin.list_partition_reassignments() == {tp: moving}
             assert cluster.assignment(topic) == {0: target + [controller]}
+            assert grow(bootstrap, topic, 2) == ConfluentError.REASSIGNMENT_IN_PROGRESS
             # Cancelled: back to the original replicas (in the order the move kept them).
             assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
             assert admin.list_partition_reassignments() == {}
