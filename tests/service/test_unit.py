@@ -1,6 +1,7 @@
 """The systemd unit and example configuration shipped in the package: systemd-analyze
-verify accepts the unit as ``pykfk-broker --print-systemd-unit`` writes it, and the
-example server.properties is a valid configuration under the unit's state directory."""
+verify accepts the unit as ``pykfk-broker --print-systemd-unit`` writes it (and its
+security check rates it OK), and the example server.properties is a valid
+configuration under the unit's state directory."""
 
 from __future__ import annotations
 
@@ -43,6 +44,16 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
     result = _verify(unit)
     # verify exits 0 even for unknown keys or bad values it ignores: it must say nothing.
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_unit_is_hardened(tmp_path):
+    """systemd's own exposure score (0 safest, 10 worst) stays in its "OK" band (below 4)."""
+    unit = tmp_path / "pykfk-broker.service"
+    unit.write_text(_broker_cli("--print-systemd-unit"), encoding="utf-8")
+    result = subprocess.run([shutil.which("systemd-analyze") or "systemd-analyze", "security", "--offline=yes",
+                             "--threshold=39", str(unit)], capture_output=True, text=True, timeout=TIMEOUT_S,
+                            check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
 
 
 def test_systemd_analyze_would_catch_a_bad_unit(tmp_path):
