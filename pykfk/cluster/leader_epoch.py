@@ -107,6 +107,15 @@ class LeaderEpochCache:
             found = e
         return found, log_end_offset  # pragma: no cover - the loop always returns
 
+    def epoch_for(self, offset: int) -> int:
+        """The epoch of the leader that wrote ``offset`` (-1 when no entry covers it)."""
+        found = UNDEFINED_EPOCH
+        for epoch, start in self.entries:
+            if start > offset:
+                break
+            found = epoch
+        return found
+
     def truncate_from_end(self, end_offset: int) -> None:
         """The log was truncated to ``end_offset``: forget epochs that start at or after it."""
         before = len(self.entries)

@@ -210,3 +210,25 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(secure_broker):
         assert described.error_code == ErrorCode.SECURITY_DISABLED
     finally:
         raw.close()
+
+
+def test_acl_apis_at_v0_speak_of_literal_bindings(acl_broker):
+    """v0 has no pattern type: bindings created are LITERAL, filters match LITERAL."""
+    raw = _raw(acl_broker, "admin")
+    try:
+        created = raw.call(30, 0, {"creations": [
+            {"resource_type": 2, "resource_name": "v0-topic", "principal": "User:zed", "host": "*",
+             "operation": 3, "permission_type": 3}]})
+        assert [r.error_code for r in created.results] == [ErrorCode.NONE]
+        described = raw.call(29, 0, {"resource_type_filter": 2, "resource_name_filter": "v0-topic",
+                                     "principal_filter": None, "host_filter": None,
+                                     "operation": 1, "permission_type": 1})
+        assert described.error_code == ErrorCode.NONE
+        assert [(r.resource_name, [(a.principal, a.operation) for a in r.acls]) for r in described.resources] == [
+            ("v0-topic", [("User:zed", 3)])]
+        deleted = raw.call(31, 0, {"filters": [{"resource_type_filter": 2, "resource_name_filter": "v0-topic",
+                                                "principal_filter": None, "host_filter": None,
+                                                "operation": 1, "permission_type": 1}]})
+        assert [[m.resource_name for m in r.matching_acls] for r in deleted.filter_results] == [["v0-topic"]]
+    finally:
+        raw.close()

@@ -8,7 +8,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     30,
     "CreateAcls",
-    versions="1-3",
+    versions="0-3",
     flexible="2+",
     request=[
         Field(

@@ -2,7 +2,8 @@
 
 v1 adds validate_only and error_message; v2 adds throttle_time_ms; v3 same; v4 allows -1
 partitions/replication factor for broker defaults (KIP-464); v5 first flexible version,
-returns num_partitions, replication_factor and configs of created topics (KIP-525).
+returns num_partitions, replication_factor and configs of created topics (KIP-525); v6
+same as v5; v7 returns the topic id (KIP-516).
 """
 
 from ..schema import ApiSpec, Field
@@ -10,7 +11,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     19,
     "CreateTopics",
-    versions="0-5",
+    versions="0-7",
     flexible="5+",
     request=[
         Field(
@@ -48,6 +49,7 @@ SPEC = ApiSpec(
             "[]CreatableTopicResult",
             fields=[
                 Field("name", "string"),
+                Field("topic_id", "uuid", "7+"),
                 Field("error_code", "int16"),
                 Field("error_message", "string", "1+", nullable="0+"),
                 Field("topic_config_error_code", "int16", "5+", tag=0),

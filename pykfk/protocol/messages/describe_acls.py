@@ -8,7 +8,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     29,
     "DescribeAcls",
-    versions="1-3",
+    versions="0-3",
     flexible="2+",
     request=[
         Field("resource_type_filter", "int8"),

@@ -11,7 +11,7 @@ from pykfk.security.acl import AclBinding, AclError, Operation, binding_from_cod
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 30
-VERSIONS = (1, 3)
+VERSIONS = (0, 3)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 37
-VERSIONS = (0, 1)
+VERSIONS = (0, 3)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

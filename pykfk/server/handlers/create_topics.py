@@ -2,21 +2,26 @@
 factor, assignments, configs), ``validate_only``, and creation through the metadata store.
 
 v4 allows -1 for num_partitions / replication_factor, meaning the broker defaults
-(``num.partitions``, ``default.replication.factor``).
+(``num.partitions``, ``default.replication.factor``). From v5 a created (or validated)
+topic is answered with its partition count, replication factor and settings as
+DescribeConfigs would report them; from v7 with its topic id.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import TopicInfo
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.handlers.describe_configs import topic_configs
+from pykfk.server.handlers.metadata import topic_uuid
 from pykfk.server.services import BrokerServices
 
 API_KEY = 19
-VERSIONS = (0, 4)
+VERSIONS = (0, 7)
 
 
 def _from_assignments(broker: BrokerServices, topic: Struct) -> tuple[int, int]:
@@ -64,10 +69,21 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 partitions, replication = _from_assignments(broker, topic)
             configs = {c.name: c.value for c in topic.configs}
             partitions, replication, configs = broker.topics.check_new_topic(name, partitions, replication, configs)
+            info = TopicInfo(name, partitions, replication, configs)
             if not validate_only:
-                await broker.topics.create_topic(name, partitions, replication, configs)
-            code, message = ErrorCode.NONE, None
+                info = await broker.topics.create_topic(name, partitions, replication, configs)
+            results.append(_created(ctx, info))
         except KafkaError as exc:
-            code, message = exc.code, exc.message
-        results.append({"name": name, "error_code": code, "error_message": message})
+            results.append({"name": name, "error_code": exc.code, "error_message": exc.message})
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _created(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
+    result: dict[str, Any] = {"name": info.name, "error_code": ErrorCode.NONE, "error_message": None}
+    if ctx.api_version >= 5:
+        configs = [{"name": c["name"], "value": c["value"], "read_only": c["read_only"],
+                    "config_source": c["config_source"], "is_sensitive": c["is_sensitive"]}
+                   for c in topic_configs(ctx.broker.config, info, None)]
+        result.update(num_partitions=info.partitions, replication_factor=info.replication_factor, configs=configs,
+                      topic_id=topic_uuid(info))
+    return result

@@ -11,7 +11,7 @@ from pykfk.security.acl import AclBinding, AclError, Operation, filter_from_code
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 31
-VERSIONS = (1, 3)
+VERSIONS = (0, 3)
 
 
 def _described(binding: AclBinding) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pykfk.security.acl import AclError, Operation, filter_from_codes
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 29
-VERSIONS = (1, 3)
+VERSIONS = (0, 3)
 
 
 def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

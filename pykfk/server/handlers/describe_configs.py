@@ -92,7 +92,7 @@ def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, st
     return _entry(key.name, value, source, False, synonyms, key.kind, key.doc)
 
 
-def _topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) -> list[dict[str, Any]]:
+def topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) -> list[dict[str, Any]]:
     return [_topic_entry(config, key, info.configs) for name, key in TOPIC_KEYS.items()
             if keys is None or name in keys]
 
@@ -143,7 +143,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             if info is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {resource.resource_name} does not exist"
             else:
-                configs = _topic_configs(broker.config, info, keys)
+                configs = topic_configs(broker.config, info, keys)
         elif resource.resource_type == BROKER:
             if resource.resource_name not in ("", str(broker.broker_id)):
                 code = ErrorCode.INVALID_REQUEST

@@ -15,7 +15,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 22
-VERSIONS = (0, 1)
+VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

@@ -5,7 +5,9 @@ v0 answers with a list of offsets (``old_style_offsets``): segment base offsets 
 log end, by the segments' modification times, as Kafka's legacy path does (a consumer
 never sees an offset past the high watermark). v1+ answers with one offset and its
 timestamp. "Latest" is the high watermark. Only the partition's leader answers
-(NOT_LEADER_OR_FOLLOWER elsewhere).
+(NOT_LEADER_OR_FOLLOWER elsewhere). From v4 a client's current leader epoch is checked
+(FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer) and the answer carries
+the epoch of the leader that wrote the offset; v6 is the first flexible version.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 2
-VERSIONS = (0, 3)
+VERSIONS = (0, 6)
 
 LATEST = -1
 EARLIEST = -2
@@ -78,16 +80,19 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             try:
                 if denied:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                plog = replicas.leader_log(topic.name, part.partition_index)
+                leader = replicas.leader_partition(topic.name, part.partition_index)
+                leader.check_leader_epoch(part.current_leader_epoch)
+                plog = leader.log
                 if v0:
                     offsets = _legacy_offsets(plog, part.timestamp, part.max_num_offsets,
                                               request.replica_id == CONSUMER_REPLICA_ID)
                     entry.update(error_code=ErrorCode.NONE, old_style_offsets=offsets)
                 else:
                     timestamp, offset = _lookup(plog, part.timestamp)
-                    entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset)
+                    entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset,
+                                 leader_epoch=leader.epochs.epoch_for(offset) if offset >= 0 else -1)
             except KafkaError as exc:
-                entry.update(error_code=exc.code, timestamp=-1, offset=-1, old_style_offsets=[])
+                entry.update(error_code=exc.code, timestamp=-1, offset=-1, old_style_offsets=[], leader_epoch=-1)
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

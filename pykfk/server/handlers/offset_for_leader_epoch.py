@@ -19,7 +19,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.services import BrokerServices
 
 API_KEY = 23
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)
 
 
 
