@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_broker_import_without_compiled_core_says_how_to_build(tmp_path: Path) -> None:
     # A copy of the Python sources with the core's Python files but none of its extensions.
-    shutil.copytree(ROOT / "pykfk", tmp_path / "pykfk")
+    # (bytecode left out: a .pyc being rewritten by another process can vanish mid-copy)
+    shutil.copytree(ROOT / "pykfk", tmp_path / "pykfk", ignore=shutil.ignore_patterns("__pycache__"))
     core = tmp_path / "pykfk" / "_core"
     core.mkdir()
     for source in (ROOT / "src" / "_core").glob("*.py"):
