@@ -139,6 +139,7 @@ class ClusterNode:
                 fetch_backoff_ms=cfg["replica.fetch.backoff.ms"],
                 socket_timeout_ms=cfg["replica.socket.timeout.ms"],
                 listener=cfg.inter_broker_listener_name,
+                follower_throttled_rate=lambda: cfg["follower.replication.throttled.rate"],
                 # A cluster of one has no other broker to reach.
                 channel_security=inter_broker_security(cfg) if cfg.zookeeper_connect else None,
             ),

@@ -48,6 +48,7 @@ from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError, ChannelSecurity
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
+from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
 
@@ -82,6 +83,8 @@ class ReplicaSettings:
         # inter.broker.listener.name, and how to connect and log in to it.
         self.listener: str = kw.get("listener", "PLAINTEXT")
         self.channel_security: ChannelSecurity = kw.get("channel_security") or ChannelSecurity()
+        # follower.replication.throttled.rate, read at each use (a dynamic setting).
+        self.follower_throttled_rate: Callable[[], int] = kw.get("follower_throttled_rate", lambda: UNLIMITED)
 
 
 class RemoteReplica:
@@ -469,6 +472,8 @@ class ReplicaManager:
         self.log_config_for = log_config_for
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        # Fetches for the replicas this broker is adding in a reassignment, all leaders together.
+        self.follower_throttle = ByteRateThrottle(settings.follower_throttled_rate, clock)
         self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
         # Fetch purgatories. Follower fetches park in ``log_end_waiters``, woken by leader
         # appends; consumer fetches in ``high_watermark_waiters``, woken when the high
@@ -627,6 +632,13 @@ class ReplicaManager:
         """Shutdown: every parked fetch answers now with what it has."""
         self.log_end_waiters.wake_all()
         self.high_watermark_waiters.wake_all()
+
+    def being_added(self, partition: Partition) -> bool:
+        """A replica this broker is adding in a reassignment and that is not in sync yet
+        (the replicas the follower throttle holds back)."""
+        info = self.store.get_topic(partition.topic)
+        return (info is not None and self.broker_id in info.adding_replicas.get(partition.partition, ())
+                and self.broker_id not in partition.isr)
 
     def may_join_isr(self, broker_id: int) -> bool:
         return (broker_id in self.store.live_broker_ids()
@@ -914,18 +926,24 @@ class ReplicaFetcher:
     async def _fetch(self, channel: BrokerChannel) -> bool:
         settings = self.manager.settings
         now = self.manager.now_ms()
-        sent: list[tuple[Partition, int]] = []
+        throttle = self.manager.follower_throttle
+        sent: list[tuple[Partition, int, bool]] = []
         topics: dict[str, list[dict[str, int]]] = {}
         for p in self.partitions.values():
             if p.needs_truncation or p.fetch_paused_until > now:
                 continue
-            sent.append((p, p.leader_epoch))
+            throttled = throttle.limited and self.manager.being_added(p)
+            if throttled and throttle.exceeded():
+                continue  # a replica being added waits for the reassignment throttle
+            sent.append((p, p.leader_epoch, throttled))
             topics.setdefault(p.topic, []).append({
                 "partition": p.partition,
                 "current_leader_epoch": p.leader_epoch,
                 "fetch_offset": p.log.log_end_offset,
                 "log_start_offset": p.log.log_start_offset,
-                "partition_max_bytes": settings.fetch_max_bytes,
+                # About one second's worth at a time, so the rate stays even.
+                "partition_max_bytes": min(settings.fetch_max_bytes, throttle.rate) if throttled
+                else settings.fetch_max_bytes,
             })
         if not sent:
             return False
@@ -946,24 +964,28 @@ class ReplicaFetcher:
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "fetch refused")
         results = {(t.topic, r.partition_index): r for t in response.responses for r in t.partitions}
-        for p, epoch in sent:
+        for p, epoch, throttled in sent:
             result = results.get(p.key)
             if result is None or not self._current(p, epoch):
                 continue
             try:
-                self._handle_partition(p, result)
+                appended = self._handle_partition(p, result)
+                if throttled:
+                    throttle.record(appended)
             except KafkaError as exc:
                 log.warning("%s-%d: cannot append fetched data: %s", p.topic, p.partition, exc)
                 p.needs_truncation = True
                 p.fetch_paused_until = self.manager.now_ms() + settings.fetch_backoff_ms
         return True
 
-    def _handle_partition(self, p: Partition, result: Any) -> None:
+    def _handle_partition(self, p: Partition, result: Any) -> int:
+        """Takes one partition's part of a fetch response; returns the bytes appended."""
         code = result.error_code
+        appended = 0
         if code == ErrorCode.NONE:
             records = result.records
             if records is not None and len(records):
-                p.append_as_follower(memoryview(records), result.high_watermark)
+                appended = p.append_as_follower(memoryview(records), result.high_watermark)
             else:
                 p._take_high_watermark(result.high_watermark)
             # Records deleted on the leader (DeleteRecords) go here too, up to what this
@@ -984,3 +1006,4 @@ class ReplicaFetcher:
             # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: the new state is on
             # its way through ZooKeeper; ask again a little later.
             p.fetch_paused_until = self.manager.now_ms() + min(self.manager.settings.fetch_backoff_ms, 200)
+        return appended

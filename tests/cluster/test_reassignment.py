@@ -3,7 +3,7 @@ kafka-python's KafkaAdminClient (AlterPartitionReassignments and
 ListPartitionReassignments; confluent-kafka's AdminClient has neither) and raw requests:
 a move from brokers [1, 2, 3] to [2, 3, 4] under a running acks=all producer, a move
 listed while it waits, cancelled, and carried on by a new controller, bad targets, a
-broker that is not the controller, and a standalone broker."""
+broker that is not the controller, a standalone broker, and the follower throttle."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -245,3 +246,55 @@ def test_a_standalone_broker_takes_only_itself_as_the_replica_set(pykfk_broker):
         assert answer.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     finally:
         raw.close()
+
+
+def log_bytes(cluster: Cluster, broker_id: int, topic: str) -> int:
+    directory = os.path.join(cluster.brokers[broker_id].log_dir, f"{topic}-0")
+    if not os.path.isdir(directory):
+        return 0
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory) if n.endswith(".log"))
+
+
+@pytest.mark.timeout(180)
+def test_the_follower_throttle_paces_a_move_and_a_dynamic_change_lifts_it(cluster_factory):
+    rate = 300_000  # bytes per second
+    cluster = cluster_factory(2, follower_replication_throttled_rate=rate)
+    topic, tp = "paced", TopicPartition("paced", 0)
+    create_topic_on(cluster, topic, {0: [0]})
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 20})
+    for i in range(3000):
+        producer.produce(topic, value=b"%06d" % i + b"y" * 994)
+    assert producer.flush(60) == 0
+    total = log_bytes(cluster, 0, topic)
+    assert total > 3_000_000
+
+    admin = admin_client(cluster.bootstrap)
+    try:
+        started = time.monotonic()
+        assert admin.alter_partition_reassignments({tp: [0, 1]}) == {tp: None}
+        wait_until(lambda: log_bytes(cluster, 1, topic) >= 1_200_000, 30, "broker 1 to copy 1.2 MB")
+        # At 300 kB/s, with a second's worth as a burst and one fetch of debt, that takes
+        # about 2 s (unthrottled, a fraction of a second).
+        assert time.monotonic() - started >= 1.5
+        assert admin.list_partition_reassignments() == {
+            tp: {"replicas": [0, 1], "adding_replicas": [1], "removing_replicas": []}}
+    finally:
+        admin.close()
+
+    # Lifting the throttle on broker 1 (a dynamic broker setting) lets the copy finish.
+    configs = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    lifted = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[ConfigEntry(
+        "follower.replication.throttled.rate", "1000000000", incremental_operation=AlterConfigOpType.SET)])
+    configs.incremental_alter_configs([lifted])[lifted].result(30)
+    wait_until(lambda: reassignment_done(cluster, topic, [0, 1]), 30, "the move to finish")
+    ends = high_watermarks(cluster.bootstrap, topic, 1)
+    assert replica_bytes(cluster, 1, topic, 0, ends[0]) == replica_bytes(cluster, 0, topic, 0, ends[0])

@@ -4,7 +4,7 @@ the new replicas are in sync (a leader from the new set, the removed replicas ou
 ISR and the assignment), survives a controller failover, is cancelled back to the
 original replicas; bad targets are refused with Kafka's codes and change nothing. On the
 replica side a leader tracks a replica added to the assignment and a broker removed from
-it deletes its log."""
+it deletes its log; the reassignment throttle's rate."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pykfk.clock import ManualClock
 from pykfk.cluster.controller import Controller, ControllerSettings
 from pykfk.cluster.metadata import PartitionAssignment
 from pykfk.cluster.replica import ReplicaManager, ReplicaSettings
+from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
 
@@ -228,3 +229,21 @@ async def test_a_leader_tracks_an_added_replica_and_a_removed_broker_deletes_its
     assert ("t", 0) not in follower.manager.partitions
     assert follower.log_manager.get_log("t", 0) is None
     await follower.close()
+
+
+def test_the_reassignment_throttle_lets_through_its_rate_per_second():
+    clock = ManualClock()
+    rate = [1000]
+    throttle = ByteRateThrottle(lambda: rate[0], clock)
+    assert throttle.limited and not throttle.exceeded()  # one second's worth at first
+    throttle.record(2500)  # a fetch may bring more than that: the debt is waited off
+    assert throttle.exceeded()
+    clock.advance(1_400)
+    assert throttle.exceeded()
+    clock.advance(200)
+    assert not throttle.exceeded()
+    clock.advance(60_000)  # an idle minute saves up one second's worth, no more
+    throttle.record(1000)
+    assert throttle.exceeded()
+    rate[0] = UNLIMITED  # a dynamic change applies at once
+    assert not throttle.limited and not throttle.exceeded()
