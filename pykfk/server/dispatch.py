@@ -91,6 +91,7 @@ HANDLER_MODULES = (
     "elect_leaders",
     "alter_partition_reassignments",
     "list_partition_reassignments",
+    "describe_log_dirs",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

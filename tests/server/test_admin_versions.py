@@ -81,3 +81,31 @@ def test_list_offsets_v4_checks_and_answers_leader_epochs(pykfk_broker):
         assert latest(6, 3).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH  # newer than the leader's
     finally:
         raw.close()
+
+
+def test_describe_log_dirs_reports_partition_sizes(pykfk_broker):
+    from kafka.admin import KafkaAdminClient
+
+    producer = Producer({"bootstrap.servers": pykfk_broker.bootstrap})
+    for _ in range(20):
+        producer.produce("sized", b"x" * 1000, partition=0)
+    assert producer.flush(10) == 0
+    admin = KafkaAdminClient(bootstrap_servers=pykfk_broker.bootstrap)
+    try:
+        [report] = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    assert "sized" in repr(report) and "pykfk-data" in repr(report)  # the topic in the fixture's log dir
+    raw = RawClient(pykfk_broker.host, pykfk_broker.port)
+    try:
+        answer = raw.call(35, 4, {"topics": [{"topic": "sized", "partitions": [0]}]})
+        everything = raw.call(35, 0, {"topics": None})
+    finally:
+        raw.close()
+    [result] = answer.results
+    assert answer.error_code == ErrorCode.NONE and result.total_bytes > result.usable_bytes > 0
+    [topic] = result.topics
+    [partition] = topic.partitions
+    assert (topic.name, partition.partition_index, partition.offset_lag) == ("sized", 0, 0)
+    assert partition.partition_size >= 20 * 1000
+    assert "sized" in {t.name for r in everything.results for t in r.topics}

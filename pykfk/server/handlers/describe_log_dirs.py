@@ -1,0 +1,54 @@
+"""DescribeLogDirs (key 35): each log directory of this broker with the size of every
+partition in it (all partitions, or those asked for), its lag behind the high watermark,
+and (v4) the directory's file system size and free space. DESCRIBE on the cluster is
+needed: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) or empty.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any
+
+from pykfk.errors import ErrorCode
+from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation
+from pykfk.server.dispatch import RequestContext
+
+API_KEY = 35
+VERSIONS = (0, 4)
+
+
+def _wanted(request: Struct) -> set[tuple[str, int]] | None:
+    if request.topics is None:
+        return None
+    return {(t.topic, p) for t in request.topics for p in t.partitions}
+
+
+def _space(log_dir: str) -> tuple[int, int]:
+    try:
+        stats = os.statvfs(log_dir)
+    except OSError:
+        return -1, -1
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+
+
+def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    if not ctx.allowed_on_cluster(Operation.DESCRIBE):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
+    log_manager = ctx.broker.replica_manager.log_manager
+    wanted = _wanted(request)
+    by_dir: dict[str, dict[str, list[dict[str, Any]]]] = {d: defaultdict(list) for d in log_manager.log_dirs}
+    for (topic, partition), plog in sorted(log_manager.logs().items()):
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        by_dir.setdefault(os.path.dirname(plog.dir), defaultdict(list))[topic].append({
+            "partition_index": partition, "partition_size": plog.size_bytes,
+            "offset_lag": max(0, plog.high_watermark - plog.log_end_offset), "is_future_key": False})
+    results = []
+    for log_dir, topics in by_dir.items():
+        total, usable = _space(log_dir)
+        results.append({"error_code": ErrorCode.NONE, "log_dir": log_dir, "total_bytes": total,
+                         "usable_bytes": usable,
+                         "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
