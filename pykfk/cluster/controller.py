@@ -246,6 +246,7 @@ class Controller:
                 task.cancel()
         await asyncio.gather(*(t for t in (self._task, self._rebalance_task) if t is not None),
                              return_exceptions=True)
+        self._fail_pending_requests()
         if self.active:
             self.active = False
             await self.store.resign_controller()
@@ -337,6 +338,13 @@ class Controller:
             return await asyncio.wait_for(future, max(timeout_s, 0.001))
         except asyncio.TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the controller did not answer within {timeout_s}s") from None
+
+    def _fail_pending_requests(self) -> None:
+        """At stop: admin requests still queued answer NOT_CONTROLLER now."""
+        while not self._queue.empty():
+            kind, key = self._queue.get_nowait()
+            if kind in _REQUESTS and not key[1].done():
+                key[1].set_exception(KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is stopping"))
 
     async def _answer(self, kind: str, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
         if future.done():

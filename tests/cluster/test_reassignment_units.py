@@ -8,6 +8,7 @@ it deletes its log; the reassignment throttle's rate."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -247,3 +248,14 @@ def test_the_reassignment_throttle_lets_through_its_rate_per_second():
     assert throttle.exceeded()
     rate[0] = UNLIMITED  # a dynamic change applies at once
     assert not throttle.limited and not throttle.exceeded()
+
+
+async def test_requests_still_queued_at_stop_answer_not_controller(running):
+    controller, _store, _clock = await running()
+    # Nothing runs the queue before the stop: the request is still waiting there.
+    pending = asyncio.ensure_future(controller.alter_reassignments({("t", 0): [2, 3, 4]}, True, 5))
+    await asyncio.sleep(0)
+    await controller.stop()
+    with pytest.raises(KafkaError) as refused:
+        await pending
+    assert refused.value.code == ErrorCode.NOT_CONTROLLER
