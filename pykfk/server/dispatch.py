@@ -92,6 +92,7 @@ HANDLER_MODULES = (
     "alter_partition_reassignments",
     "list_partition_reassignments",
     "describe_log_dirs",
+    "describe_topic_partitions",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

@@ -66,3 +66,32 @@ def test_confluent_describe_topics_and_cluster_carry_authorized_operations(pykfk
     assert AclOperation.READ in described.authorized_operations
     cluster = admin.describe_cluster(include_authorized_operations=True).result(20)
     assert AclOperation.DESCRIBE in cluster.authorized_operations
+
+
+def test_describe_topic_partitions_pages_through_partitions_with_a_cursor(pykfk_broker):
+    admin = AdminClient({"bootstrap.servers": pykfk_broker.bootstrap})
+    for future in admin.create_topics([NewTopic("paged-a", 5, 1), NewTopic("paged-b", 3, 1)]).values():
+        future.result(20)
+    raw = RawClient(pykfk_broker.host, pykfk_broker.port)
+    seen, cursor, pages = [], None, 0
+    try:
+        while pages < 10:
+            answer = raw.call(75, 0, {"topics": [{"name": "paged-b"}, {"name": "paged-a"}, {"name": "nowhere"}],
+                                      "response_partition_limit": 3, "cursor": cursor})
+            pages += 1
+            for topic in answer.topics:
+                seen += [(topic.name, topic.error_code, p.partition_index, p.leader_id) for p in topic.partitions]
+                if topic.error_code:
+                    seen.append((topic.name, topic.error_code))
+            cursor = answer.next_cursor
+            if cursor is None:
+                break
+        bad_cursor = raw.call(75, 0, {"topics": [{"name": "paged-a"}], "response_partition_limit": 3,
+                                      "cursor": {"topic_name": "elsewhere", "partition_index": 0}})
+    finally:
+        raw.close()
+    assert pages == 3  # 8 partitions, 3 a page
+    # In name order: the unknown topic first, then every partition once, across pages.
+    assert seen == [("nowhere", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)] + [
+        ("paged-a", 0, p, 0) for p in range(5)] + [("paged-b", 0, p, 0) for p in range(3)]
+    assert bad_cursor.topics[0].error_code == ErrorCode.INVALID_REQUEST

@@ -27,6 +27,7 @@ from . import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_topic_partitions,
     describe_user_scram_credentials,
     elect_leaders,
     fetch,
@@ -91,6 +92,7 @@ _MODULES = (
     describe_user_scram_credentials,
     alter_user_scram_credentials,
     describe_cluster,
+    describe_topic_partitions,
 )
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}

@@ -74,7 +74,7 @@ def _names(store: MetadataStore, requested: Any) -> tuple[list[str], dict[str, u
     return names, unknown_ids
 
 
-def _operations(ctx: RequestContext, name: str) -> int:
+def topic_operations(ctx: RequestContext, name: str) -> int:
     return sum(1 << int(op) for op in TOPIC_OPERATIONS if ctx.allowed(op, ResourceType.TOPIC, name))
 
 
@@ -104,7 +104,7 @@ class EncodedPartitions:
         encoded = versions.get(version)
         if encoded is None:
             live = {b.node_id for b in self.store.brokers()}
-            partitions = [_partition(self.store, info, p, me, live) for p in range(info.partitions)]
+            partitions = [partition_entry(self.store, info, p, me, live) for p in range(info.partitions)]
             encoded = versions[version] = response_field_encoder(API_KEY, version, PARTITIONS_FIELD)(partitions)
         return encoded
 
@@ -171,7 +171,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             "partitions": partitions.get(info, version, broker.broker_id),
         }
         if version >= 8 and request.include_topic_authorized_operations:
-            entry["topic_authorized_operations"] = _operations(ctx, name)
+            entry["topic_authorized_operations"] = topic_operations(ctx, name)
         topics.append(entry)
     body = {
         "throttle_time_ms": 0,
@@ -205,7 +205,7 @@ def _brokers(store: MetadataStore, listener: str) -> list[dict[str, Any]]:
     return brokers
 
 
-def _partition(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:
+def partition_entry(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:
     """Leader, replicas and ISR as the metadata store has them (every broker answers
     alike); LEADER_NOT_AVAILABLE while the partition has no leader."""
     replicas = list(info.replicas(partition, me))
