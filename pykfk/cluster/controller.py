@@ -78,7 +78,7 @@ _ELECTION_MESSAGES = {
     ErrorCode.INVALID_TOPIC_EXCEPTION: "The topic is being deleted.",
 }
 # Controller events that answer an admin request through a future.
-_REQUESTS = ("alter_reassignments", "elect_leaders")
+_REQUESTS = ("alter_reassignments", "elect_leaders", "list_reassignments")
 # Attempts at a write that lost a race with a leader's ISR change before giving up.
 _WRITE_ATTEMPTS = 5
 
@@ -354,8 +354,10 @@ class Controller:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
             if kind == "alter_reassignments":
                 result: Any = await self._alter_reassignments(*args)
-            else:
+            elif kind == "elect_leaders":
                 result = await self._elect_leaders(*args)
+            else:
+                result = self._list_reassignments(*args)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -380,10 +382,14 @@ class Controller:
         result = await self.request("elect_leaders", (election_type, partitions), timeout_s)
         return cast(dict[TopicPartition, ElectionOutcome], result)
 
-    def list_reassignments(self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
-        """ListPartitionReassignments: the moves under way (of ``partitions`` when given)."""
-        if not self.active:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the controller")
+    async def list_reassignments(self, partitions: Sequence[TopicPartition] | None,
+                                 timeout_s: float) -> dict[TopicPartition, PartitionAssignment]:
+        """ListPartitionReassignments: the moves under way (of ``partitions`` when given).
+        An event too, so it sees every move this controller finished before it."""
+        result = await self.request("list_reassignments", (partitions,), timeout_s)
+        return cast(dict[TopicPartition, PartitionAssignment], result)
+
+    def _list_reassignments(self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
         wanted = None if partitions is None else set(partitions)
         ongoing: dict[TopicPartition, PartitionAssignment] = {}
         for topic, info in self.store.topics().items():

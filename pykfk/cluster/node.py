@@ -414,10 +414,10 @@ class ClusterNode:
                 results[(topic, partition)] = exc
         return results
 
-    def list_partition_reassignments(
-            self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
+    async def list_partition_reassignments(self, partitions: Sequence[TopicPartition] | None,
+                                           timeout_s: float) -> dict[TopicPartition, PartitionAssignment]:
         """ListPartitionReassignments: the moves under way."""
         assert self.store is not None
         if self.store.single_broker:
             return {}
-        return self._active_controller().list_reassignments(partitions)
+        return await self._active_controller().list_reassignments(partitions, timeout_s)

@@ -125,9 +125,8 @@ def test_a_move_under_acks_all_load_loses_nothing_and_copies_the_bytes(cluster_f
             ongoing = admin.list_partition_reassignments()
             # Listed while broker 4 catches up (unless it was quicker than this request).
             assert ongoing in ({}, {tp: {"replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]}})
-            # (The controller's answer may trail its own write to ZooKeeper by a moment.)
-            wait_until(lambda: reassignment_done(cluster, topic, [2, 3, 4]) and not admin.list_partition_reassignments(),
-                       90, "the move to [2, 3, 4]")
+            wait_until(lambda: reassignment_done(cluster, topic, [2, 3, 4]), 90, "the move to [2, 3, 4]")
+            assert admin.list_partition_reassignments() == {}
         finally:
             admin.close()
         acked_at_move = len(producer.acked)

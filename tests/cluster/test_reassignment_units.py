@@ -72,7 +72,7 @@ async def test_a_move_runs_until_the_new_replicas_are_in_sync_then_shrinks_to_th
     assert codes(results) == {("t", 0): ErrorCode.NONE}
     # The union of old and new replicas, target first; broker 4 is being added, 1 removed.
     assert assignment(store) == PartitionAssignment((2, 3, 4, 1), (4,), (1,))
-    assert controller.list_reassignments(None) == {("t", 0): PartitionAssignment((2, 3, 4, 1), (4,), (1,))}
+    assert await controller.list_reassignments(None, 5) == {("t", 0): PartitionAssignment((2, 3, 4, 1), (4,), (1,))}
     assert leader_and_isr(store) == (1, 0, [1, 2, 3])  # nothing moves before 4 is in sync
     # The leader adds 4 to the ISR once it caught up (its own conditional update).
     store.set_state("t", 0, 1, 0, [1, 2, 3, 4])
@@ -80,7 +80,7 @@ async def test_a_move_runs_until_the_new_replicas_are_in_sync_then_shrinks_to_th
     # Leader 1 is leaving: 2, the first of the target set, leads at a new epoch.
     assert leader_and_isr(store) == (2, 1, [2, 3, 4])
     assert assignment(store) == PartitionAssignment((2, 3, 4))
-    assert controller.list_reassignments(None) == {}
+    assert await controller.list_reassignments(None, 5) == {}
 
 
 async def test_a_leader_that_stays_keeps_its_epoch_and_only_the_isr_shrinks(running):
@@ -141,7 +141,7 @@ async def test_cancelling_reverts_to_the_original_replicas_and_drops_the_added_o
     assert assignment(store) == PartitionAssignment((2, 3, 1))
     # 4 is no replica any more: out of the ISR at once; the leader stays.
     assert leader_and_isr(store) == (2, 1, [2])
-    assert controller.list_reassignments(None) == {}
+    assert await controller.list_reassignments(None, 5) == {}
 
 
 async def test_a_new_target_for_a_moving_partition_keeps_the_original_replicas(running):
@@ -157,7 +157,7 @@ async def test_a_move_survives_a_controller_failover(running):
     await first.stop()  # resigns: the move is in the store, not in the controller
     second, _store, clock2 = await running(store)
     assert second.active and second.epoch == 2
-    assert second.list_reassignments([("t", 0), ("t", 1)]) == {("t", 0): PartitionAssignment((2, 3, 4, 1), (4,), (1,))}
+    assert await second.list_reassignments([("t", 0), ("t", 1)], 5) == {("t", 0): PartitionAssignment((2, 3, 4, 1), (4,), (1,))}
     store.set_state("t", 0, 1, 0, [1, 2, 3, 4])
     await clock2.settle()
     assert leader_and_isr(store) == (2, 1, [2, 3, 4])
@@ -171,7 +171,7 @@ async def test_a_controller_that_is_not_active_answers_not_controller(running):
         await controller.alter_reassignments({("t", 0): [2, 3, 4]}, True, 5)
     assert refused.value.code == ErrorCode.NOT_CONTROLLER
     with pytest.raises(KafkaError):
-        controller.list_reassignments(None)
+        await controller.list_reassignments(None, 5)
 
 
 # -- the replica side ----------------------------------------------------------------

@@ -20,14 +20,14 @@ def _error_body(code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "topics": []}
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     if not ctx.allowed_on_cluster(Operation.DESCRIBE):
         return _error_body(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
     requested = None
     if request.topics is not None:
         requested = [(t.name, p) for t in request.topics for p in t.partition_indexes]
     try:
-        ongoing = ctx.broker.cluster.list_partition_reassignments(requested)
+        ongoing = await ctx.broker.cluster.list_partition_reassignments(requested, request.timeout_ms / 1000)
     except KafkaError as exc:
         return _error_body(exc.code, exc.message)
     by_topic: dict[str, list[dict[str, Any]]] = {}
