@@ -259,3 +259,34 @@ async def test_requests_still_queued_at_stop_answer_not_controller(running):
     with pytest.raises(KafkaError) as refused:
         await pending
     assert refused.value.code == ErrorCode.NOT_CONTROLLER
+
+
+async def test_a_partition_without_followers_pins_its_high_watermark_once_a_replica_is_added(tmp_path):
+    store = FakeStore(0, [0, 1])
+    store.add_topic("t", {0: [0]})
+    leader = Replicas(tmp_path, store, 0)
+    store.set_state("t", 0, 0, 0, [0])
+    partition = leader.manager.partitions[("t", 0)]
+
+    def append(count: int) -> Any:
+        records = bytearray(build_batch([(None, b"v%d" % i, 1, []) for i in range(count)]))
+        return partition.append_records(records, -1, 5000)[1]
+
+    assert append(3) is None and partition.high_watermark == 3  # alone: the log end, at once
+    store.add_topic("t", {0: [1, 0]}, adding={0: (1,)})  # a move to [1] adds broker 1
+    assert set(partition.remote) == {1}
+    assert append(2) is None and partition.high_watermark == 5  # 1 is not in the ISR yet
+    partition.follower_fetched(1, 5)
+    await leader.manager.clock.settle()
+    assert store.isr_writes[-1] == ("t", 0, (0, 1))
+    waiting = asyncio.ensure_future(append(1))  # now acks=all waits for broker 1
+    await leader.manager.clock.settle()
+    assert partition.high_watermark == 5 and not waiting.done()
+    partition.follower_fetched(1, 6)
+    assert await waiting == ErrorCode.NONE and partition.high_watermark == 6
+    # A move back to [0] alone: the high watermark follows the log end by itself again.
+    store.set_state("t", 0, 0, 0, [0])
+    store.add_topic("t", {0: [0]})
+    assert partition.remote == {}
+    assert append(4) is None and partition.high_watermark == 10
+    await leader.close()
