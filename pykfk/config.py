@@ -258,6 +258,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.socket.timeout.ms", _at_least(1), 30000, "timeout of follower requests", "int"),
         _key("follower.replication.throttled.rate", _at_least(1, big=True), INT64_MAX,
              "bytes per second this broker fetches for replicas it is adding in a reassignment", "long"),
+        _key("leader.replication.throttled.rate", _at_least(1, big=True), INT64_MAX,
+             "bytes per second this broker as leader sends to replicas being added in a reassignment", "long"),
         _key("replica.high.watermark.checkpoint.interval.ms", _at_least(1, big=True), 5000, "high watermark checkpoint period", "long"),
         _key("auto.leader.rebalance.enable", _parse_bool, True, "move leadership back to preferred replicas", "bool"),
         _key("leader.imbalance.check.interval.seconds", _at_least(1, big=True), 300, "preferred leader check period", "long"),
@@ -339,7 +341,7 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "unclean.leader.election.enable", "log.cleaner.threads",
     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
-    "follower.replication.throttled.rate",
+    "follower.replication.throttled.rate", "leader.replication.throttled.rate",
 })
 BROKER_DEFAULTS: dict[str, Any] = {name: key.default for name, key in BROKER_KEYS.items()}
 

@@ -140,6 +140,7 @@ class ClusterNode:
                 socket_timeout_ms=cfg["replica.socket.timeout.ms"],
                 listener=cfg.inter_broker_listener_name,
                 follower_throttled_rate=lambda: cfg["follower.replication.throttled.rate"],
+                leader_throttled_rate=lambda: cfg["leader.replication.throttled.rate"],
                 # A cluster of one has no other broker to reach.
                 channel_security=inter_broker_security(cfg) if cfg.zookeeper_connect else None,
             ),

@@ -83,8 +83,10 @@ class ReplicaSettings:
         # inter.broker.listener.name, and how to connect and log in to it.
         self.listener: str = kw.get("listener", "PLAINTEXT")
         self.channel_security: ChannelSecurity = kw.get("channel_security") or ChannelSecurity()
-        # follower.replication.throttled.rate, read at each use (a dynamic setting).
+        # follower.replication.throttled.rate and leader.replication.throttled.rate, read
+        # at each use (dynamic settings).
         self.follower_throttled_rate: Callable[[], int] = kw.get("follower_throttled_rate", lambda: UNLIMITED)
+        self.leader_throttled_rate: Callable[[], int] = kw.get("leader_throttled_rate", lambda: UNLIMITED)
 
 
 class RemoteReplica:
@@ -472,8 +474,10 @@ class ReplicaManager:
         self.log_config_for = log_config_for
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        # Fetches for the replicas this broker is adding in a reassignment, all leaders together.
+        # Reassignment throttles: fetches for the replicas this broker is adding (all
+        # leaders together), and what this broker as leader sends to replicas being added.
         self.follower_throttle = ByteRateThrottle(settings.follower_throttled_rate, clock)
+        self.leader_throttle = ByteRateThrottle(settings.leader_throttled_rate, clock)
         self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
         # Fetch purgatories. Follower fetches park in ``log_end_waiters``, woken by leader
         # appends; consumer fetches in ``high_watermark_waiters``, woken when the high
@@ -633,12 +637,13 @@ class ReplicaManager:
         self.log_end_waiters.wake_all()
         self.high_watermark_waiters.wake_all()
 
-    def being_added(self, partition: Partition) -> bool:
-        """A replica this broker is adding in a reassignment and that is not in sync yet
-        (the replicas the follower throttle holds back)."""
+    def being_added(self, partition: Partition, broker_id: int | None = None) -> bool:
+        """A replica (this broker's by default) being added in a reassignment and not in
+        sync yet: the replicas the reassignment throttles hold back."""
+        replica = self.broker_id if broker_id is None else broker_id
         info = self.store.get_topic(partition.topic)
-        return (info is not None and self.broker_id in info.adding_replicas.get(partition.partition, ())
-                and self.broker_id not in partition.isr)
+        return (info is not None and replica in info.adding_replicas.get(partition.partition, ())
+                and replica not in partition.isr)
 
     def may_join_isr(self, broker_id: int) -> bool:
         return (broker_id in self.store.live_broker_ids()
@@ -693,8 +698,32 @@ class ReplicaManager:
         if replica_id >= 0:
             if report_position:
                 found.follower_fetched(replica_id, fetch_offset)
+            if self.leader_throttle.limited and self.being_added(found, replica_id):
+                return plog, self._throttled_read_limit(plog, fetch_offset)
             return plog, plog.log_end_offset
         return plog, plog.high_watermark
+
+    def _throttled_read_limit(self, plog: Log, fetch_offset: int) -> int:
+        """leader.replication.throttled.rate for a replica being added: nothing while the
+        rate is used up, else the whole batches of about one second's worth, counted
+        now (the fetch then sends at most those)."""
+        throttle = self.leader_throttle
+        if fetch_offset >= plog.log_end_offset or throttle.exceeded():
+            return fetch_offset
+        try:
+            region = plog.read(fetch_offset, min(throttle.rate, self.settings.fetch_max_bytes)).file_region
+        except KafkaError:
+            return plog.log_end_offset  # out of range: the fetch answers that itself
+        if region is None:
+            return plog.log_end_offset
+        data = region.read()
+        _count, complete = core_records.scan_batches(data)
+        position, limit = 0, fetch_offset
+        while position < complete:
+            header = core_records.parse_batch_header(data, position)
+            position, limit = position + header.size, header.last_offset + 1
+        throttle.record(complete)
+        return max(limit, fetch_offset)
 
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, current_leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch on the leader: (epoch, end offset)."""

@@ -1,8 +1,9 @@
-"""The reassignment throttle: ``follower.replication.throttled.rate``, the bytes per
-second a broker fetches for the replicas it is adding in a partition reassignment
-(Kafka's follower-side replication quota, KIP-73, applied to the replicas that
-``kafka-reassign-partitions --throttle`` names on the receiving side: those being added).
-Replicas already in sync are never held back."""
+"""The reassignment throttles (Kafka's replication quotas, KIP-73):
+``follower.replication.throttled.rate``, the bytes per second a broker fetches for the
+replicas it is adding in a partition reassignment, and
+``leader.replication.throttled.rate``, the bytes per second a leader sends to replicas
+being added. They apply to the replicas ``kafka-reassign-partitions --throttle`` names:
+those being added; replicas already in sync are never held back."""
 
 from __future__ import annotations
 

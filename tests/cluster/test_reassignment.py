@@ -3,7 +3,7 @@ kafka-python's KafkaAdminClient (AlterPartitionReassignments and
 ListPartitionReassignments; confluent-kafka's AdminClient has neither) and raw requests:
 a move from brokers [1, 2, 3] to [2, 3, 4] under a running acks=all producer, a move
 listed while it waits, cancelled, and carried on by a new controller, bad targets, a
-broker that is not the controller, a standalone broker, and the follower throttle."""
+broker that is not the controller, a standalone broker, and the reassignment throttles."""
 
 from __future__ import annotations
 
@@ -260,9 +260,14 @@ def log_bytes(cluster: Cluster, broker_id: int, topic: str) -> int:
 
 
 @pytest.mark.timeout(180)
-def test_the_follower_throttle_paces_a_move_and_a_dynamic_change_lifts_it(cluster_factory):
+@pytest.mark.parametrize("throttled", [
+    ("follower.replication.throttled.rate", 1),  # on the broker receiving the new replica
+    ("leader.replication.throttled.rate", 0),  # on the leader sending it
+])
+def test_a_throttle_paces_a_move_and_a_dynamic_change_lifts_it(cluster_factory, throttled):
+    setting, broker_id = throttled
     rate = 300_000  # bytes per second
-    cluster = cluster_factory(2, follower_replication_throttled_rate=rate)
+    cluster = cluster_factory(2, **{setting.replace(".", "_"): rate})
     topic, tp = "paced", TopicPartition("paced", 0)
     create_topic_on(cluster, topic, {0: [0]})
     from confluent_kafka import Producer
@@ -294,10 +299,10 @@ def test_the_follower_throttle_paces_a_move_and_a_dynamic_change_lifts_it(cluste
     finally:
         admin.close()
 
-    # Lifting the throttle on broker 1 (a dynamic broker setting) lets the copy finish.
+    # Lifting the throttle (a dynamic broker setting) lets the copy finish.
     configs = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    lifted = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[ConfigEntry(
-        "follower.replication.throttled.rate", "1000000000", incremental_operation=AlterConfigOpType.SET)])
+    lifted = ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=[ConfigEntry(
+        setting, "1000000000", incremental_operation=AlterConfigOpType.SET)])
     configs.incremental_alter_configs([lifted])[lifted].result(30)
     wait_until(lambda: reassignment_done(cluster, topic, [0, 1]), 30, "the move to finish")
     ends = high_watermarks(cluster.bootstrap, topic, 1)

@@ -180,10 +180,11 @@ async def test_a_controller_that_is_not_active_answers_not_controller(running):
 class Replicas:
     """Broker ``me``'s replica manager on the fake store, with real logs."""
 
-    def __init__(self, tmp_path: Any, store: FakeStore, me: int):
+    def __init__(self, tmp_path: Any, store: FakeStore, me: int, **settings: Any):
         self.log_manager = LogManager([str(tmp_path / f"logs{me}")], LogConfig(), broker_id=me)
         self.log_manager.open()
-        self.manager = ReplicaManager(me, store, self.log_manager, ReplicaSettings(replica_lag_time_max_ms=1000),
+        self.manager = ReplicaManager(me, store, self.log_manager,
+                                      ReplicaSettings(replica_lag_time_max_ms=1000, **settings),
                                       log_config_for=lambda topic: LogConfig(), clock=ManualClock())
         # What ClusterNode does: partition and topic events reach the replica manager.
         store.add_listener(self._on_event)
@@ -289,4 +290,29 @@ async def test_a_partition_without_followers_pins_its_high_watermark_once_a_repl
     store.add_topic("t", {0: [0]})
     assert partition.remote == {}
     assert append(4) is None and partition.high_watermark == 10
+    await leader.close()
+
+
+async def test_a_leader_sends_a_replica_being_added_no_more_than_its_throttled_rate(tmp_path):
+    store = FakeStore(0, [0, 1, 2])
+    store.add_topic("t", {0: [0, 1]})
+    leader = Replicas(tmp_path, store, 0, leader_throttled_rate=lambda: 3000)
+    store.set_state("t", 0, 0, 0, [0, 1])
+    partition = leader.manager.partitions[("t", 0)]
+    for _ in range(10):  # ten batches of about 1 kB
+        partition.append_records(bytearray(build_batch([(None, b"x" * 1000, 1, [])])), 1, 1000)
+    store.add_topic("t", {0: [0, 1, 2]}, adding={0: (2,)})
+    manager, clock = leader.manager, leader.manager.clock
+
+    def limit(replica: int, offset: int) -> int:
+        return manager.log_for_fetch("t", 0, replica, offset, -1)[1]
+
+    assert limit(1, 10) == 10  # an in-sync follower is never held back
+    offset = 0
+    while (after := limit(2, offset)) > offset:  # whole batches, while the rate lasts
+        offset = after
+    assert 3 <= offset <= 6  # about one second's worth (3 kB), then nothing for now
+    assert limit(1, 10) == 10
+    clock.advance(1_000)
+    assert limit(2, offset) > offset
     await leader.close()
