@@ -49,7 +49,8 @@ def _as_dict(obj, schema, version) -> dict:
     for f in schema.fields:
         if not f.present_in(version):
             continue
-        if f.type_name == "int32" and f.name.endswith("authorized_operations"):
+        if f.type_name == "int32" and f.name.endswith("authorized_operations") and hasattr(
+                obj, "authorized_operations"):
             out[f.name] = _bitfield_to_int32(obj.authorized_operations)
             continue
         v = getattr(obj, f.name)

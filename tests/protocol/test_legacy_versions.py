@@ -25,8 +25,9 @@ from .values import body
 
 # Classes that disagree with Kafka's own message JSON (checked in test_spec_crosscheck):
 # kafka-python's old DescribeAcls v2 classes are not flexible, though v2 is the first
-# flexible version of DescribeAcls.
-_KNOWN_WRONG = {"DescribeAclsRequest_v2", "DescribeAclsResponse_v2"}
+# flexible version of DescribeAcls; its old DescribeLogDirs v0 request has one int32 of
+# partitions per topic where Kafka's spec has an array of them.
+_KNOWN_WRONG = {"DescribeAclsRequest_v2", "DescribeAclsResponse_v2", "DescribeLogDirsRequest_v0"}
 
 
 def _legacy_classes(package, api):

@@ -32,7 +32,7 @@ from pykfk.security.quotas import CONSUMER_BYTE_RATE
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 1
-VERSIONS = (0, 11)
+VERSIONS = (0, 12)
 
 log = logging.getLogger("pykfk.server")
 

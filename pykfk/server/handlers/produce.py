@@ -35,7 +35,7 @@ from pykfk.security.quotas import PRODUCER_BYTE_RATE
 from pykfk.server.dispatch import CloseConnection, RequestContext
 
 API_KEY = 0
-VERSIONS = (0, 7)
+VERSIONS = (0, 9)
 
 log = logging.getLogger("pykfk.server")
 
