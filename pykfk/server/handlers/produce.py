@@ -40,6 +40,10 @@ VERSIONS = (0, 9)
 log = logging.getLogger("pykfk.server")
 
 _VALID_ACKS = (-1, 0, 1)
+# Position of the low byte of a v2 batch's int16 attributes (big-endian, at byte 21).
+_ATTRIBUTES_LOW_BYTE = core_records.BATCH_FIELD_OFFSETS["attributes"] + 1
+# Kafka's LogValidator refuses control records from clients with INVALID_RECORD.
+_CONTROL_REFUSED = "clients may not write control batches (transaction markers)"
 _NONE = ErrorCode.NONE
 
 ProduceRequest = tuple[str | None, int, int, list[tuple[str, list[tuple[int, Any]]]]]
@@ -60,9 +64,10 @@ def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> 
 
 
 def _checked_records(records: Any, version: int) -> Any:
-    """What the log's single validating pass cannot tell: no data at all, and (v3+) a
-    legacy message set, which is INVALID_RECORD there, not a corrupt batch. Both read a
-    byte or two; v0-2 legacy message sets are converted to a v2 batch here."""
+    """What the log's single validating pass cannot tell: no data at all, (v3+) a legacy
+    message set, which is INVALID_RECORD there, not a corrupt batch, and control batches
+    (transaction markers), which only the broker writes. All read a byte or two; v0-2
+    legacy message sets are converted to a v2 batch here."""
     if records is None or len(records) == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
     if version >= 3:
@@ -70,9 +75,30 @@ def _checked_records(records: Any, version: int) -> Any:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
         if core_records.is_legacy(records):
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
+        # One batch (the log refuses more): its attributes' low byte holds the control bit.
+        if len(records) > _ATTRIBUTES_LOW_BYTE and records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_CONTROL:
+            raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
     elif core_records.is_legacy(records):
         records = core_records.convert_legacy(records)
+    elif _has_control_batch(records):
+        raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
     return records
+
+
+def _has_control_batch(records: Any) -> bool:
+    """Any control batch among the whole magic-2 batches of a v0-2 request (several may
+    come in one; rare enough to read each header). Bad framing is left to the log."""
+    try:
+        _count, complete = core_records.scan_batches(records)
+        position = 0
+        while position < complete:
+            header = core_records.parse_batch_header(records, position)
+            if header.is_control:
+                return True
+            position += header.size
+    except (CoreError, ValueError):
+        return False
+    return False
 
 
 def _success(info: Any, partition: int) -> PartitionResponse:
