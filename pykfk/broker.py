@@ -29,13 +29,16 @@ from pykfk.cluster.replica import ReplicaManager
 from pykfk.cluster.topics import OFFSETS_TOPIC, TopicManager
 from pykfk.config import BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
+from pykfk.metrics.stats import RequestStats
 
 if TYPE_CHECKING:
     from pykfk.group import GroupCoordinator
     from pykfk.group.leadership import CoordinatorLeadership
+    from pykfk.metrics.endpoint import MetricsEndpoint
     from pykfk.security.acl import Authorizer
     from pykfk.security.quotas import QuotaManager
     from pykfk.server.connection import KafkaServer
+    from pykfk.server.dispatch import Registry
 
 log = logging.getLogger("pykfk.broker")
 # The entity of the cluster-wide dynamic broker settings (Kafka's ZooKeeper layout).
@@ -63,6 +66,10 @@ class Broker:
         self.quotas: QuotaManager
         self.stopping = False
         self._started = False
+        # Counted by the dispatcher, timed by the connections when the endpoint is on.
+        self.request_stats = RequestStats(timing=bool(config["metrics.listener"]))
+        self.registry: Registry | None = None  # the APIs served, once started
+        self.metrics_endpoint: MetricsEndpoint | None = None  # with metrics.listener set
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
         self._group_coordinator: GroupCoordinator | None = None
         self._coordinator_leadership: CoordinatorLeadership | None = None
@@ -102,7 +109,8 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)
         self.log_manager.start(asyncio.get_running_loop())
         await self._start_group_coordinator()
-        dispatcher = Dispatcher(self, Registry.default())
+        self.registry = Registry.default()
+        dispatcher = Dispatcher(self, self.registry)
         for listener, security in zip(cfg.listeners, securities, strict=True):
             server = KafkaServer(
                 dispatcher,
@@ -115,6 +123,12 @@ class Broker:
             self.bound[listener.name] = await server.bind(listener.host, listener.port)
         self.server = self.servers[0]
         self.host, self.port = self.bound[cfg.listeners[0].name]
+        if cfg["metrics.listener"]:
+            # Bound with the listeners, so a taken port stops the start before joining;
+            # it reports nothing until the broker serves.
+            from pykfk.metrics.serve import start_endpoint
+
+            self.metrics_endpoint = await start_endpoint(self, cfg["metrics.listener"])
         await self.cluster.join()
         for server in self.servers:
             await server.serve()
@@ -153,6 +167,8 @@ class Broker:
             return
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         await self.cluster.controlled_shutdown()
         if self._coordinator_leadership is not None:
             await self._coordinator_leadership.stop()
@@ -239,6 +255,11 @@ class Broker:
     @property
     def broker_id(self) -> int:
         return self.config.broker_id
+
+    @property
+    def serving(self) -> bool:
+        """Started and not stopping: every part is there (the metrics read them)."""
+        return self._started and not self.stopping
 
     async def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use (Kafka does so on the first

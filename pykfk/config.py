@@ -155,6 +155,15 @@ def _authorizer_name(raw: Any) -> str:
     return name
 
 
+def _metrics_listener(raw: Any) -> str:
+    value = str(raw).strip()
+    if value:
+        from pykfk.metrics.address import parse_listener
+
+        parse_listener(value)  # ValueError names what is wrong
+    return value
+
+
 def _principal_list(raw: Any) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
     principals = [str(item).strip() for item in items if str(item).strip()]
@@ -308,6 +317,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("super.users", _principal_list, [], "principals allowed everything, separated by ';'", "list"),
         _key("allow.everyone.if.no.acl.found", _parse_bool, False,
              "allow access to resources no ACL names", "bool"),
+        # Monitoring (pykfk.metrics, docs/metrics.md).
+        _key("metrics.listener", _metrics_listener, "",
+             "Prometheus endpoint as http://HOST:PORT, bound on that host only (empty: none)", "string"),
         # Accepted for Kafka's sample server.properties; no effect on a pykfk broker.
         *[
             _key(name, parse, default, "accepted for compatibility; no effect", kind, ignored=True)

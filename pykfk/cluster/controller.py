@@ -226,6 +226,10 @@ class Controller:
         self.epoch = -1
         self.epoch_version = -1
         self.active = False
+        # Leaders this controller chose (Kafka's LeaderElectionRateAndTimeMs and
+        # UncleanLeaderElectionsPerSec), for the broker metrics.
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._rebalance_task: asyncio.Task[None] | None = None
@@ -476,6 +480,8 @@ class Controller:
             return False
 
     def _new_state(self, old: PartitionState, leader: int, isr: Iterable[int], bump: bool) -> PartitionState:
+        if bump and leader != NO_LEADER:
+            self.leader_elections += 1
         return PartitionState(leader, old.leader_epoch + (1 if bump else 0), tuple(isr), self.epoch)
 
     # -- events ------------------------------------------------------------------------
@@ -555,6 +561,7 @@ class Controller:
             if alive:
                 log.warning("controller: unclean election of %d for %s (ISR %s is down)", alive[0], topic,
                             list(state.isr))
+                self.unclean_leader_elections += 1
                 return self._new_state(state, alive[0], [alive[0]], True)
         if state.leader == NO_LEADER:
             return None

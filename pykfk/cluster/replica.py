@@ -51,6 +51,7 @@ from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, Top
 from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.metrics.stats import BrokerTopicStats, ReplicationStats
 
 if TYPE_CHECKING:
     from pykfk.log.log import Log
@@ -126,6 +127,8 @@ class Partition:
         self.partition = partition
         self.log = plog
         self.epochs = LeaderEpochCache(plog.dir) if epochs is None else epochs
+        # The topic's metrics, held here so an append counts without a lookup.
+        self.stats = manager.topic_stats.for_topic(topic)
         self.replicas: tuple[int, ...] = ()
         self.state: PartitionState | None = None
         self.role = NONE
@@ -229,6 +232,9 @@ class Partition:
                              f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                              f"min.insync.replicas={self.min_insync_replicas()}")
         info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
+        stats = self.stats
+        stats.messages_in += info.record_count
+        stats.bytes_in += len(records)
         manager = self.manager
         if self.remote:
             self.maybe_advance_high_watermark()
@@ -398,7 +404,14 @@ class Partition:
     def apply_isr(self, state: PartitionState) -> None:
         """Same leader and epoch, new ISR (written by this leader or the controller)."""
         self.state = state
-        self.isr = frozenset(state.isr)
+        isr, was = frozenset(state.isr), self.isr
+        self.isr = isr
+        if self.role == LEADER:  # the ISR metrics of the partitions this broker leads
+            counts = self.manager.replication_stats
+            if isr < was:
+                counts.isr_shrinks += 1
+            elif isr > was:
+                counts.isr_expands += 1
         for r in self.isr:
             if r not in self.remote and r != self.manager.broker_id:
                 self.remote[r] = RemoteReplica(self.manager.now_ms())
@@ -434,6 +447,7 @@ class Partition:
             self._take_high_watermark(leader_hw)
             return 0
         info = self.log.append(buf, assign_offsets=False)
+        self.stats.replication_bytes_in += len(buf)
         for header in info.headers:
             epoch = header.partition_leader_epoch
             if epoch > self.epochs.latest_epoch:
@@ -473,6 +487,9 @@ class ReplicaManager:
         self.settings = settings
         self.log_config_for = log_config_for
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # Broker metrics (pykfk.metrics): records and bytes per topic, ISR changes.
+        self.topic_stats = BrokerTopicStats()
+        self.replication_stats = ReplicationStats()
         self.fetchers: dict[int, ReplicaFetcher] = {}
         # Reassignment throttles: fetches for the replicas this broker is adding (all
         # leaders together), and what this broker as leader sends to replicas being added.

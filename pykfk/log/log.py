@@ -48,6 +48,7 @@ from pykfk.log.producer_state import (
     snapshot_path,
 )
 from pykfk.log.retention import deletable_segments
+from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
 
@@ -195,6 +196,8 @@ class Log:
 
     # Decompress compressed batches on leader appends to check their records (Kafka does).
     validate_compressed = True
+    # Where flushes report their time (the log manager's, for the broker metrics).
+    flush_stats: FlushStats | None = None
 
     def __init__(
         self,
@@ -792,11 +795,14 @@ class Log:
                 start = self._recovery_point
                 view = self._view
             if end > start:
+                began = time.perf_counter()
                 segs = view.segments
                 for i, seg in enumerate(segs):
                     seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset
                     if seg_end > start and seg.base_offset < end:
                         seg.flush()
+                if self.flush_stats is not None:
+                    self.flush_stats.observe(time.perf_counter() - began)
             with self._lock:
                 self._recovery_point = max(self._recovery_point, min(end, self._log_end_offset))
                 self._last_flush_ms = time_ms()

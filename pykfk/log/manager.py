@@ -50,6 +50,7 @@ from pykfk.log.cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, CleanStats, LogCleaner
 from pykfk.log.config import LogConfig
 from pykfk.log.log import DELETE_DIR_SUFFIX, Log, parse_partition_dir, time_ms
 from pykfk.log.naming import topic_name_error
+from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
 
@@ -160,6 +161,7 @@ class LogManager:
         self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size)
                         if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
+        self.flush_stats = FlushStats()  # every log's flushes (the broker metrics)
         # Logs per dir, kept as logs come and go: choosing a dir for a new partition is
         # O(1) in the number of partitions (counting them each time was quadratic).
         self._dir_counts: dict[str, int] = dict.fromkeys(self.log_dirs, 0)
@@ -236,6 +238,7 @@ class LogManager:
                       recovery_point=recovery_points.get(tp, 0),
                       log_start_offset=log_starts.get(tp, 0),
                       clean_shutdown=clean, scheduler=self._scheduler)
+            log.flush_stats = self.flush_stats
             self._logs[tp] = log
             self._dir_counts[log_dir] += 1
             logger.info("Loaded log %s-%d (%d/%d, %d%%) in %s", topic, partition, i, len(names),
@@ -356,6 +359,7 @@ class LogManager:
             log = Log(os.path.join(log_dir, f"{topic}-{partition}"),
                       config or self.config_for(topic), scheduler=self._scheduler,
                       clean_shutdown=True, new=True)
+            log.flush_stats = self.flush_stats
             self._logs[(topic, partition)] = log
             self._dir_counts[log_dir] += 1
         logger.debug("Created log %s-%d in %s", topic, partition, log_dir)

@@ -26,6 +26,11 @@ transport drains: encryption needs the bytes in memory, a whole response never i
 Each connection has a ``Session`` (``session.py``): its listener, principal and SASL
 login. A client over a quota is muted: its socket is not read until the throttle time
 its answer announced has passed (KIP-219).
+
+With the metrics endpoint on (``RequestStats.timing``), each answered request's time is
+split as Kafka's request metrics split it (``pykfk.metrics.stats.RequestStats``), from a
+few ``perf_counter`` readings: one per socket read, one as each handler returns, one per
+send. Without it the connection reads no clock for them.
 """
 
 from __future__ import annotations
@@ -38,11 +43,12 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable
+from time import perf_counter
 from typing import Any, TypeAlias, cast
 
 from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk.protocol.types import FileRegion
-from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed
+from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed, RequestContext
 from pykfk.server.session import ANONYMOUS, PLAINTEXT_SECURITY, ListenerSecurity, Session
 
 log = logging.getLogger("pykfk.server")
@@ -69,19 +75,29 @@ def _is_file_region(chunk: Any) -> bool:
 
 
 class _Slot:
-    """One request in flight: its task (or ready chunks) and its context's pinned regions."""
+    """One request in flight: its task (or ready chunks), its context (api key, pinned
+    regions; None for bytes that are no request) and, when requests are timed, its times
+    (``perf_counter``): the read that completed its frame, the start and end of its
+    handler's first step, its answer (the end of its task when it had one)."""
 
-    __slots__ = ("frame_size", "pinned", "work")
+    __slots__ = ("ctx", "frame_size", "handled", "ready", "received", "started", "work")
+    # Set only when requests are timed (not even defaulted: the untimed path pays nothing).
+    received: float
+    started: float
+    handled: float
+    ready: float
 
-    def __init__(self, work: SlotWork, pinned: list[FileRegion], frame_size: int):
+    def __init__(self, work: SlotWork, ctx: RequestContext | None, frame_size: int):
         self.work = work
-        self.pinned = pinned
+        self.ctx = ctx
         self.frame_size = frame_size
 
     def release(self) -> None:
-        for region in self.pinned:
-            region.release()
-        self.pinned.clear()
+        ctx = self.ctx
+        if ctx is not None and ctx.pinned:
+            for region in ctx.pinned:
+                region.release()
+            ctx.pinned.clear()
 
     def release_when_done(self, _future: object) -> None:
         self.release()
@@ -112,6 +128,11 @@ class Connection(asyncio.BufferedProtocol):
         self._draining = False
         self._throttled_until = 0.0  # loop time; reading stays paused before it (quotas, KIP-219)
         self._throttle_timer: asyncio.TimerHandle | None = None
+        # perf_counter at the last read, and as the last handler returned (a frame of a
+        # read waits for the frames before it: its request queue time); 0.0 unless timed.
+        self._timing = server.request_stats.timing
+        self._read_at = 0.0
+        self._handled_at = 0.0
         self._sock: socket.socket | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
@@ -147,12 +168,15 @@ class Connection(asyncio.BufferedProtocol):
             except OSError:
                 self._sock = None
         self.server.connections.add(self)
+        self.server.connections_created += 1
         self._writer_task = self.loop.create_task(self._write_loop())
         log.debug("connection from %s", self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.server.connections.discard(self)
+        if self in self.server.connections:
+            self.server.connections.discard(self)
+            self.server.connections_closed += 1
         if self._writer_task is not None:
             self._writer_task.cancel()
         for slot in self._slots:
@@ -190,6 +214,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = self.loop.time()
+        if self._timing:
+            self._read_at = self._handled_at = perf_counter()
         if self._large_size >= 0:
             self._large_got += nbytes
             if self._large_got == self._large_size:
@@ -273,8 +299,9 @@ class Connection(asyncio.BufferedProtocol):
     def _deliver(self, frame: bytearray) -> None:
         if self._closed or self._draining:
             return
+        started = self._handled_at
         try:
-            work, pinned = self.server.dispatcher.prepare(frame, self.session)
+            work, ctx = self.server.dispatcher.prepare(frame, self.session)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
@@ -284,13 +311,16 @@ class Connection(asyncio.BufferedProtocol):
             self.abort()
             return
         if type(work) is list or work is None or type(work) is Failed:
-            self._slots.append(_Slot(work, pinned, 0))  # answered already
-            return
-        task = asyncio.ensure_future(cast("Awaitable[Chunks | None]", work))
-        slot = _Slot(task, pinned, len(frame))
-        self._held_bytes += len(frame)
-        task.add_done_callback(functools.partial(self._request_done, slot))
+            slot = _Slot(work, ctx, 0)  # answered already
+        else:
+            task = asyncio.ensure_future(cast("Awaitable[Chunks | None]", work))
+            slot = _Slot(task, ctx, len(frame))
+            self._held_bytes += len(frame)
+            task.add_done_callback(functools.partial(self._request_done, slot))
         self._slots.append(slot)
+        if self._timing:
+            slot.received, slot.started = self._read_at, started
+            slot.handled = slot.ready = self._handled_at = perf_counter()
 
     def _after_frames(self) -> None:
         """After the frames of one read: send what is ready, wake the writer for the rest."""
@@ -312,6 +342,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         slots = self._slots
         data: Chunks = []
+        done: list[_Slot] | None = [] if self._timing else None
         while slots:
             work = slots[0].work
             if type(work) is list:
@@ -321,9 +352,16 @@ class Connection(asyncio.BufferedProtocol):
             elif work is not None:
                 break  # in progress, or Failed: the writer reports it in turn
             slot = slots.popleft()
-            if slot.pinned:
+            ctx = slot.ctx
+            if ctx is not None and ctx.pinned:
                 slot.release()
+            if done is not None:
+                done.append(slot)
+        # The send starts as the last handler of the read returned.
+        send_start = self._handled_at
         if not data:
+            if done:
+                self.server.request_stats.observe_sent(done, send_start, send_start)
             return
         payload = data[0] if len(data) == 1 else b"".join(data)
         try:
@@ -334,11 +372,17 @@ class Connection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
             return
+        if done:
+            # A response the socket took only part of counts as sent now (the rest is
+            # queued below): its send time is what the first send() took.
+            self.server.request_stats.observe_sent(done, send_start, perf_counter())
         # No last_active update: buffer_updated, the only caller's caller, just set it.
         if sent < len(payload):
-            slots.appendleft(_Slot([memoryview(payload)[sent:]], [], 0))
+            slots.appendleft(_Slot([memoryview(payload)[sent:]], None, 0))
 
     def _request_done(self, slot: _Slot, _task: object = None) -> None:
+        if self._timing:
+            slot.ready = perf_counter()
         self._held_bytes -= slot.frame_size
         slot.frame_size = 0
         self._update_reading()
@@ -418,12 +462,15 @@ class Connection(asyncio.BufferedProtocol):
                         done.append(slots.popleft())
                         if done[-1].work:
                             chunks.extend(cast(Chunks, done[-1].work))
+                send_start = perf_counter() if self._timing else 0.0
                 try:
                     if chunks:
                         await self._send(chunks)
                 finally:
                     for finished in done:
                         finished.release()
+                if self._timing:
+                    self.server.request_stats.observe_sent(done, send_start, perf_counter())
                 self.last_active = self.loop.time()
                 self._update_reading()
         except asyncio.CancelledError:
@@ -577,7 +624,10 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.idle_ms = idle_ms
         self.max_in_flight = max_in_flight
+        self.request_stats = dispatcher.request_stats
         self.connections: set[Connection] = set()
+        self.connections_created = 0
+        self.connections_closed = 0
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
 

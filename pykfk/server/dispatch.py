@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pykfk._core.wire import decode_request_header
+from pykfk.metrics.stats import VERSION_SLOTS, RequestStats
 from pykfk.protocol.types import FileRegion
 from pykfk.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pykfk.security.quotas import REQUEST_PERCENTAGE
@@ -138,11 +139,13 @@ class RequestContext:
     listener and principal. ``pinned`` are the FileRegions
     the response sends from, each holding its segment's descriptor open (pinned); the
     connection releases them once the response is sent or dropped, so a segment deleted
-    or closed meanwhile is never closed under a send.
+    or closed meanwhile is never closed under a send. ``own_time`` is the time in seconds
+    the handler worked after its first step, when it had to be awaited (the request
+    metrics' local time; the rest of its wait is remote time).
     """
 
-    __slots__ = ("api_key", "api_version", "broker", "client_id", "correlation_id", "pinned", "registry",
-                 "session")
+    __slots__ = ("api_key", "api_version", "broker", "client_id", "correlation_id", "own_time", "pinned",
+                 "registry", "session")
 
     def __init__(
         self,
@@ -163,6 +166,7 @@ class RequestContext:
         self.client_id = client_id
         self.session = session  # the connection's listener, principal and login state
         self.pinned: list[FileRegion] = [] if pinned is None else pinned
+        self.own_time = 0.0
 
     @property
     def client_host(self) -> str:
@@ -183,6 +187,7 @@ class RequestContext:
         if seconds <= 0:
             return 0
         self.session.throttle(seconds)
+        self.broker.request_stats.throttle(quota_key, seconds)
         return int(seconds * 1000)
 
     def allowed_on_cluster(self, operation: Operation) -> bool:
@@ -288,12 +293,18 @@ class Registry:
 
 
 class Dispatcher:
-    """Turns a request frame into its response chunks, or an awaitable giving them."""
+    """Turns a request frame into its response chunks, or an awaitable giving them.
+
+    ``request_stats`` counts the requests it starts (by api key and version); the
+    connection adds their times once answered, when they are timed."""
 
     def __init__(self, broker: BrokerServices, registry: Registry):
         self.broker = broker
         self.registry = registry
         self._quotas = getattr(broker, "quotas", None)
+        self.request_stats: RequestStats = getattr(broker, "request_stats", None) or RequestStats()
+        self._request_counts = self.request_stats.counts
+        self._timing = self.request_stats.timing
         # The registry's own table (read once per request; a Registry never swaps it).
         self._handlers = registry._handlers
         from pykfk.protocol import framing
@@ -304,17 +315,18 @@ class Dispatcher:
 
     def prepare(
         self, frame: bytearray, session: Session
-    ) -> tuple[Work, list[FileRegion]]:
+    ) -> tuple[Work, RequestContext | None]:
         """Decode ``frame`` (a request without its size prefix) and start its handler.
 
-        Returns ``(work, pinned)``. Work is the response already: the encoded chunks
+        Returns ``(work, ctx)``. Work is the response already: the encoded chunks
         (a list), None (no response: Produce with acks=0) or ``Failed`` (the handler
-        raised at once); or an awaitable giving the chunks or None. pinned is the
-        context's list of regions to release after sending. Raises CloseConnection when the
-        request cannot be decoded.
+        raised at once); or an awaitable giving the chunks or None. ctx is the request's
+        context, whose pinned regions are released after sending (None for what is not a
+        request of a served api: a bare SASL token, an ApiVersions of an unknown version).
+        Raises CloseConnection when the request cannot be decoded.
         """
         if session.gated and session.expects_raw_token:
-            return self._raw_sasl_token(frame, session), []
+            return self._raw_sasl_token(frame, session), None
         quotas = self._quotas
         timed = quotas is not None and quotas.times_requests
         start = time.perf_counter() if timed else 0.0
@@ -328,8 +340,10 @@ class Dispatcher:
             raise CloseConnection(f"unknown api key {api_key}")
         if not handler.min_version <= api_version <= handler.max_version:
             if api_key == API_VERSIONS_KEY:
-                return self.unsupported_api_versions(correlation_id), []
+                return self.unsupported_api_versions(correlation_id), None
             raise CloseConnection(f"unsupported version {api_version} of {handler.name}")
+        # Served versions stay below VERSION_SLOTS (Kafka's highest is 17).
+        self._request_counts[api_key * VERSION_SLOTS + api_version] += 1
         view = memoryview(frame)
         try:
             client_id, body_offset = decode_request_header(view, api_version >= handler.flexible_from)
@@ -345,17 +359,17 @@ class Dispatcher:
         try:
             body = handler.handle(ctx, request)
             if timed:
-                return self._timed(handler, ctx, body, start), ctx.pinned
+                return self._timed(handler, ctx, body, start), ctx
             if type(body) is dict:
                 # Answered at once (the common case, _encode inline).
                 if handler.encode is not None:
-                    return handler.encode(api_version, correlation_id, body), ctx.pinned
-                return self._encode(handler, ctx, body), ctx.pinned
+                    return handler.encode(api_version, correlation_id, body), ctx
+                return self._encode(handler, ctx, body), ctx
             if body is not None and not isinstance(body, dict):
-                return self._run(handler, ctx, body), ctx.pinned  # awaitable: answered later
-            return self._encode(handler, ctx, body), ctx.pinned
+                return self._run(handler, ctx, body), ctx  # awaitable: answered later
+            return self._encode(handler, ctx, body), ctx
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
-            return Failed(exc), ctx.pinned
+            return Failed(exc), ctx
 
     def _timed(self, handler: ApiHandler, ctx: RequestContext, body: Any, start: float) -> Work:
         """With request_percentage quotas: the request's handling time, its own steps
@@ -373,7 +387,7 @@ class Dispatcher:
         finally:
             throttle_ms = self._charge_time(ctx, spent + steps.elapsed)
         _report_throttle(body, throttle_ms)
-        return self._encode(handler, ctx, body)
+        return self._encode_timed(handler, ctx, body, steps.elapsed)
 
     def _charge_time(self, ctx: RequestContext, seconds: float) -> int:
         return ctx.charge(REQUEST_PERCENTAGE, seconds * 100)  # percent of one thread for one second
@@ -394,7 +408,18 @@ class Dispatcher:
         return [_SIZE.pack(len(token)) + token]
 
     async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
-        return self._encode(handler, ctx, await pending)
+        if not self._timing:
+            return self._encode(handler, ctx, await pending)
+        # The handler's own steps are local time, its waits between them remote time.
+        steps = _StepTimer(pending)
+        body = await steps
+        return self._encode_timed(handler, ctx, body, steps.elapsed)
+
+    def _encode_timed(self, handler: ApiHandler, ctx: RequestContext, body: Body, worked: float) -> Chunks | None:
+        started = time.perf_counter()
+        chunks = self._encode(handler, ctx, body)
+        ctx.own_time = worked + time.perf_counter() - started
+        return chunks
 
     def _encode(self, handler: ApiHandler, ctx: RequestContext, body: Body) -> Chunks | None:
         if body is None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pykfk.cluster.topics import TopicManager
     from pykfk.config import BrokerConfig
     from pykfk.group import GroupCoordinator
+    from pykfk.metrics.stats import RequestStats
     from pykfk.security.acl import Authorizer
     from pykfk.security.quotas import QuotaManager
 
@@ -62,6 +63,11 @@ class BrokerServices(Protocol):
     def authorizer(self) -> Authorizer | None:
         """The ACL authorizer; None when ``authorizer.class.name`` is unset (everything
         is allowed, as on a Kafka broker without one)."""
+        ...
+
+    @property
+    def request_stats(self) -> RequestStats:
+        """Requests by api and version, their times and throttles (the broker metrics)."""
         ...
 
     @property

@@ -74,5 +74,6 @@ def test_dispatcher_hands_the_handler_the_decoded_request() -> None:
         0, "Produce", 0, 9, handle, produce.decode_request, produce.encode_response, 9
     )
     dispatcher = dispatch.Dispatcher(broker=None, registry=registry)  # type: ignore[arg-type]
-    assert dispatcher.prepare(frame, Session(PLAINTEXT_SECURITY, "h")) == (None, [])
+    work, ctx = dispatcher.prepare(frame, Session(PLAINTEXT_SECURITY, "h"))
+    assert work is None and ctx is not None and ctx.pinned == []
     assert seen == [("client-é", 5, 7, ("tx", -1, 1500, [("a", [(0, b"\x01" * 80), (1, None)]), ("b", [(5, b"")])]))]

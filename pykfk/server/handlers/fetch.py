@@ -2,7 +2,8 @@
 
 For each partition the log returns a FileRegion (file, position, size) covering whole
 batches from the one holding the fetch offset; the connection sends it with sendfile, so
-record bytes never pass through Python. At least one whole batch is returned even when
+record bytes never pass through Python (the metrics count their bytes per topic, from
+the regions' sizes, when the answer is final). At least one whole batch is returned even when
 it exceeds ``partition_max_bytes``/``max_bytes`` (Fetch v3+ semantics). When fewer than
 ``min_bytes`` are available the request parks until an append to one of its partitions
 or ``max_wait_ms`` (Kafka's DelayedFetch); nothing polls.
@@ -26,6 +27,7 @@ import logging
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.metrics.stats import BrokerTopicStats
 from pykfk.protocol.types import FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import CONSUMER_BYTE_RATE
@@ -81,6 +83,7 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
                 )
             except KafkaError as exc:
                 partitions.append(_partition_error(part.partition, exc.code))
+                replicas.topic_stats.for_topic(topic.topic).failed_fetch_requests += 1
                 error = True
                 continue
             # A consumer's read limit is the high watermark already; a follower's the end.
@@ -105,6 +108,7 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
             except KafkaError as exc:
                 partitions.append(_partition_error(part.partition, exc.code))
+                replicas.topic_stats.for_topic(topic.topic).failed_fetch_requests += 1
                 error = True
                 continue
             if region is not None and region.size > 0:
@@ -156,12 +160,30 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             throttle_ms = 0
             if request.replica_id < 0 and broker.quotas.active:
                 throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
+            if available:
+                _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
             return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE, "session_id": 0,
                     "responses": responses}
         _release_regions(ctx)
         keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
+
+
+def _count_bytes_out(stats: BrokerTopicStats, responses: list[dict[str, Any]], replication: bool) -> None:
+    """Per topic, the record bytes of the answer (once per partition, never per record)."""
+    for topic in responses:
+        sent = 0
+        for part in topic["partitions"]:
+            records = part["records"]
+            if records:
+                sent += records.size if type(records) is FileRegion else len(records)
+        if sent:
+            topic_stats = stats.for_topic(topic["topic"])
+            if replication:
+                topic_stats.replication_bytes_out += sent
+            else:
+                topic_stats.bytes_out += sent
 
 
 def _denied_topics(ctx: RequestContext, request: Struct) -> frozenset[str]:

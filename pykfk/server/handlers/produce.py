@@ -152,13 +152,16 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                 results.append(result)
             except KafkaError as exc:
                 results.append(_error(exc.code, index))
+                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
                 log.debug("produce to %s-%d failed: %s", name, index, exc)
             except CoreError as exc:
                 results.append(_error(error_for_core_exception(exc), index))
+                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
                 log.debug("produce to %s-%d rejected: %s", name, index, exc)
             except Exception:
                 log.exception("produce to %s-%d failed", name, index)
                 results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
+                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
     body = {"responses": responses, "throttle_time_ms": 0}
     if ctx.broker.quotas.active:
         body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
