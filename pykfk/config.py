@@ -263,6 +263,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.response.max.bytes", _at_least(0), 10485760, "bytes a follower fetches per request", "int"),
         _key("replica.fetch.wait.max.ms", _at_least(0), 500, "longest wait of a follower fetch", "int"),
         _key("replica.fetch.min.bytes", _at_least(1), 1, "bytes a follower fetch waits for", "int"),
+        _key("max.incremental.fetch.session.cache.slots", _at_least(0), 1000,
+             "incremental fetch sessions (KIP-227) the broker keeps at once", "int"),
         _key("replica.fetch.backoff.ms", _at_least(0), 1000, "pause after a failed follower fetch", "int"),
         _key("replica.socket.timeout.ms", _at_least(1), 30000, "timeout of follower requests", "int"),
         _key("follower.replication.throttled.rate", _at_least(1, big=True), INT64_MAX,

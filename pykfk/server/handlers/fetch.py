@@ -8,8 +8,14 @@ it exceeds ``partition_max_bytes``/``max_bytes`` (Fetch v3+ semantics). When few
 ``min_bytes`` are available the request parks until an append to one of its partitions
 or ``max_wait_ms`` (Kafka's DelayedFetch); nothing polls.
 
-Fetch sessions (KIP-227) are not kept: session_id 0 in every answer makes clients send
-full requests. Without transactions the last stable offset is the high watermark.
+Incremental fetch sessions (KIP-227, ``pykfk.server.fetch_sessions``): a v7+ fetch may
+open a session and later name only what changed; its answers then hold only partitions
+with news.
+
+isolation_level 1 (read_committed, v4+) reads up to the last stable offset (the first
+offset of the earliest open transaction, else the high watermark) and lists the aborted
+transactions whose batches the answer may hold, so the consumer drops them; every answer
+reports the partition's last stable offset.
 Versions below 4 expect magic 0/1 message sets: those batches are down-converted.
 
 Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads up to the
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
@@ -32,6 +39,13 @@ from pykfk.protocol.types import FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import CONSUMER_BYTE_RATE
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    FetchSession,
+    FetchSessionCache,
+)
 
 API_KEY = 1
 VERSIONS = (0, 12)
@@ -54,8 +68,9 @@ def _partition_error(partition: int, code: int) -> dict[str, Any]:
     }
 
 
-def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
-              denied: frozenset[str] = frozenset()) -> tuple[list[dict[str, Any]], int, bool]:
+def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int, first_pass: bool,
+              denied: frozenset[str] = frozenset(),
+              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
@@ -64,11 +79,11 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
     """
     replicas = ctx.broker.replica_manager
     version = ctx.api_version
-    remaining = request.max_bytes if version >= 3 else INT32_MAX
+    remaining = max_bytes if version >= 3 else INT32_MAX
     total = 0
     error = False
     responses = []
-    for topic in request.topics:
+    for topic in topics:
         partitions = []
         if topic.topic in denied:
             responses.append({"topic": topic.topic, "partitions": [
@@ -78,7 +93,7 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
         for part in topic.partitions:
             try:
                 plog, max_offset = replicas.log_for_fetch(
-                    topic.topic, part.partition, request.replica_id, part.fetch_offset,
+                    topic.topic, part.partition, replica_id, part.fetch_offset,
                     part.current_leader_epoch, report_position=first_pass,
                 )
             except KafkaError as exc:
@@ -87,7 +102,10 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
                 error = True
                 continue
             # A consumer's read limit is the high watermark already; a follower's the end.
-            high_watermark = max_offset if request.replica_id < 0 else plog.high_watermark
+            high_watermark = max_offset if replica_id < 0 else plog.high_watermark
+            last_stable = plog.last_stable_offset
+            if read_committed:
+                max_offset = last_stable
             limit = min(part.partition_max_bytes, remaining)
             records: Any = b""
             try:
@@ -115,14 +133,18 @@ def _read_all(ctx: RequestContext, request: Struct, first_pass: bool,
                 total += region.size
                 remaining -= region.size
                 records = _owned_region(ctx, region, version)
+            aborted = None
+            if read_committed and region is not None and len(plog.aborted_txns):
+                aborted = [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                           for txn in plog.aborted_transactions(part.fetch_offset, max_offset)] or None
             partitions.append(
                 {
                     "partition_index": part.partition,
                     "error_code": ErrorCode.NONE,
                     "high_watermark": high_watermark,
-                    "last_stable_offset": high_watermark,
+                    "last_stable_offset": last_stable,
                     "log_start_offset": log_start,
-                    "aborted_transactions": None,
+                    "aborted_transactions": aborted,
                     "preferred_read_replica": -1,
                     "records": records,
                 }
@@ -146,14 +168,23 @@ def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
-    if ctx.api_version >= 7 and request.session_id != 0:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+    topics: Any = request.topics
+    session: FetchSession | None = None
+    if ctx.api_version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):
+        found = _session(ctx, request)
+        if isinstance(found, int):  # an error code: the client starts over with a full fetch
+            return {"throttle_time_ms": 0, "error_code": found, "session_id": NO_SESSION, "responses": []}
+        session = found
+        if session is not None and request.session_id != NO_SESSION:
+            topics = session.topics()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     first_pass = True
-    denied = _denied_topics(ctx, request) if broker.authorizer is not None else frozenset()
+    read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
+    denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None else frozenset()
     while True:
-        responses, available, error = _read_all(ctx, request, first_pass, denied)
+        responses, available, error = _read_all(ctx, topics, request.replica_id, request.max_bytes, first_pass,
+                                                denied, read_committed)
         first_pass = False
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
@@ -162,12 +193,67 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
             if available:
                 _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
-            return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE, "session_id": 0,
+            if session is not None:
+                responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
+            return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
+                    "session_id": session.session_id if session is not None else NO_SESSION,
                     "responses": responses}
         _release_regions(ctx)
-        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        keys = [(t.topic, p.partition) for t in topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
+
+
+_SESSION_CACHES: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()
+
+
+def session_cache(ctx: RequestContext) -> FetchSessionCache:
+    """The broker's fetch sessions (made on first use)."""
+    cache = _SESSION_CACHES.get(ctx.broker)
+    if cache is None:
+        slots = ctx.broker.config["max.incremental.fetch.session.cache.slots"]
+        cache = _SESSION_CACHES[ctx.broker] = FetchSessionCache(slots, ctx.broker.replica_manager.clock)
+    return cache
+
+
+def _session(ctx: RequestContext, request: Struct) -> FetchSession | int | None:
+    """The session this fetch opens or continues (None: answer without one), or the
+    error code that refuses it."""
+    cache = session_cache(ctx)
+    if request.session_id == NO_SESSION:
+        if request.session_epoch != INITIAL_EPOCH:
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH
+        session = cache.create(privileged=request.replica_id >= 0)
+        if session is not None:
+            session.update(request.topics)
+        return session
+    if request.session_epoch == FINAL_EPOCH:
+        cache.remove(request.session_id)
+        return None
+    session = cache.get(request.session_id)
+    if session is None:
+        return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    if request.session_epoch != session.epoch:
+        return ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    session.update(request.topics, request.forgotten_topics_data)
+    session.next_epoch()
+    return session
+
+
+def _session_answer(session: FetchSession, responses: list[dict[str, Any]], incremental: bool) -> list[dict[str, Any]]:
+    """Remember what each partition's answer told the client; an incremental answer keeps
+    only the partitions with news."""
+    out = []
+    for topic in responses:
+        kept = []
+        for answer in topic["partitions"]:
+            state = session.partitions.get((topic["topic"], answer["partition_index"]))
+            news = state.changed(answer) if state is not None else True
+            if news or not incremental:
+                kept.append(answer)
+        if kept:
+            out.append({"topic": topic["topic"], "partitions": kept})
+    return out
 
 
 def _count_bytes_out(stats: BrokerTopicStats, responses: list[dict[str, Any]], replication: bool) -> None:
@@ -186,11 +272,11 @@ def _count_bytes_out(stats: BrokerTopicStats, responses: list[dict[str, Any]], r
                 topic_stats.bytes_out += sent
 
 
-def _denied_topics(ctx: RequestContext, request: Struct) -> frozenset[str]:
+def _denied_topics(ctx: RequestContext, replica_id: int, topics: Any) -> frozenset[str]:
     """Topics this fetch may not read: all of them for a follower without CLUSTER_ACTION
     on the cluster, else those without READ."""
-    names = {t.topic for t in request.topics}
-    if request.replica_id >= 0:
+    names = {t.topic for t in topics}
+    if replica_id >= 0:
         return frozenset() if ctx.allowed_on_cluster(Operation.CLUSTER_ACTION) else frozenset(names)
     return frozenset(n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n))
 
