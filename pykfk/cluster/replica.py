@@ -251,6 +251,26 @@ class Partition:
             return info, None
         return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
 
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, timeout_ms: int) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
+        """Writes a transaction marker as leader (Kafka's WriteTxnMarkers append, acks=all:
+        the coordinator counts a marker written once the ISR has it). Returns what
+        ``append_records`` does."""
+        if self.role != LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
+        info = self.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                      leader_epoch=self.leader_epoch)
+        if self.remote:
+            self.maybe_advance_high_watermark()
+        else:
+            self.manager.high_watermark_waiters.notify(self.topic, self.partition)
+        self.manager.log_end_waiters.notify(self.topic, self.partition)
+        required = info.last_offset + 1
+        if self.high_watermark >= required:
+            return info, None
+        return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
+
     def replication_error(self) -> ErrorCode:
         """acks=all once the high watermark passed the append: the ISR must still meet
         ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND otherwise)."""

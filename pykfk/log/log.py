@@ -6,6 +6,8 @@ Directory ``<topic>-<partition>``::
     00000000000000000000.log          record batches (magic 2), as produced
     00000000000000000000.index        sparse offset index, derived (rebuilt if missing)
     00000000000000000000.timeindex    sparse time index, derived (rebuilt if missing)
+    00000000000000000000.txnindex     aborted transactions of the segment, derived
+                                      (``pykfk.log.transactions``)
     00000000000000001234.snapshot     producer state as of offset 1234
     *.deleted                         segment files waiting out file.delete.delay.ms
     00000000000000000000.log.cleaned  a segment group being rewritten by the log cleaner
@@ -48,6 +50,15 @@ from pykfk.log.producer_state import (
     snapshot_path,
 )
 from pykfk.log.retention import deletable_segments
+from pykfk.log.transactions import (
+    ABORT,
+    TXN_INDEX_SUFFIX,
+    AbortedTransactions,
+    AbortedTxn,
+    control_markers,
+    marker_batch,
+    marker_type,
+)
 from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
@@ -58,7 +69,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 DELETE_DIR_SUFFIX = "-delete"
 SWAP_SUFFIX = ".swap"
-SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 # ListOffsets special timestamps (Kafka ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST).
 LATEST_TIMESTAMP = -1
@@ -75,7 +86,7 @@ SEGMENTS_TO_SCAN_FOR_PRODUCERS = 2
 # Recovery logs one line per segment; past this many bytes also progress inside segments.
 RECOVERY_PROGRESS_BYTES = 64 * 1024 * 1024
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -227,6 +238,7 @@ class Log:
         self._last_flush_ms = time_ms()
         self._flush_scheduled = False
         self.producer_state = ProducerStateManager()
+        self.aborted_txns = AbortedTransactions(self.dir)
         if not (new and self._start_new()):
             self._load(clean_shutdown)
 
@@ -268,6 +280,20 @@ class Log:
             self._high_watermark = None
         else:
             self._high_watermark = min(max(value, self._log_start_offset), self._log_end_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset up to which read_committed consumers may read: the first offset of
+        the earliest open transaction, else the high watermark."""
+        first = self.producer_state.first_unstable_offset()
+        high_watermark = self.high_watermark
+        return high_watermark if first is None or first > high_watermark else first
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions a read of [start, end) may return data of."""
+        if not len(self.aborted_txns):
+            return []
+        return self.aborted_txns.in_range(start, end)
 
     @property
     def size_bytes(self) -> int:
@@ -357,6 +383,7 @@ class Log:
         # Everything below the log end offset is now either flushed (clean shutdown) or
         # checked and flushed by recovery.
         self._recovery_point = self._log_end_offset
+        self.aborted_txns.load(self._view.base_offsets, self._log_end_offset)
         self._load_producer_state()
         logger.info("%s Loaded log with %d segments, log start offset %d, log end offset %d",
                     self._prefix(), len(segments), self._log_start_offset, self._log_end_offset)
@@ -617,9 +644,42 @@ class Log:
             producers = state.prepare_append(headers, check=False) if _has_producers(headers) else None
             info, flush_now = self._write_locked(buf, headers, first_offset, producers, False, now_ms,
                                                  leader=False)
+            if producers is not None:  # markers carry a producer id too
+                for header, kind in control_markers(buf, headers):
+                    self._complete_txn(state, header, kind == ABORT)
         if flush_now:
             self.flush()
         return info
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, *, leader_epoch: int = -1,
+                      now_ms: int | None = None) -> AppendInfo:
+        """Ends the producer's transaction in this partition with a COMMIT or ABORT
+        marker (a leader, on the transaction coordinator's word). The last stable offset
+        moves past the transaction; an abort is added to the aborted-transactions index.
+        Raises KafkaError(INVALID_PRODUCER_EPOCH) for an epoch older than the producer's."""
+        now = time_ms() if now_ms is None else now_ms
+        with self._lock:
+            self.producer_state.check_marker(producer_id, producer_epoch)
+        batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
+        info = self.append(batch, leader_epoch=leader_epoch, now_ms=now)
+        with self._lock:
+            self._complete_txn(self.producer_state, info.headers[0], not commit)
+        return info
+
+    def _complete_txn(self, state: ProducerStateManager, marker: Any, aborted: bool) -> None:
+        """The marker ``marker`` (its batch header, final offsets) ends a transaction in
+        ``state``; an abort goes into the index of the segment holding the marker."""
+        offset = marker.base_offset
+        first = state.complete_txn(marker.producer_id, marker.producer_epoch, offset,
+                                   marker.max_timestamp)
+        if not aborted or first is None:
+            return
+        unstable = state.first_unstable_offset()
+        view = self._view
+        segment_base = view.base_offsets[max(bisect.bisect_right(view.base_offsets, offset) - 1, 0)]
+        self.aborted_txns.add(AbortedTxn(marker.producer_id, first, offset,
+                                         offset + 1 if unstable is None else unstable), segment_base)
 
     def _check_size(self, size: int) -> None:
         if size > self._config.segment_bytes:
@@ -860,6 +920,7 @@ class Log:
     def _truncate_fully_locked(self, offset: int) -> int:
         dropped = self._view.segments
         self._view = _View([])
+        self.aborted_txns.drop_before(offset)
         for base in list_snapshots(self.dir):
             os.unlink(snapshot_path(self.dir, base))
         self._schedule_delete(dropped)
@@ -878,6 +939,7 @@ class Log:
         for base in list_snapshots(self.dir):
             if base > self._log_end_offset:
                 os.unlink(snapshot_path(self.dir, base))
+        self.aborted_txns.truncate(self._log_end_offset, self._view.base_offsets)
         self._load_producer_state()
 
     # -- compaction ---------------------------------------------------------------------------
@@ -908,6 +970,7 @@ class Log:
             new = self._open_segment(base)
             self._view = _View(segments[:i] + [new] + segments[i + len(old):])
             self._seal(new)
+            self.aborted_txns.rewrite_segment(base, new.next_offset)
         fsync_dir(self.dir)
         if self.scheduler is not None:
             self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
@@ -934,6 +997,7 @@ class Log:
                 self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
                 self._view = _View(remaining)
                 self._recovery_point = max(self._recovery_point, self._log_start_offset)
+                self.aborted_txns.drop_before(self._log_start_offset)
                 logger.info("%s Deleting %d segments (%s), log start offset now %d",
                             self._prefix(), count, reason, self._log_start_offset)
         if count:
@@ -1075,6 +1139,10 @@ class Log:
             if header.last_offset >= start:
                 state.commit_append(state.prepare_append((header,), check=False),
                                     (header,), header.next_offset, offsets_assigned=False)
+                if header.is_control and header.producer_id >= 0:
+                    kind = marker_type(os.pread(fd, header.size, position))
+                    if kind is not None:
+                        self._complete_txn(state, header, kind == ABORT)
                 count += 1
             position += header.size
         return count

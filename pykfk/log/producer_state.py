@@ -21,6 +21,11 @@ only for the last five batches of each producer, the ones the state keeps. ``che
 ``update`` apply the same rules to ProducerBatch objects (one object per batch: for
 callers holding a few batches, and as the reference the header path is tested against).
 
+Transactions: the first offset of each producer's open transaction (``ongoing``) is
+noted at its first transactional batch and dropped by the marker that ends it
+(``complete_txn``); the smallest one is the partition's first unstable offset, below
+which the last stable offset stays.
+
 Thread affinity: the owning Log calls it under its lock.
 """
 
@@ -45,13 +50,16 @@ NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 # Attributes bit 5 of a magic-2 batch: a control batch (transaction marker).
 CONTROL_FLAG = 0x20
+# Attributes bit 4: the batch belongs to a transaction.
+TRANSACTIONAL_FLAG = 0x10
 
 # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: the largest
 # max.in.flight.requests.per.connection an idempotent producer may use.
 NUM_BATCHES_TO_RETAIN = 5
 
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 1
+# Version 2 adds each producer's open transaction (version 1 files are still read).
+SNAPSHOT_VERSION = 2
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -248,6 +256,38 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
+        # producer id -> first offset of its open transaction in this partition
+        self.ongoing: dict[int, int] = {}
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction; None when none is open."""
+        ongoing = self.ongoing
+        return min(ongoing.values()) if ongoing else None
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A coordinator's marker may not come from an epoch older than the producer's
+        (Kafka answers INVALID_PRODUCER_EPOCH: a newer producer took over meanwhile)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"marker of producer {producer_id} at epoch {producer_epoch}, "
+                             f"older than the current epoch {entry.producer_epoch}")
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, marker_offset: int,
+                     timestamp: int) -> int | None:
+        """The marker at ``marker_offset`` ends the producer's transaction here: returns
+        the first offset it had (None when it wrote nothing to this partition). A marker
+        of a newer epoch (the coordinator fencing a producer) moves the producer to it."""
+        first = self.ongoing.pop(producer_id, None)
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if producer_epoch > entry.producer_epoch:
+            entry.producer_epoch = producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
+        return first
 
     def check(self, batches: Iterable[ProducerBatch]) -> BatchMetadata | None:
         """Validates a client append against the known state without changing it.
@@ -400,6 +440,22 @@ class ProducerStateManager:
                 entry.batches.append(BatchMetadata(h.base_sequence, _last_sequence(h), base,
                                                    base + h.last_offset_delta, h.max_timestamp))
             entry.last_timestamp = max(entry.last_timestamp, p.max_timestamp)
+            if pid not in self.ongoing:
+                self._note_transaction_start(pid, headers, next_offset, offsets_assigned)
+
+    def _note_transaction_start(self, pid: int, headers: Sequence[Any], next_offset: int,
+                                offsets_assigned: bool) -> None:
+        """The producer's first transactional batch among ``headers`` opens its
+        transaction here (several batches in one append: v0-2 Produce or a follower)."""
+        for index, h in enumerate(headers):
+            if h.producer_id == pid and h.attributes & TRANSACTIONAL_FLAG \
+                    and not h.attributes & CONTROL_FLAG:
+                if offsets_assigned:
+                    base = next_offset - sum(later.last_offset_delta + 1 for later in headers[index:])
+                else:
+                    base = h.base_offset
+                self.ongoing[pid] = base
+                return
 
     def _commit_one(self, pending: PendingAppend, h: Any, next_offset: int,
                     offsets_assigned: bool) -> None:
@@ -416,6 +472,8 @@ class ProducerStateManager:
         entry.batches.append(BatchMetadata(h.base_sequence, _last_sequence(h), base,
                                            base + delta, h.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, p.max_timestamp)
+        if h.attributes & TRANSACTIONAL_FLAG and pid not in self.ongoing:
+            self.ongoing[pid] = base
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
@@ -423,13 +481,14 @@ class ProducerStateManager:
     def truncate(self) -> None:
         """Forget everything (before a rebuild after the log was truncated)."""
         self.producers.clear()
+        self.ongoing.clear()
         self.map_end_offset = 0
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Drops producers that wrote nothing for ``expiration_ms`` (Kafka's
         producer.id.expiration.ms), so the table cannot grow without bound."""
         expired = [pid for pid, entry in self.producers.items()
-                   if now_ms - entry.last_timestamp > expiration_ms]
+                   if now_ms - entry.last_timestamp > expiration_ms and pid not in self.ongoing]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -442,7 +501,9 @@ class ProducerStateManager:
     #    2     4     crc: CRC-32C of every byte after this field
     #    6     4     producer count
     #   10     ...   producers, each:
-    #                  8 producer_id, 2 producer_epoch, 8 last_timestamp, 1 batch count (0..5)
+    #                  8 producer_id, 2 producer_epoch, 8 last_timestamp,
+    #                  8 first offset of its open transaction (-1 none; version 2 only),
+    #                  1 batch count (0..5)
     #                  then per batch: 4 first_seq, 4 last_seq, 8 first_offset, 8 last_offset,
     #                  8 timestamp
     #
@@ -450,7 +511,8 @@ class ProducerStateManager:
     # five so duplicates of any in-flight batch are still caught after a restart.
 
     _HEAD = struct.Struct(">hIi")
-    _PRODUCER = struct.Struct(">qhqB")
+    _PRODUCER = struct.Struct(">qhqqB")
+    _PRODUCER_V1 = struct.Struct(">qhqB")
     _BATCH = struct.Struct(">iiqqq")
 
     def snapshot_bytes(self) -> bytes:
@@ -459,7 +521,7 @@ class ProducerStateManager:
         parts = [struct.pack(">i", len(self.producers))]
         for pid, entry in sorted(self.producers.items()):
             parts.append(self._PRODUCER.pack(pid, entry.producer_epoch, entry.last_timestamp,
-                                             len(entry.batches)))
+                                             self.ongoing.get(pid, -1), len(entry.batches)))
             for b in entry.batches:
                 parts.append(self._BATCH.pack(b.first_seq, b.last_seq, b.first_offset,
                                               b.last_offset, b.timestamp))
@@ -473,17 +535,24 @@ class ProducerStateManager:
         if len(data) < self._HEAD.size:
             raise SnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
         version, crc, count = self._HEAD.unpack_from(data, 0)
-        if version != SNAPSHOT_VERSION:
+        if version not in (1, SNAPSHOT_VERSION):
             raise SnapshotError(f"unknown snapshot version {version}")
         if crc32c(memoryview(data)[6:]) != crc:
             raise SnapshotError("snapshot CRC mismatch")
         producers: dict[int, ProducerStateEntry] = {}
+        ongoing: dict[int, int] = {}
+        layout = self._PRODUCER if version == SNAPSHOT_VERSION else self._PRODUCER_V1
         pos = self._HEAD.size
         for _ in range(max(count, 0)):
-            if pos + self._PRODUCER.size > len(data):
+            if pos + layout.size > len(data):
                 raise SnapshotError("snapshot truncated inside a producer entry")
-            pid, epoch, last_ts, n = self._PRODUCER.unpack_from(data, pos)
-            pos += self._PRODUCER.size
+            if version == SNAPSHOT_VERSION:
+                pid, epoch, last_ts, txn_first, n = layout.unpack_from(data, pos)
+                if txn_first >= 0:
+                    ongoing[pid] = txn_first
+            else:
+                pid, epoch, last_ts, n = layout.unpack_from(data, pos)
+            pos += layout.size
             if n > NUM_BATCHES_TO_RETAIN or pos + n * self._BATCH.size > len(data):
                 raise SnapshotError(f"snapshot entry of producer {pid} is malformed")
             batches = [BatchMetadata(*self._BATCH.unpack_from(data, pos + i * self._BATCH.size))
@@ -493,6 +562,7 @@ class ProducerStateManager:
         if pos != len(data):
             raise SnapshotError(f"{len(data) - pos} unexpected bytes after the last entry")
         self.producers = producers
+        self.ongoing = ongoing
         self.map_end_offset = offset
 
 

@@ -4,7 +4,8 @@ timestamp, looked up through the segments' time indexes (the seeds' getOffsetsBe
 v0 answers with a list of offsets (``old_style_offsets``): segment base offsets and the
 log end, by the segments' modification times, as Kafka's legacy path does (a consumer
 never sees an offset past the high watermark). v1+ answers with one offset and its
-timestamp. "Latest" is the high watermark. Only the partition's leader answers
+timestamp. "Latest" is the high watermark, or the last stable offset for isolation_level 1
+(read_committed, v2+), which also bounds timestamp lookups. Only the partition's leader answers
 (NOT_LEADER_OR_FOLLOWER elsewhere). From v4 a client's current leader epoch is checked
 (FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer) and the answer carries
 the epoch of the leader that wrote the offset; v6 is the first flexible version.
@@ -29,24 +30,25 @@ EARLIEST = -2
 CONSUMER_REPLICA_ID = -1
 
 
-def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
+def _lookup(plog: Log, timestamp: int, read_committed: bool) -> tuple[int, int]:
     """(timestamp, offset) answered for ``timestamp``; (-1, -1) when no record is that late."""
+    limit = plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, limit
     if timestamp == EARLIEST:
         return -1, plog.log_start_offset
     if timestamp < 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
     found = plog.offset_for_timestamp(timestamp)
-    if found is None:
+    if found is None or (read_committed and found >= limit):
         return -1, -1
-    return _first_record_at_or_after(plog, found, timestamp)
+    return _first_record_at_or_after(plog, found, timestamp, limit)
 
 
-def _first_record_at_or_after(plog: Log, offset: int, timestamp: int) -> tuple[int, int]:
+def _first_record_at_or_after(plog: Log, offset: int, timestamp: int, limit: int) -> tuple[int, int]:
     """The index finds the batch; Kafka answers with the first *record* whose timestamp
     is >= the target, and that record's own timestamp, so look inside the batch."""
-    data = plog.read(offset, 1, max_offset=plog.high_watermark)
+    data = plog.read(offset, 1, max_offset=limit)
     region = data.file_region
     if region is None or region.size == 0:
         return timestamp, offset
@@ -71,6 +73,7 @@ def _legacy_offsets(plog: Log, timestamp: int, max_num_offsets: int, consumer: b
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     replicas = ctx.broker.replica_manager
     v0 = ctx.api_version == 0
+    read_committed = ctx.api_version >= 2 and request.isolation_level == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -88,7 +91,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                                               request.replica_id == CONSUMER_REPLICA_ID)
                     entry.update(error_code=ErrorCode.NONE, old_style_offsets=offsets)
                 else:
-                    timestamp, offset = _lookup(plog, part.timestamp)
+                    timestamp, offset = _lookup(plog, part.timestamp, read_committed)
                     entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset,
                                  leader_epoch=leader.epochs.epoch_for(offset) if offset >= 0 else -1)
             except KafkaError as exc:
