@@ -1,0 +1,5 @@
+"""``python -m pykfk.mirror``: the same as ``pykfk-mirror``."""
+
+from pykfk.mirror.cli import main
+
+main()

@@ -1,0 +1,142 @@
+"""Consumer-group offset translation (MM2's MirrorCheckpointConnector, KIP-382).
+
+Every ``emit.checkpoints.interval.ms`` each mirror process reads the committed offsets
+of the source's consumer groups (``groups`` / ``groups.exclude``) for the partitions it
+copies, maps each to a target offset with its offset syncs (progress.py) and writes a
+checkpoint to ``<source>.checkpoints.internal`` in the target (compacted, one partition):
+
+    key    JSON ["<group>", "<source topic>", <partition>]
+    value  JSON {"upstream_offset": <committed in the source>,
+                 "downstream_topic": "<remote topic>", "downstream_offset": <target offset>,
+                 "time": <ms>}
+
+A group moved to the target starts at ``downstream_offset``: no record at or after its
+source offset is skipped, and what it reads again is at most the records copied between
+the sync used and its committed offset (one progress interval of copying), plus any
+duplicates the at-least-once copy left there. ``apply_checkpoints`` commits them to the
+group in the target (``pykfk-mirror failover``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pykfk.mirror.config import MirrorConfig
+from pykfk.mirror.progress import OffsetSyncs, read_compacted
+
+__all__ = ["Checkpoint", "Checkpointer", "apply_checkpoints", "read_checkpoints"]
+
+log = logging.getLogger("pykfk.mirror")
+
+ADMIN_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    group: str
+    topic: str
+    partition: int
+    upstream_offset: int
+    downstream_topic: str
+    downstream_offset: int
+
+    def key(self) -> bytes:
+        return json.dumps([self.group, self.topic, self.partition]).encode()
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "upstream_offset": self.upstream_offset, "downstream_topic": self.downstream_topic,
+            "downstream_offset": self.downstream_offset, "time": int(time.time() * 1000),
+        }).encode()
+
+    @classmethod
+    def decode(cls, key: bytes, value: bytes) -> Checkpoint:
+        group, topic, partition = json.loads(key)
+        doc = json.loads(value)
+        return cls(str(group), str(topic), int(partition), int(doc["upstream_offset"]),
+                   str(doc["downstream_topic"]), int(doc["downstream_offset"]))
+
+
+class Checkpointer:
+    """Translates and writes checkpoints for the partitions one mirror process owns."""
+
+    def __init__(self, config: MirrorConfig, source_admin: AdminClient):
+        self.config = config
+        self.admin = source_admin
+        self.last: dict[tuple[str, str, int], int] = {}  # what was written, to skip repeats
+
+    def groups(self) -> list[str]:
+        listing = self.admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result(ADMIN_TIMEOUT_S)
+        return sorted(
+            g.group_id for g in listing.valid
+            if re.fullmatch(self.config.groups_regex, g.group_id)
+            and not re.fullmatch(self.config.groups_exclude, g.group_id)
+            and g.group_id != self.config.group_id
+        )
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        request = [ConsumerGroupTopicPartitions(group)]
+        answer = self.admin.list_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
+        result = answer[group].result(ADMIN_TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
+                if tp.error is None and tp.offset >= 0}
+
+    def emit(self, producer: Any, syncs: dict[tuple[str, int], OffsetSyncs],
+             remote_topic: Callable[[str], str]) -> int:
+        """Queue checkpoints on ``producer`` (the caller flushes); returns how many."""
+        written = 0
+        for group in self.groups():
+            for (topic, partition), offset in self.committed(group).items():
+                partition_syncs = syncs.get((topic, partition))
+                if partition_syncs is None:
+                    continue  # not copied by this process (or not same-partition)
+                downstream = partition_syncs.translate(offset)
+                if downstream is None or self.last.get((group, topic, partition)) == offset:
+                    continue
+                checkpoint = Checkpoint(group, topic, partition, offset, remote_topic(topic), downstream)
+                producer.produce(self.config.checkpoints_topic, checkpoint.encode(), checkpoint.key())
+                self.last[(group, topic, partition)] = offset
+                written += 1
+        return written
+
+
+def read_checkpoints(consumer_config: dict[str, str], topic: str) -> dict[tuple[str, str, int], Checkpoint]:
+    """The latest checkpoint per (group, source topic, partition) in ``topic``."""
+    consumer = Consumer({**consumer_config, "group.id": "pykfk-mirror-checkpoint-reader",
+                         "enable.auto.commit": False})
+    try:
+        latest: dict[tuple[str, str, int], Checkpoint] = {}
+        for message in read_compacted(consumer, topic):
+            if message.value() is None:
+                continue
+            checkpoint = Checkpoint.decode(message.key(), message.value())
+            latest[(checkpoint.group, checkpoint.topic, checkpoint.partition)] = checkpoint
+        return latest
+    finally:
+        consumer.close()
+
+
+def apply_checkpoints(config: MirrorConfig, group: str, *, execute: bool) -> list[Checkpoint]:
+    """The group's checkpoints; with ``execute`` also committed to ``group`` in the
+    target (it must have no active members there, as with any offset reset)."""
+    checkpoints = [c for (g, _, _), c in sorted(read_checkpoints(
+        config.target.client("consumer"), config.checkpoints_topic).items()) if g == group]
+    if execute and checkpoints:
+        admin = AdminClient(config.target.client("admin"))
+        offsets = [TopicPartition(c.downstream_topic, c.partition, c.downstream_offset) for c in checkpoints]
+        request = [ConsumerGroupTopicPartitions(group, offsets)]
+        result = admin.alter_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
+        answer = result[group].result(ADMIN_TIMEOUT_S)
+        failed = [tp for tp in answer.topic_partitions if tp.error is not None]
+        if failed:
+            raise RuntimeError(f"committing offsets of {group}: {failed}")
+    return checkpoints

@@ -1,0 +1,160 @@
+"""The mirror's progress, kept in the target cluster so a restarted (or another) mirror
+process resumes where the last one stopped.
+
+One compacted topic in the target (``progress.topic``, one partition) holds, per source
+partition, the next source offset to copy and where the target stood then:
+
+    key    JSON ["<source topic>", <partition>]
+    value  JSON {"offset": <next source offset>, "target_topic": "<remote topic>",
+                 "target_partition": <p or -1>, "target_offset": <target end or -1>,
+                 "time": <ms>}
+
+A value is written only after every record before ``offset`` was acknowledged by the
+target (acks=all), so resuming from any value written never skips a record. The pairs
+(offset, target_offset) are also the offset syncs that consumer-group offsets are
+translated with (checkpoints.py): every source record at or after ``offset`` is in the
+target at or after ``target_offset``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+__all__ = ["OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
+
+# How many offset syncs per partition are kept for translating group offsets: with one
+# sync per progress interval (1 s by default) that is the last ~17 minutes of copying.
+SYNCS_KEPT = 1000
+# Longest a read of an internal topic up to its end may take (seconds).
+READ_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class ProgressEntry:
+    offset: int
+    target_topic: str
+    target_partition: int
+    target_offset: int
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "offset": self.offset, "target_topic": self.target_topic,
+            "target_partition": self.target_partition, "target_offset": self.target_offset,
+            "time": int(time.time() * 1000),
+        }).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProgressEntry:
+        doc = json.loads(data)
+        return cls(int(doc["offset"]), str(doc["target_topic"]), int(doc["target_partition"]),
+                   int(doc["target_offset"]))
+
+
+def progress_key(topic: str, partition: int) -> bytes:
+    return json.dumps([topic, partition]).encode()
+
+
+def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | None = None,
+                   timeout_s: float = READ_TIMEOUT_S) -> Iterable[Any]:
+    """Messages of every partition of ``topic`` from ``positions`` (default: the start)
+    up to the end offsets at the time of the call. ``positions`` is updated in place so a
+    later call continues where this one stopped."""
+    metadata = consumer.list_topics(topic, timeout=timeout_s)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None:
+        return
+    positions = {} if positions is None else positions
+    ends: dict[int, int] = {}
+    for partition in info.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        if high > positions.get(partition, 0):
+            ends[partition] = high
+    if not ends:
+        return
+    consumer.assign([TopicPartition(topic, p, positions.get(p, OFFSET_BEGINNING)) for p in ends])
+    deadline = time.monotonic() + timeout_s
+    while ends:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic} to its end took over {timeout_s} s")
+        for message in consumer.consume(1000, 0.2):
+            if message.error() is not None:
+                continue
+            positions[message.partition()] = message.offset() + 1
+            yield message
+        for partition, end in list(ends.items()):
+            if positions.get(partition, 0) >= end:
+                del ends[partition]
+    consumer.unassign()
+
+
+class OffsetSyncs:
+    """(source offset, target offset) pairs of one source partition, oldest first."""
+
+    def __init__(self) -> None:
+        self.source: list[int] = []
+        self.target: list[int] = []
+
+    def add(self, source_offset: int, target_offset: int) -> None:
+        if target_offset < 0:
+            return
+        if self.source and source_offset <= self.source[-1]:
+            # A resumed copy may step back; later pairs describe the target better.
+            cut = bisect.bisect_left(self.source, source_offset)
+            del self.source[cut:], self.target[cut:]
+        self.source.append(source_offset)
+        self.target.append(target_offset)
+        if len(self.source) > SYNCS_KEPT:
+            del self.source[0], self.target[0]
+
+    def translate(self, source_offset: int) -> int | None:
+        """The target offset from which a consumer misses nothing at or after
+        ``source_offset``: the newest sync at or before it (None when older than all)."""
+        i = bisect.bisect_right(self.source, source_offset) - 1
+        return None if i < 0 else self.target[i]
+
+    def sync_before(self, source_offset: int) -> int | None:
+        i = bisect.bisect_right(self.source, source_offset) - 1
+        return None if i < 0 else self.source[i]
+
+
+class ProgressStore:
+    """Reads and writes the progress topic. ``reader`` is a group-less Consumer of the
+    target owned by this store; writes go through the mirror's producer."""
+
+    def __init__(self, target_consumer_config: dict[str, str], topic: str):
+        self.topic = topic
+        self.reader = Consumer({
+            **target_consumer_config, "group.id": "pykfk-mirror-progress-reader",
+            "enable.auto.commit": False, "enable.partition.eof": False,
+        })
+        self.entries: dict[tuple[str, int], ProgressEntry] = {}
+        self._positions: dict[int, int] = {}
+
+    def catch_up(self) -> None:
+        """Apply everything written to the topic since the last call (by any process)."""
+        for message in read_compacted(self.reader, self.topic, self._positions):
+            value = message.value()
+            if value is None:
+                continue
+            topic, partition = json.loads(message.key())
+            self.entries[(topic, int(partition))] = ProgressEntry.decode(value)
+
+    def write(self, producer: Any, topic: str, partition: int, entry: ProgressEntry) -> None:
+        """Queue one entry on ``producer``; the caller flushes."""
+        producer.produce(self.topic, entry.encode(), progress_key(topic, partition))
+        self.entries[(topic, partition)] = entry
+
+    def target_end(self, topic: str, partition: int) -> int:
+        """The target partition's end (high watermark) as its leader reports it now."""
+        _, high = self.reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
+        return int(high)
+
+    def close(self) -> None:
+        self.reader.close()
