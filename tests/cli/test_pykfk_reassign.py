@@ -33,3 +33,47 @@ def test_execute_refuses_a_file_that_is_not_a_plan(pykfk: Pykfk, tmp_path: Path)
     assert result.code == 2 and "is not a reassignment plan" in result.err
     missing = pykfk("reassign", "verify", str(tmp_path / "absent.json"))
     assert missing.code == 2 and "cannot read" in missing.err
+
+
+def test_execute_and_verify_move_a_partition_in_a_cluster(tmp_path: Path, zookeeper_server) -> None:
+    from tests.cluster.conftest import Cluster, wait_until
+
+    cluster = Cluster(str(tmp_path), zookeeper_server, 2, {}).start()
+    try:
+        cli = Pykfk(cluster.bootstrap)
+        cli.ok("topic", "create", "moving", "-p", "1", "-r", "1")
+        cli.ok("produce", "moving", input="a\nb\nc\n")
+        [before] = _replicas(cli, "moving")
+        target = 1 - before
+        plan = tmp_path / "plan.json"
+        plan.write_text(cli.ok("reassign", "plan", "--topic", "moving", "--brokers", str(target)).out)
+        cli.ok("reassign", "execute", str(plan))
+        wait_until(lambda: cli("reassign", "verify", str(plan)).code == 0, 30,
+                   "pykfk reassign verify to report the move complete")
+        assert _replicas(cli, "moving") == [target]
+        consumed = cli.ok("consume", "moving", "--from-beginning", "-n", "3").out.split()
+        assert consumed == ["a", "b", "c"]
+    finally:
+        cluster.close()
+
+
+def _replicas(cli: Pykfk, topic: str) -> list[int]:
+    described = cli.ok("-o", "json", "topic", "describe", topic).json()
+    return _find_replicas(described)
+
+
+def _find_replicas(value: object) -> list[int]:
+    """The replicas list of the (only) partition, wherever the JSON nests it."""
+    if isinstance(value, dict):
+        if "replicas" in value:
+            return list(value["replicas"])
+        for inner in value.values():
+            found = _find_replicas(inner)
+            if found:
+                return found
+    if isinstance(value, list):
+        for inner in value:
+            found = _find_replicas(inner)
+            if found:
+                return found
+    return []
