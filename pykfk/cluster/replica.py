@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from pykfk._core import records as core_records
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError, ChannelSecurity
+from pykfk.cluster.fetch_session import FollowerFetchSession
 from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
 from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
@@ -882,6 +883,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._channel: BrokerChannel | None = None
         self._stopped = False
+        self.session = FollowerFetchSession()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -924,6 +926,7 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (ChannelError, KafkaError) as exc:
+                self.session.reset()
                 log.info("fetcher for leader %d: %s; retrying in %.1f s", self.leader_id, exc, backoff)
                 await self.manager.clock.sleep(backoff)
             except Exception:
@@ -994,7 +997,7 @@ class ReplicaFetcher:
         now = self.manager.now_ms()
         throttle = self.manager.follower_throttle
         sent: list[tuple[Partition, int, bool]] = []
-        topics: dict[str, list[dict[str, int]]] = {}
+        wanted: dict[tuple[str, int], dict[str, int]] = {}
         for p in self.partitions.values():
             if p.needs_truncation or p.fetch_paused_until > now:
                 continue
@@ -1002,15 +1005,14 @@ class ReplicaFetcher:
             if throttled and throttle.exceeded():
                 continue  # a replica being added waits for the reassignment throttle
             sent.append((p, p.leader_epoch, throttled))
-            topics.setdefault(p.topic, []).append({
-                "partition": p.partition,
+            wanted[p.key] = {
                 "current_leader_epoch": p.leader_epoch,
                 "fetch_offset": p.log.log_end_offset,
                 "log_start_offset": p.log.log_start_offset,
                 # About one second's worth at a time, so the rate stays even.
                 "partition_max_bytes": min(settings.fetch_max_bytes, throttle.rate) if throttled
                 else settings.fetch_max_bytes,
-            })
+            }
         if not sent:
             return False
         body = {
@@ -1019,14 +1021,13 @@ class ReplicaFetcher:
             "min_bytes": settings.fetch_min_bytes,
             "max_bytes": settings.fetch_response_max_bytes,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
-            "forgotten_topics_data": [],
+            # An incremental session (KIP-227): only changed partitions go out.
+            **self.session.request_fields(wanted),
             "rack_id": "",
         }
         timeout = settings.fetch_wait_max_ms / 1000 + settings.socket_timeout_ms / 1000
         response = await channel.request(FETCH_KEY, FETCH_VERSION, body, timeout_s=timeout)
+        self.session.answered(response.error_code, response.session_id)
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "fetch refused")
         results = {(t.topic, r.partition_index): r for t in response.responses for r in t.partitions}
