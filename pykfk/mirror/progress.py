@@ -101,6 +101,11 @@ class OffsetSyncs:
         self.source: list[int] = []
         self.target: list[int] = []
 
+    def copy(self) -> OffsetSyncs:
+        twin = OffsetSyncs()
+        twin.source, twin.target = list(self.source), list(self.target)
+        return twin
+
     def add(self, source_offset: int, target_offset: int) -> None:
         if target_offset < 0:
             return
@@ -135,6 +140,9 @@ class ProgressStore:
             "enable.auto.commit": False, "enable.partition.eof": False,
         })
         self.entries: dict[tuple[str, int], ProgressEntry] = {}
+        # Every sync still in the topic (compaction keeps only the latest), so a process
+        # that takes a partition over translates offsets from before its time too.
+        self.history: dict[tuple[str, int], OffsetSyncs] = {}
         self._positions: dict[int, int] = {}
 
     def catch_up(self) -> None:
@@ -144,12 +152,21 @@ class ProgressStore:
             if value is None:
                 continue
             topic, partition = json.loads(message.key())
-            self.entries[(topic, int(partition))] = ProgressEntry.decode(value)
+            entry = ProgressEntry.decode(value)
+            self.entries[(topic, int(partition))] = entry
+            if entry.target_partition == int(partition):
+                self.history.setdefault((topic, int(partition)), OffsetSyncs()).add(
+                    entry.offset, entry.target_offset)
 
     def write(self, producer: Any, topic: str, partition: int, entry: ProgressEntry) -> None:
         """Queue one entry on ``producer``; the caller flushes."""
         producer.produce(self.topic, entry.encode(), progress_key(topic, partition))
         self.entries[(topic, partition)] = entry
+
+    def source_start(self, consumer: Consumer, topic: str, partition: int) -> int:
+        """The source partition's log start offset (``consumer`` reads the source)."""
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
+        return int(low)
 
     def target_end(self, topic: str, partition: int) -> int:
         """The target partition's end (high watermark) as its leader reports it now."""

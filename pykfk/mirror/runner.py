@@ -228,13 +228,24 @@ class Mirror:
             key = (tp.topic, tp.partition)
             entry = self.progress.entries.get(key)
             tp.offset = entry.offset if entry is not None else start
+            if key in self.progress.history:
+                self._syncs[key] = self.progress.history[key].copy()
             if entry is not None:
                 self._written[key] = entry.offset
-                if entry.target_partition == tp.partition:
-                    self._syncs[key].add(entry.offset, entry.target_offset)
+            elif start == OFFSET_BEGINNING:
+                self._first_sync(consumer, tp.topic, tp.partition)
             self._owned.add(key)
         consumer.assign(partitions)
         log.info("assigned %d partitions", len(partitions))
+
+    def _first_sync(self, consumer: Consumer, topic: str, partition: int) -> None:
+        """A partition copied from its start: every record from the source's log start
+        on lands after the target's current end."""
+        route = self._route(topic, partition)
+        if route.same_partition:
+            self._syncs[(topic, partition)].add(
+                self.progress.source_start(consumer, topic, partition),
+                self.progress.target_end(route.remote, partition))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.write_progress()
