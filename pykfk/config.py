@@ -164,6 +164,19 @@ def _metrics_listener(raw: Any) -> str:
     return value
 
 
+REPLICA_SELECTORS = frozenset({"org.apache.kafka.common.replica.RackAwareReplicaSelector",
+                               "org.apache.kafka.common.replica.LeaderSelector"})
+
+
+def _replica_selector(raw: Any) -> str | None:
+    """Kafka's class names; the leader selector is the same as none."""
+    name = str(raw).strip()
+    if name and name not in REPLICA_SELECTORS:
+        raise ValueError(f"unknown replica selector {name!r} (pykfk has "
+                         "org.apache.kafka.common.replica.RackAwareReplicaSelector)")
+    return name if name.endswith("RackAwareReplicaSelector") else None
+
+
 def _principal_list(raw: Any) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
     principals = [str(item).strip() for item in items if str(item).strip()]
@@ -254,6 +267,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("zookeeper.session.timeout.ms", _at_least(1), 18000, "ZooKeeper session timeout", "int"),
         _key("zookeeper.connection.timeout.ms", _at_least(1), 18000, "wait this long for ZooKeeper at start", "int"),
         _key("broker.rack", _parse_string, None, "rack of this broker (rack-aware replica placement)", "string"),
+        _key("replica.selector.class", _replica_selector, None,
+             "RackAwareReplicaSelector: consumers with client.rack read from an in-sync replica in their rack (KIP-392)",
+             "string"),
         _key("min.insync.replicas", _at_least(1), 1, "ISR size acks=all needs", "int"),
         _key("unclean.leader.election.enable", _parse_bool, False, "elect a leader outside the ISR", "bool"),
         _key("offsets.topic.replication.factor", _at_least(1), 3, "replication factor of the offsets topic", "int"),

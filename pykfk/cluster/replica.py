@@ -723,12 +723,18 @@ class ReplicaManager:
         return self.leader_partition(topic, partition).log
 
     def log_for_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
-                      current_leader_epoch: int, *, report_position: bool = True) -> tuple[Log, int]:
+                      current_leader_epoch: int, *, report_position: bool = True,
+                      consumer_on_follower: bool = False) -> tuple[Log, int]:
         """(log, read limit) for a Fetch: consumers read up to the high watermark,
         followers up to the log end offset; a follower's ``fetch_offset`` is its position
-        (once per request: ``report_position`` is False when a parked fetch reads again)."""
+        (once per request: ``report_position`` is False when a parked fetch reads again).
+        With ``consumer_on_follower`` (Fetch v11+, KIP-392) a consumer may read a
+        follower's copy too, up to the follower's high watermark."""
         found = self.partitions.get((topic, partition))
         if found is None or found.role != LEADER:
+            if consumer_on_follower and replica_id < 0 and found is not None and found.role == FOLLOWER:
+                found.check_leader_epoch(current_leader_epoch)
+                return found.log, found.log.high_watermark
             found = self.leader_partition(topic, partition)  # raises the right error
         if current_leader_epoch >= 0 and current_leader_epoch != found.leader_epoch:
             found.check_leader_epoch(current_leader_epoch)

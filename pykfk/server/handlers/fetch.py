@@ -18,7 +18,10 @@ transactions whose batches the answer may hold, so the consumer drops them; ever
 reports the partition's last stable offset.
 Versions below 4 expect magic 0/1 message sets: those batches are down-converted.
 
-Only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads up to the
+With ``replica.selector.class`` set to Kafka's RackAwareReplicaSelector, a v11+
+consumer that names its rack is pointed at an in-sync replica in that rack
+(``preferred_read_replica``, KIP-392), and a follower serves v11+ consumers up to its own
+high watermark. Otherwise only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere); a consumer reads up to the
 high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and its
 ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``), before the
 fetch parks, so acks=all requests complete as soon as the follower asks for more. A
@@ -70,7 +73,7 @@ def _partition_error(partition: int, code: int) -> dict[str, Any]:
 
 def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int, first_pass: bool,
               denied: frozenset[str] = frozenset(),
-              read_committed: bool = False) -> tuple[list[dict[str, Any]], int, bool]:
+              read_committed: bool = False, client_rack: str | None = None) -> tuple[list[dict[str, Any]], int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
@@ -94,7 +97,7 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
             try:
                 plog, max_offset = replicas.log_for_fetch(
                     topic.topic, part.partition, replica_id, part.fetch_offset,
-                    part.current_leader_epoch, report_position=first_pass,
+                    part.current_leader_epoch, report_position=first_pass, consumer_on_follower=version >= 11,
                 )
             except KafkaError as exc:
                 partitions.append(_partition_error(part.partition, exc.code))
@@ -103,6 +106,15 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
                 continue
             # A consumer's read limit is the high watermark already; a follower's the end.
             high_watermark = max_offset if replica_id < 0 else plog.high_watermark
+            if client_rack is not None:
+                preferred = _preferred_read_replica(ctx, topic.topic, part.partition, client_rack)
+                if preferred >= 0:  # KIP-392: read from the replica in the client's rack
+                    partitions.append({**_partition_error(part.partition, ErrorCode.NONE),
+                                       "high_watermark": high_watermark,
+                                       "last_stable_offset": plog.last_stable_offset,
+                                       "log_start_offset": plog.log_start_offset,
+                                       "preferred_read_replica": preferred})
+                    continue
             last_stable = plog.last_stable_offset
             if read_committed:
                 max_offset = last_stable
@@ -153,6 +165,20 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
     return responses, total, error
 
 
+def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, client_rack: str) -> int:
+    """Kafka's RackAwareReplicaSelector, asked on the leader: an in-sync replica in the
+    client's rack (the lowest id), or -1 when the leader is there itself or none is."""
+    broker = ctx.broker
+    if broker.config["broker.rack"] == client_rack:
+        return -1
+    state = broker.metadata.partition_state(topic, partition)
+    if state is None or state.leader != broker.broker_id:
+        return -1
+    in_rack = [replica for replica in state.isr if replica != broker.broker_id
+               and (info := broker.metadata.get_broker(replica)) is not None and info.rack == client_rack]
+    return min(in_rack, default=-1)
+
+
 def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
     if version < 4:
         from pykfk._core.records import to_legacy
@@ -182,9 +208,11 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     first_pass = True
     read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
     denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None else frozenset()
+    client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
+        broker.config["replica.selector.class"] else None
     while True:
         responses, available, error = _read_all(ctx, topics, request.replica_id, request.max_bytes, first_pass,
-                                                denied, read_committed)
+                                                denied, read_committed, client_rack)
         first_pass = False
         remaining = deadline - loop.time()
         if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
