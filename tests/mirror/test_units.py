@@ -1,0 +1,85 @@
+"""The mirror's pure parts: configuration files, remote names and cycles, offset syncs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pykfk.mirror.config import ConfigError, load_config, parse_config
+from pykfk.mirror.naming import ORIGIN_HEADER, ReplicationPolicy
+from pykfk.mirror.progress import OffsetSyncs
+
+BASE = {"source.alias": "east", "source.bootstrap.servers": "127.0.0.1:1",
+        "target.alias": "west", "target.bootstrap.servers": "127.0.0.1:2"}
+
+
+def test_properties_and_yaml_files_give_the_same_configuration(tmp_path: Path) -> None:
+    props = tmp_path / "m.properties"
+    props.write_text("source.alias=east\nsource.bootstrap.servers=127.0.0.1:1\n"
+                     "source.consumer.fetch.min.bytes=1000\ntarget.alias=west\n"
+                     "target.bootstrap.servers=127.0.0.1:2\ntopics=orders, payments\n"
+                     "progress.max.records=500\n")
+    yaml_file = tmp_path / "m.yaml"
+    yaml_file.write_text("source:\n  alias: east\n  bootstrap.servers: 127.0.0.1:1\n"
+                         "  consumer:\n    fetch.min.bytes: 1000\n"
+                         "target: {alias: west, bootstrap.servers: '127.0.0.1:2'}\n"
+                         "topics: [orders, payments]\nprogress.max.records: 500\n")
+    for config in (load_config(str(props)), load_config(str(yaml_file))):
+        assert config.topics == ["orders", "payments"]
+        assert config.progress_max_records == 500
+        assert config.source.client("consumer") == {"bootstrap.servers": "127.0.0.1:1", "fetch.min.bytes": "1000"}
+        assert config.group_id == "pykfk-mirror-east-west"
+        assert config.checkpoints_topic == "east.checkpoints.internal"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"topics": ""}, "topics"),
+    ({"topics": "a", "colour": "blue"}, "unknown setting 'colour'"),
+    ({"topics": "a", "source.enable.auto.commit": "true"}, "set by the mirror"),
+    ({"topics": "a", "target.producer.acks": "1"}, "set by the mirror"),
+    ({"topics.regex": "("}, "topics.regex"),
+    ({"topics": "a", "replication.policy": "prefix"}, "replication.policy"),
+    ({"topics": "a", "progress.max.records": "0"}, "positive"),
+    ({"topics": "a", "target.alias": "east"}, "must differ"),
+])
+def test_bad_settings_are_named(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config({**BASE, **extra})
+
+
+def test_regex_selection_leaves_internal_topics_out_but_a_listed_one_in() -> None:
+    config = parse_config({**BASE, "topics.regex": ".*", "topics": "__pykfk_audit"})
+    assert config.matches("orders")
+    assert not config.matches("__consumer_offsets")
+    assert not config.matches("east.checkpoints.internal")
+    assert config.matches("__pykfk_audit")
+
+
+def test_default_names_carry_the_source_and_detect_cycles() -> None:
+    policy = ReplicationPolicy("default", "east", "west")
+    assert policy.remote_topic("orders") == "east.orders"
+    assert policy.is_cycle("west.orders")  # came from the target
+    assert policy.is_cycle("north.west.orders")  # from the target through north
+    assert not policy.is_cycle("app.events")  # dots in a name are not aliases
+    assert not policy.is_cycle("westerly.orders")
+
+
+def test_identity_names_keep_the_topic_and_read_the_origin_header() -> None:
+    policy = ReplicationPolicy("identity", "east", "west")
+    assert policy.remote_topic("orders") == "orders"
+    assert policy.marks_records and not policy.is_cycle("west.orders")
+    assert policy.origin_of([("a", b"1"), (ORIGIN_HEADER, b"west")]) == "west"
+    assert policy.origin_of(None) is None
+
+
+def test_offset_syncs_translate_to_the_newest_sync_at_or_before() -> None:
+    syncs = OffsetSyncs()
+    for source, target in ((0, 0), (100, 100), (200, 230)):
+        syncs.add(source, target)
+    assert syncs.translate(-1) is None
+    assert syncs.translate(0) == 0
+    assert syncs.translate(150) == 100  # re-reads 100..149, skips nothing
+    assert syncs.translate(10_000) == 230
+    syncs.add(150, 400)  # a resumed copy went back: later pairs win
+    assert syncs.translate(199) == 400 and syncs.translate(300) == 400
