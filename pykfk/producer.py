@@ -32,6 +32,8 @@ __all__ = ["Producer", "QueueFullError", "RecordMetadata"]
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+    from pykfk.audit import AuditEmitter
+
 log = logging.getLogger("pykfk.producer")
 
 PRODUCE = 0
@@ -235,6 +237,10 @@ class Producer:
     ids) -> partition id``; default murmur2 for keys (same partitions as the Java client and
     librdkafka's murmur2_random) and sticky partitions for null keys.
 
+    ``audit``: a ``pykfk.audit.AuditEmitter``; every delivered record is counted in it
+    per topic and time window of its timestamp (the paper's audit trail), and ``close()``
+    publishes the counts gathered so far (the emitter's owner closes it).
+
     Thread-safe: any thread may call ``send``. Use as a context manager, or call
     ``close()``, which delivers what is queued first.
     """
@@ -263,6 +269,7 @@ class Producer:
         partitioner: Partitioner | None = None,
         callback: Callback | None = None,
         metadata_max_age_ms: int = 300000,
+        audit: AuditEmitter | None = None,
     ):
         if producer_type not in ("sync", "async"):
             raise ValueError("producer_type must be 'sync' or 'async'")
@@ -300,6 +307,7 @@ class Producer:
         self.key_serializer = key_serializer
         self.value_serializer = value_serializer
         self.callback = callback
+        self.audit = audit
         self._custom_partitioner = partitioner
         self._partitioner = DefaultPartitioner()
         self.cluster = ClusterMetadata(
@@ -428,6 +436,8 @@ class Producer:
             self._sender.join(30)
             self._closed = True
             self.cluster.close()
+            if self.audit is not None:
+                self.audit.emit()
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(self.cluster.topic(topic, auto_create=True).partitions)
@@ -762,6 +772,8 @@ class Producer:
 
     def _complete(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
         self._end_retry(batch)
+        if self.audit is not None and batch.topic != self.audit.topic:
+            self.audit.count_timestamps(batch.topic, [record[2] for record in batch.records])
         batch.result.complete(base_offset, log_append_time, None)
         self._run_callbacks(batch, None)
         self._finish(batch)

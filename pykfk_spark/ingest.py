@@ -73,6 +73,15 @@ class IngestConfig:
     max_records_per_run: int | None = None
     fail_on_data_loss: bool = True
     compression: str = "snappy"
+    # The audit trail (pykfk.audit): with a bootstrap, each committed run publishes its
+    # records per topic and window of their timestamps, as tier ``audit_tier``;
+    # ``audit_names`` reports a topic under another name (a mirrored ``east.orders``
+    # as ``orders``, the name the producers counted it under).
+    audit_bootstrap_servers: str | None = None
+    audit_topic: str = "__pykfk_audit"
+    audit_tier: str = "spark-ingest"
+    audit_window_ms: int = 60_000
+    audit_names: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -406,6 +415,7 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
                     f"{tp}: offsets {row['first']}..{row['last']} outside {p.start}..{p.end - 1}"
                 )
             p.records, p.bytes = row["records"], row["bytes"] or 0
+        audit_counts = _audit_counts(spark, data, config) if config.audit_bootstrap_servers else []
         staged = _staged_files(data)
         files = [
             os.path.join(os.path.dirname(s), f"{RUN_PREFIX}{run:06d}-{os.path.basename(s)}")
@@ -428,13 +438,57 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
             "staged_files": staged,
             "file_bytes": file_bytes,
             "committed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "audit": audit_counts,
         }
         _write_json_atomic(os.path.join(staging, PREPARED), manifest)
         _crash_point("after-prepare")
         _commit(output, manifest, staging, progress)
+        for committed_run in [*recovered, run]:
+            _emit_audit(output, committed_run, config, progress)
         return IngestSummary(
             run, partitions, files, file_bytes, time.monotonic() - began, recovered
         )
+
+
+def _audit_counts(spark: Any, data: str, config: IngestConfig) -> list[list[Any]]:
+    """[topic, window start ms, records] of the staged run, by record timestamp."""
+    if not _has_parquet(data):
+        return []
+    from pyspark.sql import functions as F
+
+    size = config.audit_window_ms
+    millis = F.unix_millis("timestamp")
+    rows = (
+        spark.read.parquet(data)
+        .groupBy("topic", (millis - F.pmod(millis, F.lit(size))).alias("window"))
+        .count()
+        .collect()
+    )
+    return sorted([row["topic"], int(row["window"]), int(row["count"])] for row in rows)
+
+
+def _emit_audit(output: str, run: int, config: IngestConfig, progress: Progress) -> None:
+    """Publish a committed run's counts. The emitter id names the output and the run,
+    so publishing them again (a re-run after a failure here) counts once."""
+    if not config.audit_bootstrap_servers:
+        return
+    counts = read_manifest(output, run).get("audit") or []
+    if not counts:
+        return
+    from pykfk.audit import AuditEmitter
+
+    emitter = AuditEmitter(
+        config.audit_bootstrap_servers, config.audit_tier, topic=config.audit_topic,
+        window_ms=config.audit_window_ms, emitter_id=f"{config.audit_tier}:{output}:run{run}",
+        background=False,
+    )
+    emitter.add_counts({(config.audit_names.get(t, t), w): n for t, w, n in counts})
+    try:
+        emitter.close()
+    except Exception as exc:  # noqa: BLE001 - the data is committed; the audit says what is missing
+        progress(f"run {run}: audit counts not published: {exc}")
+        return
+    progress(f"run {run}: audit counts published ({len(counts)} windows)")
 
 
 def _has_parquet(directory: str) -> bool:
@@ -485,6 +539,14 @@ def _parser() -> argparse.ArgumentParser:
         help="skip offsets deleted by retention instead of failing",
     )
     p.add_argument("--compression", default="snappy", help="Parquet codec (default snappy)")
+    p.add_argument("--audit-bootstrap-servers", help="publish audit counts to this cluster")
+    p.add_argument("--audit-topic", default="__pykfk_audit", help="audit topic (default __pykfk_audit)")
+    p.add_argument("--audit-tier", default="spark-ingest", help="tier name in the audit (default spark-ingest)")
+    p.add_argument("--audit-window-ms", type=int, default=60_000, help="audit window (default 60000)")
+    p.add_argument(
+        "--audit-as", action="append", default=[], metavar="TOPIC=NAME",
+        help="count TOPIC under NAME in the audit (repeatable; e.g. east.orders=orders)",
+    )
     p.add_argument(
         "--master", default=None, help="Spark master (default: spark-submit's, else local[*])"
     )
@@ -510,6 +572,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_records_per_run=args.max_records_per_run,
         fail_on_data_loss=not args.no_fail_on_data_loss,
         compression=args.compression,
+        audit_bootstrap_servers=args.audit_bootstrap_servers,
+        audit_topic=args.audit_topic,
+        audit_tier=args.audit_tier,
+        audit_window_ms=args.audit_window_ms,
+        audit_names=dict(item.split("=", 1) for item in args.audit_as if "=" in item),
     )
     # Workers must run this interpreter (the one pykfk is installed in), not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -1,6 +1,6 @@
 """``pykfk``: the operator's command for any Kafka-protocol cluster, pykfk or Kafka.
 
-``pykfk topic|group|produce|consume|cluster|acl|user|reassign|log ...``; ``pykfk COMMAND
+``pykfk topic|group|produce|consume|cluster|acl|user|reassign|log|audit ...``; ``pykfk COMMAND
 --help`` describes each. docs/cli.md is the manual.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pykfk.cli import access, cluster, console, group, logdump, reassign, topic
+from pykfk.cli import access, audit, cluster, console, group, logdump, reassign, topic
 from pykfk.cli.common import CliContext, connection_options, output_option, run_guarded
 
 
@@ -46,7 +46,7 @@ def cli(ctx: click.Context) -> None:
     ctx.ensure_object(CliContext)
 
 
-for module in (topic, group, console, cluster, access, reassign, logdump):
+for module in (topic, group, console, cluster, access, reassign, logdump, audit):
     for command in module.COMMANDS:
         cli.add_command(command)
 
