@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from pykfk.security.quotas import QuotaManager
     from pykfk.server.connection import KafkaServer
     from pykfk.server.dispatch import Registry
+    from pykfk.txn import TransactionCoordinator
+    from pykfk.txn.leadership import TransactionLeadership
+    from pykfk.txn.markers import BrokerMarkerWriter
 
 log = logging.getLogger("pykfk.broker")
 # The entity of the cluster-wide dynamic broker settings (Kafka's ZooKeeper layout).
@@ -73,6 +76,9 @@ class Broker:
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
         self._group_coordinator: GroupCoordinator | None = None
         self._coordinator_leadership: CoordinatorLeadership | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        self._transaction_leadership: TransactionLeadership | None = None
+        self._marker_writer: BrokerMarkerWriter | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -109,6 +115,7 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.open)
         self.log_manager.start(asyncio.get_running_loop())
         await self._start_group_coordinator()
+        await self._start_transaction_coordinator()
         self.registry = Registry.default()
         dispatcher = Dispatcher(self, self.registry)
         for listener, security in zip(cfg.listeners, securities, strict=True):
@@ -176,6 +183,7 @@ class Broker:
             # Parked JoinGroup/SyncGroup calls answer NOT_COORDINATOR while the server
             # can still send them; pending offset writes finish before the logs close.
             await self._group_coordinator.shutdown()
+        await self._stop_transaction_coordinator()
         if self.servers:
             await asyncio.gather(*(server.shutdown() for server in self.servers))
         await self.cluster.stop()
@@ -204,9 +212,68 @@ class Broker:
         self._coordinator_leadership = CoordinatorLeadership(
             self.group_coordinator, self.replica_manager, self.config["offsets.commit.timeout.ms"])
 
-    def _quota_changed(self, kind: str, _key: Any) -> None:
+    async def _start_transaction_coordinator(self) -> None:
+        """Like the group coordinator: started before joining, it loads the
+        ``__transaction_state`` partitions this broker comes to lead."""
+        from pykfk.txn import TRANSACTION_STATE_TOPIC, TransactionCoordinator, TxnConfig
+        from pykfk.txn.leadership import TransactionLeadership
+        from pykfk.txn.markers import BrokerMarkerWriter
+
+        props = self.config.transaction_properties()
+        info = self.metadata.get_topic(TRANSACTION_STATE_TOPIC)
+        if info is not None:
+            # An existing topic's partition count wins: transactional ids must not move.
+            props["transaction.state.log.num.partitions"] = info.partitions
+        config = TxnConfig.from_properties(props)
+        self._marker_writer = BrokerMarkerWriter(self, config.write_timeout_ms)
+        self.transaction_coordinator = TransactionCoordinator(
+            config, allocate_producer_id=self.allocate_producer_id, markers=self._marker_writer,
+            clock=self.replica_manager.clock)
+        await self.transaction_coordinator.start()
+        self._transaction_leadership = TransactionLeadership(
+            self.transaction_coordinator, self.replica_manager, config.write_timeout_ms)
+
+    async def _stop_transaction_coordinator(self) -> None:
+        if self._transaction_leadership is not None:
+            await self._transaction_leadership.stop()
+        if self.transaction_coordinator is not None:
+            await self.transaction_coordinator.shutdown()
+        if self._marker_writer is not None:
+            self._marker_writer.close()
+
+    async def ensure_transaction_topic(self) -> None:
+        """Create ``__transaction_state`` on first use (the first FindCoordinator for a
+        transactional id), replicated ``transaction.state.log.replication.factor`` times
+        (fewer when fewer brokers are up), and wait until this broker loaded what it leads."""
+        from pykfk.cluster.metadata import TopicExistsError
+        from pykfk.txn import TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_TOPIC_CONFIG
+
+        store = self.metadata
+        assert self.transaction_coordinator is not None and self._transaction_leadership is not None
+        if store.get_topic(TRANSACTION_STATE_TOPIC) is None:
+            cfg = self.config
+            factor = min(cfg["transaction.state.log.replication.factor"], len(store.live_broker_ids()))
+            configs = {**{k: str(v) for k, v in TRANSACTION_STATE_TOPIC_CONFIG.items()},
+                       "segment.bytes": str(cfg["transaction.state.log.segment.bytes"]),
+                       "min.insync.replicas": str(min(cfg["transaction.state.log.min.isr"], max(factor, 1)))}
+            try:
+                await store.create_topic(TRANSACTION_STATE_TOPIC,
+                                         self.transaction_coordinator.config.num_partitions, max(factor, 1), configs)
+            except TopicExistsError:
+                pass
+        await self._transaction_leadership.settled()
+
+    def transaction_coordinator_node(self, partition: int, listener: str) -> tuple[int, str, int] | None:
+        from pykfk.txn import TRANSACTION_STATE_TOPIC
+
+        return self.cluster.leader_node(TRANSACTION_STATE_TOPIC, partition, listener)
+
+    def _quota_changed(self, kind: str, key: Any) -> None:
         if kind == "quota":
             self.quotas.refresh()
+        elif kind == "topic" and self._group_coordinator is not None and self.metadata.get_topic(key) is None:
+            # A deleted topic's committed offsets go with it (Kafka's onPartitionsDeleted).
+            self._group_coordinator.topic_deleted(key)
 
     # -- settings changed at run time (dynamic broker configs, a re-read file) ---------
 

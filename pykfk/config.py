@@ -274,6 +274,21 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("unclean.leader.election.enable", _parse_bool, False, "elect a leader outside the ISR", "bool"),
         _key("offsets.topic.replication.factor", _at_least(1), 3, "replication factor of the offsets topic", "int"),
         _key("offsets.commit.timeout.ms", _at_least(1), 5000, "wait this long for an offset commit to replicate", "int"),
+        # The transaction coordinator (pykfk.txn), Kafka's names and defaults.
+        _key("transaction.state.log.num.partitions", _at_least(1), 50, "partitions of the transaction state topic", "int"),
+        _key("transaction.state.log.replication.factor", _at_least(1), 3,
+             "replication factor of the transaction state topic", "int"),
+        _key("transaction.state.log.min.isr", _at_least(1), 2, "min.insync.replicas of the transaction state topic", "int"),
+        _key("transaction.state.log.segment.bytes", _at_least(1), 104857600,
+             "segment size of the transaction state topic", "int"),
+        _key("transaction.max.timeout.ms", _at_least(1), 900000, "longest transaction.timeout.ms a producer may ask",
+             "int"),
+        _key("transactional.id.expiration.ms", _at_least(1), 604800000,
+             "forget transactional ids idle this long", "int"),
+        _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _at_least(1), 10000,
+             "how often timed-out transactions are looked for", "int"),
+        _key("transaction.remove.expired.transaction.cleanup.interval.ms", _at_least(1), 3600000,
+             "how often expired transactional ids are looked for", "int"),
         _key("replica.lag.time.max.ms", _at_least(1, big=True), 30000, "followers not caught up this long leave the ISR", "long"),
         _key("replica.fetch.max.bytes", _at_least(0), 1048576, "bytes a follower fetches per partition", "int"),
         _key("replica.fetch.response.max.bytes", _at_least(0), 10485760, "bytes a follower fetches per request", "int"),
@@ -387,6 +402,17 @@ GROUP_COORDINATOR_KEYS = (
     "offsets.retention.minutes",
     "offsets.retention.check.interval.ms",
     "offset.metadata.max.bytes",
+)
+
+
+# Settings of the transaction coordinator (pykfk.txn.TxnConfig reads them by these names).
+TRANSACTION_COORDINATOR_KEYS = (
+    "transaction.state.log.num.partitions",
+    "transaction.max.timeout.ms",
+    "transactional.id.expiration.ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms",
+    "offsets.commit.timeout.ms",
 )
 
 
@@ -789,6 +815,10 @@ class BrokerConfig:
     def ignored_keys_set(self) -> list[str]:
         """Keys accepted for compatibility that were set but have no effect."""
         return sorted(k for k in self.originals if k in BROKER_KEYS and BROKER_KEYS[k].ignored)
+
+    def transaction_properties(self) -> dict[str, Any]:
+        """The transaction coordinator's settings by Kafka name (``TxnConfig.from_properties``)."""
+        return {name: self._values[name] for name in TRANSACTION_COORDINATOR_KEYS}
 
     def group_properties(self) -> dict[str, Any]:
         """The group coordinator's settings by Kafka name (``GroupConfig.from_properties``)."""

@@ -30,7 +30,9 @@ log = logging.getLogger("pykfk.cluster")
 
 # The internal topic of committed offsets and group metadata (pykfk.group.OFFSETS_TOPIC).
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+# The transaction coordinator's state (pykfk.txn.TRANSACTION_STATE_TOPIC).
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 # Upper bound per topic: a single request must not be able to create millions of
 # directories and open files on this broker.
 MAX_PARTITIONS_PER_TOPIC = 10000

@@ -161,6 +161,28 @@ async def offset_commit(
     ))
 
 
+async def txn_offset_commit(
+    coordinator: GroupCoordinator, api_version: int, request: Any
+) -> dict[str, Any]:
+    """TxnOffsetCommit (key 28): offsets committed inside a producer's transaction.
+    PRODUCER_FENCED reaches versions below 2 as INVALID_PRODUCER_EPOCH (KIP-588)."""
+    topics = [
+        (t.name, [(p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                   p.committed_metadata) for p in t.partitions])
+        for t in request.topics
+    ]
+    result = await coordinator.txn_offset_commit(
+        request.group_id, request.producer_id, request.producer_epoch, topics,
+        generation_id=getattr(request, "generation_id", -1), member_id=getattr(request, "member_id", ""),
+        group_instance_id=getattr(request, "group_instance_id", None))
+    if api_version < 2:
+        for topic in result["topics"]:
+            for partition in topic["partitions"]:
+                if partition["error_code"] == E.PRODUCER_FENCED:
+                    partition["error_code"] = E.INVALID_PRODUCER_EPOCH
+    return _body(result)
+
+
 async def offset_fetch(
     coordinator: GroupCoordinator, api_version: int, request: Any
 ) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from pykfk.group.offsets import (
     encode_offset_commit_value,
     partition_for,
 )
-from pykfk.group.storage import OffsetsLog
+from pykfk.group.storage import ABORT_MARKER, COMMIT_MARKER, TRANSACTIONAL, OffsetsLog
 
 log = logging.getLogger("pykfk.group")
 
@@ -177,6 +177,12 @@ class GroupCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._retention_task: asyncio.Task[None] | None = None
+        # TxnOffsetCommit offsets waiting for their transaction's marker, by producer id;
+        # each (group, topic, partition) -> offset. Invisible to OffsetFetch until then.
+        self._pending_txn: dict[int, dict[tuple[str, str, int], OffsetAndMetadata]] = {}
+        # The newest epoch each transactional producer committed offsets with: older
+        # ones are fenced.
+        self._txn_epochs: dict[int, int] = {}
 
     # == lifecycle ============================================================================
 
@@ -228,10 +234,7 @@ class GroupCoordinator:
         try:
             offsets: dict[OffsetCommitKey, OffsetAndMetadata] = {}
             groups: dict[str, GroupMetadataRecord] = {}
-            for count, (key, value) in enumerate(offsets_log.read_all(), 1):
-                if count % _LOAD_YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
-                self._replay(partition, key, value, offsets, groups)
+            open_txns = await self._replay_all(partition, offsets_log, offsets, groups)
             loaded = {gid: Group.from_record(gid, rec) for gid, rec in groups.items()}
             for k, committed in offsets.items():
                 group = loaded.get(k.group)
@@ -251,10 +254,41 @@ class GroupCoordinator:
                     self._schedule_heartbeat(group, member)
                 if len(group.members) > self.config.group_max_size:
                     self._prepare_rebalance(group)
-            log.info("loaded __consumer_offsets-%d: %d groups, %d offsets",
-                     partition, len(loaded), len(offsets))
+            for producer_id, pending in open_txns.items():
+                self._pending_txn.setdefault(producer_id, {}).update(
+                    ((k.group, k.topic, k.partition), v) for k, v in pending.items())
+            log.info("loaded __consumer_offsets-%d: %d groups, %d offsets, %d open transactions",
+                     partition, len(loaded), len(offsets), len(open_txns))
         finally:
             self._loading.discard(partition)
+
+    async def _replay_all(self, partition: int, offsets_log: OffsetsLog,
+                          offsets: dict[OffsetCommitKey, OffsetAndMetadata],
+                          groups: dict[str, GroupMetadataRecord]) -> dict[int, dict[OffsetCommitKey, OffsetAndMetadata]]:
+        """Replays the partition into ``offsets`` and ``groups``; transactional offsets
+        count once their COMMIT marker is read. Returns the offsets of transactions still
+        open at the end, by producer id."""
+        open_txns: dict[int, dict[OffsetCommitKey, OffsetAndMetadata]] = {}
+        read_entries = getattr(offsets_log, "read_entries", None)
+        if read_entries is None:
+            entries: Iterable[tuple[bytes | None, bytes | None, int, int]] = (
+                (k, v, -1, 0) for k, v in offsets_log.read_all())
+        else:
+            entries = read_entries()
+        for count, (key, value, producer_id, kind) in enumerate(entries, 1):
+            if count % _LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            if kind == TRANSACTIONAL and key is not None:
+                staged: dict[OffsetCommitKey, OffsetAndMetadata] = {}
+                self._replay(partition, key, value, staged, {})
+                open_txns.setdefault(producer_id, {}).update(staged)
+            elif kind == COMMIT_MARKER:
+                offsets.update(open_txns.pop(producer_id, {}))
+            elif kind == ABORT_MARKER:
+                open_txns.pop(producer_id, None)
+            elif key is not None:
+                self._replay(partition, key, value, offsets, groups)
+        return open_txns
 
     @staticmethod
     def _replay(partition: int, key: bytes, value: bytes | None,
@@ -1079,6 +1113,113 @@ class GroupCoordinator:
         group.offsets.update(offsets)
         return E.NONE
 
+    async def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topics: Iterable[tuple[str, Iterable[Sequence[Any]]]],
+        *,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+    ) -> Result:
+        """TxnOffsetCommit: offsets written now as the producer's transactional records,
+        visible once its transaction commits (``complete_transaction``), dropped if it
+        aborts. ``topics`` as for ``offset_commit``. A producer epoch older than one
+        already seen gets PRODUCER_FENCED; from v3 a generation and member are checked
+        like OffsetCommit's (KIP-447)."""
+        now = self._now_ms()
+        codes: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+        valid: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for name, partitions in topics:
+            topic_codes: list[tuple[int, ErrorCode]] = []
+            codes.append((name, topic_codes))
+            for partition_index, offset, leader_epoch, metadata in partitions:
+                metadata = metadata or ""
+                code = E.NONE
+                if not self._partition_exists(name, partition_index):
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                    code = E.OFFSET_METADATA_TOO_LARGE
+                else:
+                    valid[(name, partition_index)] = OffsetAndMetadata(offset, metadata, now, leader_epoch, -1)
+                topic_codes.append((partition_index, code))
+        error = self._txn_commit_error(group_id, producer_id, producer_epoch, generation_id, member_id,
+                                       group_instance_id) if valid else None
+        if error is None and valid:
+            error = await asyncio.shield(self._spawn(self._store_txn_offsets(group_id, producer_id, producer_epoch,
+                                                                             valid)))
+        return {"topics": [
+            {"name": name, "partitions": [
+                {"partition_index": index, "error_code": error if error is not None and code == E.NONE else code}
+                for index, code in topic_codes]}
+            for name, topic_codes in codes]}
+
+    def _txn_commit_error(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                          member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        error = self._check_group(group_id)
+        if error is not None:
+            return error
+        if producer_epoch < self._txn_epochs.get(producer_id, -1):
+            return E.PRODUCER_FENCED
+        group = self._groups.get(group_id)
+        if group is not None and generation_id >= 0:
+            error = group.validate_member(member_id, group_instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        return None
+
+    async def _store_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 offsets: dict[tuple[str, int], OffsetAndMetadata]) -> ErrorCode:
+        offsets_log = self._logs.get(self.partition_for(group_id))
+        append = getattr(offsets_log, "append_transactional", None)
+        if append is None:
+            return E.NOT_COORDINATOR if offsets_log is None else E.UNSUPPORTED_VERSION
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_commit_key(group_id, topic, partition), encode_offset_commit_value(value))
+            for (topic, partition), value in offsets.items()]
+        try:
+            await append(records, producer_id, producer_epoch)
+        except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
+            if isinstance(exc, KafkaError) and exc.code == E.INVALID_PRODUCER_EPOCH:
+                return E.PRODUCER_FENCED
+            code = _storage_error(exc, commit=True)
+            log.warning("group %r: storing transactional offsets failed: %r -> %s", group_id, exc, code.name)
+            return code
+        self._txn_epochs[producer_id] = max(producer_epoch, self._txn_epochs.get(producer_id, -1))
+        pending = self._pending_txn.setdefault(producer_id, {})
+        for (topic, partition), value in offsets.items():
+            pending[(group_id, topic, partition)] = value
+        return E.NONE
+
+    async def complete_transaction(self, producer_id: int, offsets_partition: int, commit: bool) -> None:
+        """The producer's transaction ended on ``__consumer_offsets`` partition
+        ``offsets_partition`` (its marker is written): its offsets there become the
+        groups' committed offsets, or are dropped."""
+        pending = self._pending_txn.get(producer_id)
+        if not pending:
+            return
+        done = [key for key in pending if self.partition_for(key[0]) == offsets_partition]
+        for key in done:
+            value = pending.pop(key)
+            group_id, topic, partition = key
+            if not commit:
+                continue
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, GroupState.EMPTY, self._now_ms())
+            group.offsets[(topic, partition)] = value
+        if not pending:
+            del self._pending_txn[producer_id]
+
+    def has_pending_transactional_offsets(self, group_id: str) -> bool:
+        """Whether a transaction holds uncommitted offsets of the group (OffsetFetch with
+        require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile)."""
+        return any(key[0] == group_id for pending in self._pending_txn.values() for key in pending)
+
     async def offset_fetch(
         self, group_id: str, topics: Iterable[tuple[str, Iterable[int]]] | None,
         *, require_stable: bool = False,
@@ -1096,17 +1237,23 @@ class GroupCoordinator:
             for topic, partition in sorted(stored) if error is None else ():
                 by_topic.setdefault(topic, []).append(partition)
             topics = by_topic.items()
+        # require_stable (KIP-447): partitions a transaction is committing offsets for
+        # answer UNSTABLE_OFFSET_COMMIT until it ends; the client asks again.
+        unstable = {(topic, partition) for pending in self._pending_txn.values()
+                    for gid, topic, partition in pending if gid == group_id} if require_stable else set()
         out = []
         for name, partitions in topics:
             rows = []
             for index in partitions:
                 value = stored.get((name, index))
+                code = error if error is not None else (
+                    E.UNSTABLE_OFFSET_COMMIT if (name, index) in unstable else E.NONE)
                 rows.append({
                     "partition_index": index,
                     "committed_offset": value.offset if value else -1,
                     "committed_leader_epoch": value.leader_epoch if value else -1,
                     "metadata": value.metadata if value else "",
-                    "error_code": error if error is not None else E.NONE,
+                    "error_code": code,
                 })
             out.append({"name": name, "partitions": rows})
         return {"error_code": error if error is not None else E.NONE, "topics": out}
@@ -1242,6 +1389,35 @@ class GroupCoordinator:
                 for topic, partition in dict.fromkeys(keys)]
 
     # == offset retention =======================================================================
+
+    def topic_deleted(self, topic: str) -> None:
+        """A store listener's entry point: the offsets go in a task of their own."""
+        if self._loop is not None:
+            self._spawn(self.remove_deleted_topic(topic))
+
+    async def remove_deleted_topic(self, topic: str) -> int:
+        """``topic`` was deleted: its committed offsets go from every group this
+        coordinator holds (Kafka's onPartitionsDeleted), with tombstones, so a topic made
+        again under the name starts from the groups' reset policy, not the old offsets.
+        Returns the number of offsets removed."""
+        batches: dict[int, tuple[str, list[tuple[bytes, bytes | None]]]] = {}
+        removed = 0
+        for group in list(self._groups.values()):
+            partition = self.partition_for(group.group_id)
+            keys = [key for key in group.offsets if key[0] == topic]
+            if partition not in self._logs or not keys:
+                continue
+            for key in keys:
+                del group.offsets[key]
+            removed += len(keys)
+            batches.setdefault(partition, (group.group_id, []))[1].extend(self._tombstones(group, keys))
+        for partition, (any_group_id, records) in batches.items():
+            try:
+                await asyncio.shield(self._spawn(self._append(any_group_id, records)))
+            except Exception as exc:  # noqa: BLE001 - the log catches up at the next deletion or expiry
+                log.warning("__consumer_offsets-%d: writing tombstones of deleted topic %r failed: %r",
+                            partition, topic, exc)
+        return removed
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
         """Remove committed offsets past retention (offsets.retention.minutes) and groups left

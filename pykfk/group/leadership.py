@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.coordinator import GroupCoordinator
 from pykfk.group.offsets import OFFSETS_TOPIC
-from pykfk.group.storage import LogOffsetsLog
+from pykfk.group.storage import LogOffsetsLog, OffsetsEntry
 
 if TYPE_CHECKING:
     from pykfk.cluster.replica import ReplicaManager
@@ -27,14 +27,17 @@ log = logging.getLogger("pykfk.group")
 
 class ReplicatedOffsetsLog:
     """The coordinator's storage for one ``__consumer_offsets`` partition this broker
-    leads: appends return once the ISR has them (acks=all)."""
+    leads: appends return once the ISR has them (acks=all). ``topic``: another internal
+    topic kept the same way (the transaction coordinator's ``__transaction_state``)."""
 
-    def __init__(self, replicas: ReplicaManager, partition: int, commit_timeout_ms: int, clock_ms: Any):
+    def __init__(self, replicas: ReplicaManager, partition: int, commit_timeout_ms: int, clock_ms: Any,
+                 topic: str = OFFSETS_TOPIC):
         self.replicas = replicas
         self.partition = partition
         self.commit_timeout_ms = commit_timeout_ms
+        self.topic = topic
         self._clock_ms = clock_ms
-        self._reader = LogOffsetsLog(replicas.partitions[(OFFSETS_TOPIC, partition)].log)
+        self._reader = LogOffsetsLog(replicas.partitions[(topic, partition)].log)
 
     async def append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         if not records:
@@ -44,7 +47,20 @@ class ReplicatedOffsetsLog:
         now_ms = self._clock_ms()
         batch = bytearray(build_batch([(k, v, now_ms, ()) for k, v in records]))
         try:
-            await self.replicas.append(OFFSETS_TOPIC, self.partition, batch, -1, self.commit_timeout_ms)
+            await self.replicas.append(self.topic, self.partition, batch, -1, self.commit_timeout_ms)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, str(exc)) from None
+            raise
+
+    async def append_transactional(self, records: list[tuple[bytes, bytes | None]], producer_id: int,
+                                   producer_epoch: int) -> None:
+        """TxnOffsetCommit's records, acks=all like every other write here."""
+        from pykfk.group.storage import transactional_batch
+
+        batch = transactional_batch(records, producer_id, producer_epoch, self._clock_ms())
+        try:
+            await self.replicas.append(self.topic, self.partition, batch, -1, self.commit_timeout_ms)
         except KafkaError as exc:
             if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 raise KafkaError(ErrorCode.NOT_COORDINATOR, str(exc)) from None
@@ -52,6 +68,9 @@ class ReplicatedOffsetsLog:
 
     def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
         return self._reader.read_all()
+
+    def read_entries(self) -> Iterator[OffsetsEntry]:
+        return self._reader.read_entries()
 
 
 class CoordinatorLeadership:

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 
 OffsetsRecord = tuple[bytes, "bytes | None"]
 
+# What ``read_entries`` says a record is.
+PLAIN = 0           # an ordinary commit or group record
+TRANSACTIONAL = 1   # an offset committed inside a producer's transaction (TxnOffsetCommit)
+COMMIT_MARKER = 2   # the producer's transaction committed (key and value None)
+ABORT_MARKER = 3    # the producer's transaction aborted (key and value None)
+# (key, value, producer id (-1 for PLAIN), kind)
+OffsetsEntry = tuple["bytes | None", "bytes | None", int, int]
+
 # Bytes read from the log per step while loading; Kafka's offsets.load.buffer.size default.
 LOAD_BUFFER_SIZE = 5 * 1024 * 1024
 
@@ -53,6 +61,7 @@ class MemoryOffsetsLog:
 
     def __init__(self) -> None:
         self.records: list[tuple[bytes, bytes | None]] = []
+        self.entries: list[OffsetsEntry] = []
         # Set to an exception instance to make the next appends fail (visible for testing).
         self.fail_with: BaseException | None = None
 
@@ -60,9 +69,20 @@ class MemoryOffsetsLog:
         if self.fail_with is not None:
             raise self.fail_with
         self.records.extend((bytes(k), None if v is None else bytes(v)) for k, v in records)
+        self.entries.extend((bytes(k), None if v is None else bytes(v), -1, PLAIN) for k, v in records)
+
+    async def append_transactional(self, records: list[tuple[bytes, bytes | None]], producer_id: int,
+                                   producer_epoch: int) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.entries.extend((bytes(k), None if v is None else bytes(v), producer_id, TRANSACTIONAL)
+                            for k, v in records)
 
     def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
         return iter(list(self.records))
+
+    def read_entries(self) -> Iterator[OffsetsEntry]:
+        return iter(list(self.entries))
 
 
 class LogOffsetsLog:
@@ -92,7 +112,20 @@ class LogOffsetsLog:
             # Log.flush blocks on fsync: keep it off the event loop.
             await asyncio.get_running_loop().run_in_executor(None, self.log.flush)
 
+    async def append_transactional(self, records: list[tuple[bytes, bytes | None]], producer_id: int,
+                                   producer_epoch: int) -> None:
+        """One transactional batch of the producer (no sequence numbers: the coordinator
+        writes it, as Kafka's does); visible once a COMMIT marker follows."""
+        self.log.append(transactional_batch(records, producer_id, producer_epoch, int(time.time() * 1000)))
+
     def read_all(self) -> Iterator[tuple[bytes, bytes | None]]:
+        for key, value, _producer_id, kind in self.read_entries():
+            if kind in (PLAIN, TRANSACTIONAL) and key is not None:
+                yield key, value
+
+    def read_entries(self) -> Iterator[OffsetsEntry]:
+        """Every record from the start with what it is: plain, transactional (and whose),
+        or the marker ending a producer's transaction."""
         from pykfk._core.records import BATCH_HEADER_SIZE, iter_records, parse_batch_header
 
         offset = self.log.log_start_offset
@@ -103,9 +136,19 @@ class LogOffsetsLog:
                 return
             buf = region.read()
             for record in iter_records(buf):
-                if record.offset < offset or record.key is None or record.batch.is_control:
+                if record.offset < offset or record.key is None:
                     continue
-                yield bytes(record.key), None if record.value is None else bytes(record.value)
+                batch = record.batch
+                if batch.is_control:
+                    kind = _marker_kind(bytes(record.key))
+                    if kind is not None:
+                        yield None, None, batch.producer_id, kind
+                    continue
+                value = None if record.value is None else bytes(record.value)
+                if batch.is_transactional:
+                    yield bytes(record.key), value, batch.producer_id, TRANSACTIONAL
+                else:
+                    yield bytes(record.key), value, -1, PLAIN
             # Step past whole batches (also those without data records, e.g. control
             # batches); a partial batch at the end of the region is read again next round.
             pos = 0
@@ -119,3 +162,22 @@ class LogOffsetsLog:
             if next_offset <= offset:
                 return  # nothing complete could be read: stop rather than spin
             offset = next_offset
+
+
+def _marker_kind(key: bytes) -> int | None:
+    """COMMIT_MARKER or ABORT_MARKER from a control record's key (version int16, type
+    int16: 0 abort, 1 commit); None for other control records."""
+    if len(key) < 4:
+        return None
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    return {0: ABORT_MARKER, 1: COMMIT_MARKER}.get(kind)
+
+
+def transactional_batch(records: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int,
+                        now_ms: int) -> bytearray:
+    """Offsets committed in a producer's transaction as one transactional batch without
+    sequence numbers (Kafka's coordinator writes them the same way)."""
+    from pykfk._core.records import build_batch
+
+    return bytearray(build_batch([(k, v, now_ms, ()) for k, v in records], producer_id=producer_id,
+                                 producer_epoch=producer_epoch, is_transactional=True))

@@ -8,6 +8,8 @@ Rules (Kafka's ``ProducerAppendInfo.checkProducerEpoch`` / ``checkSequence``, wi
 pre-KIP-360 answer for producers the log has never seen):
 
 - producer_id -1, and control batches: no checks, no state.
+- no sequence (-1; the group coordinator's transactional offset commits, clients may not
+  send such batches): only the epoch is checked.
 - a batch equal (epoch, first and last sequence) to one of the last five: duplicate.
 - epoch lower than the known one: INVALID_PRODUCER_EPOCH.
 - new epoch (or unknown producer): the first sequence must be 0; otherwise
@@ -143,8 +145,8 @@ class ProducerStateEntry:
 
     def find_duplicate(self, producer_epoch: int, first_seq: int,
                        last_seq: int) -> BatchMetadata | None:
-        if producer_epoch != self.producer_epoch:
-            return None
+        if producer_epoch != self.producer_epoch or first_seq < 0:
+            return None  # (a coordinator's batches carry no sequence: never duplicates)
         for batch in self.batches:
             if batch[1] == last_seq and batch[0] == first_seq:  # last_seq, first_seq
                 return batch
@@ -167,6 +169,8 @@ class ProducerStateEntry:
 def _check_sequence(pid: int, epoch: int, first_seq: int, current_epoch: int,
                     last_seq: int) -> None:
     """One batch against the producer's epoch and last sequence (module docstring rules)."""
+    if first_seq == NO_SEQUENCE and epoch >= current_epoch:
+        return  # a coordinator's transactional offsets: the epoch is all there is to check
     if epoch == current_epoch:
         if first_seq == last_seq + 1 or (first_seq == 0 and last_seq == INT32_MAX):
             return

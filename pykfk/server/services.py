@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pykfk.metrics.stats import RequestStats
     from pykfk.security.acl import Authorizer
     from pykfk.security.quotas import QuotaManager
+    from pykfk.txn import TransactionCoordinator
 
 
 class BrokerServices(Protocol):
@@ -55,6 +56,11 @@ class BrokerServices(Protocol):
     def group_coordinator(self) -> GroupCoordinator: ...
 
     @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None:
+        """Transactional ids and their transactions (None only while starting)."""
+        ...
+
+    @property
     def quotas(self) -> QuotaManager:
         """Client byte-rate quotas (no cost while none is set)."""
         ...
@@ -86,3 +92,12 @@ class BrokerServices(Protocol):
         ...
 
     async def allocate_producer_id(self) -> int: ...
+
+    async def ensure_transaction_topic(self) -> None:
+        """Create ``__transaction_state`` on first use and wait until the transaction
+        coordinator loaded the partitions this broker leads."""
+        ...
+
+    def transaction_coordinator_node(self, partition: int, listener: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the leader of a ``__transaction_state`` partition."""
+        ...

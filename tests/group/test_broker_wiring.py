@@ -88,8 +88,10 @@ def test_offsets_topic_appears_on_first_find_coordinator_as_an_internal_topic(br
         assert _topics(raw)[OFFSETS] == (3, True)
         assert _fetch(raw, "g") == {("plain", 1): 42}
 
-        # Transaction coordinators do not exist, and asking for one creates nothing.
-        assert raw.call(FIND_COORDINATOR, 1, {"key": "tx", "key_type": 1}).error_code == E.COORDINATOR_NOT_AVAILABLE
+        # Asking for a transaction coordinator creates __transaction_state the same way.
+        found = raw.call(FIND_COORDINATOR, 1, {"key": "tx", "key_type": 1})
+        assert (found.error_code, found.port) == (E.NONE, broker.port)
+        assert _topics(raw)["__transaction_state"] == (50, True)
     finally:
         raw.close()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ..schema import ApiSpec
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
@@ -30,6 +32,7 @@ from . import (
     describe_topic_partitions,
     describe_user_scram_credentials,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -49,6 +52,8 @@ from . import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 
 # In api key order.
@@ -73,6 +78,11 @@ _MODULES = (
     delete_records,
     init_producer_id,
     offset_for_leader_epoch,
+    add_partitions_to_txn,
+    add_offsets_to_txn,
+    end_txn,
+    write_txn_markers,
+    txn_offset_commit,
     describe_acls,
     create_acls,
     delete_acls,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Coroutine
 from typing import Any
 
@@ -42,6 +43,10 @@ log = logging.getLogger("pykfk.server")
 _VALID_ACKS = (-1, 0, 1)
 # Position of the low byte of a v2 batch's int16 attributes (big-endian, at byte 21).
 _ATTRIBUTES_LOW_BYTE = core_records.BATCH_FIELD_OFFSETS["attributes"] + 1
+# Sign bytes (the first, big-endian) of the batch's producer id and base sequence.
+_PRODUCER_ID_SIGN = core_records.BATCH_FIELD_OFFSETS["producer_id"]
+_BASE_SEQUENCE_SIGN = core_records.BATCH_FIELD_OFFSETS["base_sequence"]
+_PRODUCER = struct.Struct(">qh")  # producer_id, producer_epoch
 # Kafka's LogValidator refuses control records from clients with INVALID_RECORD.
 _CONTROL_REFUSED = "clients may not write control batches (transaction markers)"
 _NONE = ErrorCode.NONE
@@ -76,8 +81,12 @@ def _checked_records(records: Any, version: int) -> Any:
         if core_records.is_legacy(records):
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
         # One batch (the log refuses more): its attributes' low byte holds the control bit.
-        if len(records) > _ATTRIBUTES_LOW_BYTE and records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_CONTROL:
-            raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
+        if len(records) > _BASE_SEQUENCE_SIGN:
+            if records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_CONTROL:
+                raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
+            if records[_BASE_SEQUENCE_SIGN] & 0x80 and not records[_PRODUCER_ID_SIGN] & 0x80:
+                # Only a coordinator writes producer batches without sequence numbers.
+                raise KafkaError(ErrorCode.INVALID_RECORD, "a batch with a producer id needs a base sequence")
     elif core_records.is_legacy(records):
         records = core_records.convert_legacy(records)
     elif _has_control_batch(records):
@@ -101,6 +110,24 @@ def _has_control_batch(records: Any) -> bool:
     return False
 
 
+def _check_transaction(ctx: RequestContext, transactional_id: str, topic: str, partition: int,
+                       records: Any) -> None:
+    """A transactional batch must belong to its producer's open transaction, with the
+    partition added to it (Kafka's KIP-890 verification; done here for the transactional
+    ids this broker coordinates): INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH or
+    INVALID_PRODUCER_ID_MAPPING otherwise, and nothing is written."""
+    if records is None or len(records) < core_records.BATCH_HEADER_SIZE \
+            or not records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_TRANSACTIONAL:
+        return
+    coordinator = ctx.broker.transaction_coordinator
+    if coordinator is None:
+        return
+    producer_id, producer_epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_SIGN)
+    code = coordinator.verify_partition(transactional_id, producer_id, producer_epoch, (topic, partition))
+    if code != _NONE:
+        raise KafkaError(code, f"transactional write to {topic}-{partition} outside the producer's transaction")
+
+
 def _success(info: Any, partition: int) -> PartitionResponse:
     return {
         "index": partition,
@@ -118,7 +145,7 @@ def _error(code: int, partition: int) -> PartitionResponse:
 
 def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | None | Coroutine[Any, Any, Any]:
     """The response body now, or a coroutine giving it when acks=all must wait."""
-    _transactional_id, acks, timeout_ms, topics = request
+    transactional_id, acks, timeout_ms, topics = request
     replicas = ctx.broker.replica_manager
     version = ctx.api_version
     valid_acks = acks in _VALID_ACKS
@@ -143,6 +170,8 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                     # refuses client writes to its internal topics the same way.
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
                 leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
+                if transactional_id is not None:
+                    _check_transaction(ctx, transactional_id, name, index, records)
                 info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
                                                    require_single_batch=version >= 3)
                 result = _success(info, index)

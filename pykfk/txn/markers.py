@@ -1,0 +1,138 @@
+"""Transaction markers from the coordinator to partition leaders (Kafka's
+``TransactionMarkerChannelManager`` and the WriteTxnMarkers path of ``ReplicaManager``).
+
+Partitions this broker leads get their marker in-process; the others get a
+WriteTxnMarkers request over the inter-broker channel (``pykfk.cluster.channel``), one
+per leader. A marker counts as written once the partition's in-sync replicas have it
+(acks=all). A marker ending a transaction on a ``__consumer_offsets`` partition also
+tells the group coordinator, which then makes the transaction's offsets visible or drops
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pykfk.cluster.channel import BrokerChannel, ChannelError
+from pykfk.cluster.metadata import NO_LEADER
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.group.offsets import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from pykfk.cluster.replica import ReplicaManager
+    from pykfk.group.coordinator import GroupCoordinator
+
+log = logging.getLogger("pykfk.txn")
+
+WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS_VERSION = 1
+TopicPartition = tuple[str, int]
+
+
+async def write_local_marker(replicas: ReplicaManager, groups: GroupCoordinator | None, topic: str,
+                             partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                             coordinator_epoch: int, timeout_ms: int) -> int:
+    """One marker on a partition this broker leads; the error code."""
+    try:
+        leader = replicas.leader_partition(topic, partition)
+        _info, wait = leader.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, timeout_ms)
+        code = ErrorCode.NONE if wait is None else await wait
+    except KafkaError as exc:
+        return int(exc.code)
+    if code == ErrorCode.NONE and topic == OFFSETS_TOPIC and groups is not None:
+        await groups.complete_transaction(producer_id, partition, commit)
+    return int(code)
+
+
+class BrokerMarkerWriter:
+    """The coordinator's MarkerWriter on a broker: local partitions in-process, others
+    by WriteTxnMarkers to their leader."""
+
+    def __init__(self, broker: Any, timeout_ms: int):
+        self.broker = broker
+        self.timeout_ms = timeout_ms
+        self._channels: dict[int, BrokerChannel] = {}
+        # A channel carries one request at a time; transactions ending together queue.
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                    partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        replicas = self.broker.replica_manager
+        me = self.broker.broker_id
+        local: list[TopicPartition] = []
+        remote: dict[int, list[TopicPartition]] = {}
+        codes: dict[TopicPartition, int] = {}
+        for topic, partition in partitions:
+            state = self.broker.metadata.partition_state(topic, partition)
+            if self.broker.metadata.get_topic(topic) is None:
+                codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif state is None or state.leader == NO_LEADER:
+                codes[(topic, partition)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif state.leader == me:
+                local.append((topic, partition))
+            else:
+                remote.setdefault(state.leader, []).append((topic, partition))
+        groups = getattr(self.broker, "group_coordinator", None)
+        local_codes, remote_codes = await asyncio.gather(
+            asyncio.gather(*(write_local_marker(replicas, groups, topic, partition, producer_id, producer_epoch,
+                                                commit, coordinator_epoch, self.timeout_ms)
+                             for topic, partition in local)),
+            asyncio.gather(*(self._send(leader, producer_id, producer_epoch, commit, coordinator_epoch, targets)
+                             for leader, targets in remote.items())))
+        codes.update(zip(local, local_codes, strict=True))
+        for answer in remote_codes:
+            codes.update(answer)
+        return codes
+
+    async def _send(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
+                    coordinator_epoch: int, targets: list[TopicPartition]) -> dict[TopicPartition, int]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in targets:
+            by_topic.setdefault(topic, []).append(partition)
+        body = {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": commit,
+            "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+        }]}
+        failed = dict.fromkeys(targets, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        lock = self._locks.setdefault(leader, asyncio.Lock())
+        try:
+            async with lock:
+                channel = self._channel(leader)
+                response = await channel.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
+                                                 timeout_s=self.timeout_ms / 1000 + 5)
+        except (ChannelError, KafkaError, OSError) as exc:
+            log.info("WriteTxnMarkers to broker %d failed: %s", leader, exc)
+            stale = self._channels.pop(leader, None)
+            if stale is not None:
+                stale.close()
+            return failed
+        codes: dict[TopicPartition, int] = {}
+        for marker in response.markers:
+            for topic in marker.topics:
+                for result in topic.partitions:
+                    codes[(topic.name, result.partition_index)] = result.error_code
+        return {**failed, **codes}
+
+    def _channel(self, leader: int) -> BrokerChannel:
+        broker = self.broker.metadata.get_broker(leader)
+        settings = self.broker.replica_manager.settings
+        address = broker.address(settings.listener) if broker is not None else None
+        if address is None:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {leader} is not reachable")
+        channel = self._channels.get(leader)
+        if channel is None or (channel.host, channel.port) != address:
+            if channel is not None:
+                channel.close()
+            channel = self._channels[leader] = BrokerChannel(
+                address[0], address[1], client_id=f"pykfk-txn-markers-{self.broker.broker_id}",
+                timeout_s=settings.socket_timeout_ms / 1000, security=settings.channel_security)
+        return channel
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
