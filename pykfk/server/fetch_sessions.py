@@ -81,7 +81,7 @@ class SessionTopic:
 class FetchSession:
     """The partitions a client fetches, in the order it named them."""
 
-    __slots__ = ("epoch", "last_used_ms", "partitions", "privileged", "session_id")
+    __slots__ = ("epoch", "last_used_ms", "partitions", "privileged", "session_id", "topic_ids")
 
     def __init__(self, session_id: int, privileged: bool, now_ms: int):
         self.session_id = session_id
@@ -89,6 +89,9 @@ class FetchSession:
         self.privileged = privileged
         self.last_used_ms = now_ms
         self.partitions: OrderedDict[TopicPartition, SessionPartition] = OrderedDict()
+        # The id the client knows each topic by (Fetch v13+): a topic deleted and made
+        # again under the same name is another topic, never read for the old id.
+        self.topic_ids: dict[str, Any] = {}
 
     def update(self, topics: Iterable[Any], forgotten: Iterable[Any] = ()) -> None:
         """Add or update the request's partitions, then drop the forgotten ones."""

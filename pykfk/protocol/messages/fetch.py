@@ -4,7 +4,7 @@ v1 same as v0; v3 adds max_bytes; v4 adds isolation_level and aborted transactio
 (magic 2); v5 adds log_start_offset; v7 adds incremental fetch sessions (KIP-227); v9 adds
 current_leader_epoch (KIP-320); v10 allows zstd; v11 adds rack_id and
 preferred_read_replica (KIP-392); v12 first flexible version, adds last_fetched_epoch and
-tagged diverging_epoch/current_leader/snapshot_id.
+tagged diverging_epoch/current_leader/snapshot_id; v13 names topics by id (KIP-516).
 """
 
 from ..schema import ApiSpec, Field
@@ -12,7 +12,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     1,
     "Fetch",
-    versions="0-12",
+    versions="0-13",
     flexible="12+",
     request=[
         Field("cluster_id", "string", "12+", nullable="12+", default=None, tag=0),
@@ -28,6 +28,7 @@ SPEC = ApiSpec(
             "[]FetchTopic",
             fields=[
                 Field("topic", "string", "0-12"),
+                Field("topic_id", "uuid", "13+"),
                 Field(
                     "partitions",
                     "[]FetchPartition",
@@ -48,6 +49,7 @@ SPEC = ApiSpec(
             "7+",
             fields=[
                 Field("topic", "string", "7-12"),
+                Field("topic_id", "uuid", "13+"),
                 Field("partitions", "[]int32", "7+"),
             ],
         ),
@@ -62,6 +64,7 @@ SPEC = ApiSpec(
             "[]FetchableTopicResponse",
             fields=[
                 Field("topic", "string", "0-12"),
+                Field("topic_id", "uuid", "13+"),
                 Field(
                     "partitions",
                     "[]PartitionData",

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 import weakref
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.metrics.stats import BrokerTopicStats
-from pykfk.protocol.types import FileRegion, Struct
+from pykfk.protocol.types import ZERO_UUID, FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import CONSUMER_BYTE_RATE
 from pykfk.server.dispatch import RequestContext
@@ -49,9 +50,10 @@ from pykfk.server.fetch_sessions import (
     FetchSession,
     FetchSessionCache,
 )
+from pykfk.server.handlers.metadata import topic_ids
 
 API_KEY = 1
-VERSIONS = (0, 12)
+VERSIONS = (0, 13)
 
 log = logging.getLogger("pykfk.server")
 
@@ -194,6 +196,10 @@ def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
+    known_as: dict[str, uuid.UUID] | None = None
+    unknown: list[dict[str, Any]] = []
+    if ctx.api_version >= 13:
+        known_as, unknown = _named_by_id(broker.metadata, request)
     topics: Any = request.topics
     session: FetchSession | None = None
     if ctx.api_version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):
@@ -201,8 +207,14 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if isinstance(found, int):  # an error code: the client starts over with a full fetch
             return {"throttle_time_ms": 0, "error_code": found, "session_id": NO_SESSION, "responses": []}
         session = found
+        if session is not None and known_as is not None:
+            session.topic_ids.update(known_as)
+            known_as = session.topic_ids
         if session is not None and request.session_id != NO_SESSION:
             topics = session.topics()
+            if known_as is not None:
+                topics, stale = _split_stale(broker.metadata, topics, known_as)
+                unknown += stale
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     first_pass = True
@@ -223,6 +235,9 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
             if session is not None:
                 responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
+            if known_as is not None:
+                responses = [{**topic, "topic_id": known_as.get(topic["topic"], ZERO_UUID)} for topic in responses]
+                responses += unknown
             return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
                     "session_id": session.session_id if session is not None else NO_SESSION,
                     "responses": responses}
@@ -230,6 +245,46 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         keys = [(t.topic, p.partition) for t in topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
+
+
+def _named_by_id(store: Any, request: Struct) -> tuple[dict[str, uuid.UUID], list[dict[str, Any]]]:
+    """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
+    topics whose id no topic has are taken out of the request and answered
+    UNKNOWN_TOPIC_ID. Returns the id of each name and those answers."""
+    ids = topic_ids(store)
+    known_as: dict[str, uuid.UUID] = {}
+    unknown = []
+    kept = []
+    for topic in request.topics:
+        name = ids.name_of(topic.topic_id)
+        if name is None:
+            unknown.append(_unknown_topic_id(topic.topic_id, [p.partition for p in topic.partitions]))
+            continue
+        topic["topic"] = name
+        known_as[name] = topic.topic_id
+        kept.append(topic)
+    request["topics"] = kept
+    for forgotten in request.forgotten_topics_data:
+        forgotten["topic"] = ids.name_of(forgotten.topic_id) or ""
+    return known_as, unknown
+
+
+def _split_stale(store: Any, topics: list[Any], known_as: dict[str, uuid.UUID]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """A session's topics still the topics the client knows (same id), and answers for
+    those deleted and made again since (UNKNOWN_TOPIC_ID: never the new topic's records)."""
+    ids = topic_ids(store)
+    current, stale = [], []
+    for topic in topics:
+        if ids.id_of(topic.topic) == known_as.get(topic.topic):
+            current.append(topic)
+        else:
+            stale.append(_unknown_topic_id(known_as.get(topic.topic, ZERO_UUID), [p.partition for p in topic.partitions]))
+    return current, stale
+
+
+def _unknown_topic_id(topic_id: uuid.UUID, partitions: list[int]) -> dict[str, Any]:
+    return {"topic": "", "topic_id": topic_id,
+            "partitions": [_partition_error(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]}
 
 
 _SESSION_CACHES: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()

@@ -78,6 +78,39 @@ def topic_operations(ctx: RequestContext, name: str) -> int:
     return sum(1 << int(op) for op in TOPIC_OPERATIONS if ctx.allowed(op, ResourceType.TOPIC, name))
 
 
+class TopicIds:
+    """Topic id -> name of the store's topics, rebuilt (once) after a topic came, went
+    or changed: Fetch v13+ names topics by id on every request."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self._by_id: dict[uuid.UUID, str] | None = None
+        store.add_listener(self._changed)
+
+    def _changed(self, kind: str, _key: Any) -> None:
+        if kind in ("topic", "delete_topic"):
+            self._by_id = None
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        if self._by_id is None:
+            self._by_id = {topic_uuid(info): name for name, info in self.store.topics().items()}
+        return self._by_id.get(topic_id)
+
+    def id_of(self, name: str) -> uuid.UUID:
+        info = self.store.get_topic(name)
+        return ZERO_UUID if info is None else topic_uuid(info)
+
+
+_TOPIC_IDS: weakref.WeakKeyDictionary[MetadataStore, TopicIds] = weakref.WeakKeyDictionary()
+
+
+def topic_ids(store: MetadataStore) -> TopicIds:
+    found = _TOPIC_IDS.get(store)
+    if found is None:
+        found = _TOPIC_IDS[store] = TopicIds(store)
+    return found
+
+
 class EncodedPartitions:
     """The encoded partitions array of each topic per response version, reused until the
     store announces a change to that topic (its partitions, a leader, an ISR) or to the
