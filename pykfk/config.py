@@ -296,6 +296,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.min.bytes", _at_least(1), 1, "bytes a follower fetch waits for", "int"),
         _key("max.incremental.fetch.session.cache.slots", _at_least(0), 1000,
              "incremental fetch sessions (KIP-227) the broker keeps at once", "int"),
+        _key("min.incremental.fetch.session.eviction.ms", _at_least(0), 120000,
+             "a consumer's fetch session used this recently is not evicted for another's", "int"),
         _key("replica.fetch.backoff.ms", _at_least(0), 1000, "pause after a failed follower fetch", "int"),
         _key("replica.socket.timeout.ms", _at_least(1), 30000, "timeout of follower requests", "int"),
         _key("follower.replication.throttled.rate", _at_least(1, big=True), INT64_MAX,

@@ -19,8 +19,9 @@ session with a full fetch, so nothing is lost.
 The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's
 default 1,000). When it is full a new session takes the slot of the least recently used
 one, but a consumer's session never evicts a follower's (followers are privileged) and a
-session used in the last ``EVICTION_GRACE_MS`` is not evicted for another consumer; with
-no slot the fetch is answered without a session (session id 0), as Kafka does.
+session used in the last ``min.incremental.fetch.session.eviction.ms`` is not evicted
+for another consumer; with no slot the fetch is answered without a session (session id
+0), as Kafka does.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 INT32_MAX = 2**31 - 1
 # A consumer's session younger than this (since its last use) is not evicted by another
-# consumer's new one (Kafka's min.incremental.fetch.session.eviction.ms).
+# consumer's new one (the default of Kafka's min.incremental.fetch.session.eviction.ms).
 EVICTION_GRACE_MS = 120_000
 
 TopicPartition = tuple[str, int]
@@ -129,9 +130,10 @@ class FetchSession:
 class FetchSessionCache:
     """The broker's fetch sessions by id, least recently used first."""
 
-    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, slots: int, clock: Clock = SYSTEM_CLOCK, eviction_grace_ms: int = EVICTION_GRACE_MS):
         self.slots = slots
         self.clock = clock
+        self.eviction_grace_ms = eviction_grace_ms
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self.evictions = 0
 
@@ -166,7 +168,7 @@ class FetchSessionCache:
         for session_id, session in self._sessions.items():  # least recently used first
             if session.privileged:
                 continue
-            if privileged or now_ms - session.last_used_ms >= EVICTION_GRACE_MS:
+            if privileged or now_ms - session.last_used_ms >= self.eviction_grace_ms:
                 del self._sessions[session_id]
                 self.evictions += 1
                 return True

@@ -123,3 +123,42 @@ def test_eviction_keeps_followers_and_recent_sessions():
     other_follower = cache.create(privileged=True)  # a follower evicts a consumer at once
     assert other_follower is not None and cache.get(newer.session_id) is None and len(cache) == 2
     assert cache.create(privileged=True) is None  # only followers left
+
+
+def test_consumers_whose_sessions_are_evicted_read_everything(tmp_path, caplog):
+    """Two kafka-python consumers share one session slot and evict each other's session
+    at every turn: each gets FETCH_SESSION_ID_NOT_FOUND, starts over with a full fetch,
+    and reads every record exactly once."""
+    import logging
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    broker = BrokerProcess(str(tmp_path / "data"), {"max.incremental.fetch.session.cache.slots": 1,
+                                                    "min.incremental.fetch.session.eviction.ms": 0}).start()
+    consumers = []
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("sess", 3, 1)])["sess"].result(20)
+        for partition in range(3):
+            _produce(broker.bootstrap, partition, 100)
+        seen: list[list[tuple[int, int]]] = [[], []]
+        for _ in range(2):
+            consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, fetch_max_wait_ms=20,
+                                     max_poll_records=25, enable_auto_commit=False)
+            consumer.assign([TopicPartition("sess", p) for p in range(3)])
+            consumer.seek_to_beginning()
+            consumers.append(consumer)
+        caplog.set_level(logging.INFO, logger="kafka.consumer.fetcher")
+        for _ in range(400):
+            if all(len(s) >= 300 for s in seen):
+                break
+            for consumer, got in zip(consumers, seen, strict=True):
+                for records in consumer.poll(timeout_ms=50).values():
+                    got.extend((r.partition, r.offset) for r in records)
+        expected = sorted((p, o) for p in range(3) for o in range(100))
+        assert sorted(seen[0]) == expected and sorted(seen[1]) == expected  # all, and no duplicates
+        assert "FetchSessionIdNotFound" in caplog.text or "FETCH_SESSION_ID_NOT_FOUND" in caplog.text
+    finally:
+        for consumer in consumers:
+            consumer.close()
+        broker.stop()

@@ -295,7 +295,8 @@ def session_cache(ctx: RequestContext) -> FetchSessionCache:
     cache = _SESSION_CACHES.get(ctx.broker)
     if cache is None:
         slots = ctx.broker.config["max.incremental.fetch.session.cache.slots"]
-        cache = _SESSION_CACHES[ctx.broker] = FetchSessionCache(slots, ctx.broker.replica_manager.clock)
+        cache = _SESSION_CACHES[ctx.broker] = FetchSessionCache(
+            slots, ctx.broker.replica_manager.clock, ctx.broker.config["min.incremental.fetch.session.eviction.ms"])
     return cache
 
 
