@@ -99,6 +99,9 @@ HANDLER_MODULES = (
     "list_partition_reassignments",
     "describe_log_dirs",
     "describe_topic_partitions",
+    "describe_producers",
+    "describe_transactions",
+    "list_transactions",
 )
 
 # Request header v1 fixed part: api_key int16, api_version int16, correlation_id int32.

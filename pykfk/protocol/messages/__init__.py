@@ -29,7 +29,9 @@ from . import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
     end_txn,
@@ -43,6 +45,7 @@ from . import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -102,6 +105,9 @@ _MODULES = (
     describe_user_scram_credentials,
     alter_user_scram_credentials,
     describe_cluster,
+    describe_producers,
+    describe_transactions,
+    list_transactions,
     describe_topic_partitions,
 )
 
