@@ -147,6 +147,20 @@ AUTHORIZER_NAMES = frozenset({
 })
 
 
+def _consumer_assignors(raw: Any) -> list[str]:
+    """``uniform`` and ``range``, by short name or Kafka's class name."""
+    known = {"uniform": "uniform", "range": "range",
+             "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+             "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+    items = _parse_list(raw)
+    for item in items:
+        if item not in known:
+            raise ValueError(f"unknown assignor {item!r} (have uniform, range)")
+    if not items:
+        raise ValueError("expected at least one assignor")
+    return [known[item] for item in items]
+
+
 def _authorizer_name(raw: Any) -> str:
     name = str(raw).strip()
     if name and name not in AUTHORIZER_NAMES:
@@ -259,6 +273,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.max.size", _at_least(1), INT32_MAX, "most members in one consumer group", "int"),
         # pykfk: bound on one member's JoinGroup protocol metadata and one SyncGroup assignment.
         _key("group.member.metadata.max.bytes", _at_least(0), 1048576, "largest member metadata or assignment", "int"),
+        # Consumer-protocol groups (KIP-848), Kafka's names and defaults.
+        _key("group.consumer.session.timeout.ms", _at_least(1), 45000,
+             "consumer-protocol members not heard from this long are fenced", "int"),
+        _key("group.consumer.heartbeat.interval.ms", _at_least(1), 5000,
+             "how often consumer-protocol members heartbeat", "int"),
+        _key("group.consumer.assignors", _consumer_assignors, ["uniform", "range"],
+             "server-side assignors of consumer-protocol groups, the first the default", "list"),
+        _key("group.consumer.max.size", _at_least(1), INT32_MAX, "most members in one consumer-protocol group", "int"),
         _key("offsets.retention.minutes", _at_least(1), 10080, "keep committed offsets of empty groups this long", "int"),
         _key("offsets.retention.check.interval.ms", _at_least(1, big=True), 600000, "offset expiry check period", "long"),
         _key("offset.metadata.max.bytes", _at_least(0), 4096, "largest metadata string of a committed offset", "int"),
@@ -400,6 +422,10 @@ GROUP_COORDINATOR_KEYS = (
     "group.initial.rebalance.delay.ms",
     "group.max.size",
     "group.member.metadata.max.bytes",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.assignors",
+    "group.consumer.max.size",
     "offsets.topic.num.partitions",
     "offsets.retention.minutes",
     "offsets.retention.check.interval.ms",

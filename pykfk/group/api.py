@@ -10,11 +10,13 @@ client_id=ctx.client_id, client_host=ctx.client_host)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.group.coordinator import GroupCoordinator
+from pykfk.group.consumer_group import PROTOCOL_TYPE, Heartbeat, TopicCatalog
+from pykfk.group.coordinator import AUTHORIZED_OPERATIONS_OMITTED, GroupCoordinator
 
 E = ErrorCode
 
@@ -150,6 +152,8 @@ async def offset_commit(
                   for p in t.partitions])
         for t in request.topics
     ]
+    if coordinator.consumer_groups.get(request.group_id) is not None:
+        return _body(await _consumer_group_commit(coordinator, api_version, request, topics))
     return _body(await coordinator.offset_commit(
         request.group_id,
         generation_id if api_version >= 1 else -1,
@@ -183,6 +187,19 @@ async def txn_offset_commit(
     return _body(result)
 
 
+async def _consumer_group_commit(coordinator: GroupCoordinator, api_version: int, request: Any,
+                                 topics: list[tuple[str, list[tuple[int, int, int, str | None]]]]) -> dict[str, Any]:
+    """A commit to a consumer-protocol group: its member and member epoch are checked
+    there, then the offsets are stored like a commit from outside any generation."""
+    member_epoch = getattr(request, "generation_id_or_member_epoch", -1) if api_version >= 1 else -1
+    error = coordinator.consumer_groups.commit_error(
+        request.group_id, getattr(request, "member_id", ""), member_epoch, api_version)
+    if error is not None:
+        return {"topics": [{"name": name, "partitions": [{"partition_index": p[0], "error_code": error}
+                                                         for p in partitions]} for name, partitions in topics]}
+    return await coordinator.offset_commit(request.group_id, -1, "", topics)
+
+
 async def offset_fetch(
     coordinator: GroupCoordinator, api_version: int, request: Any
 ) -> dict[str, Any]:
@@ -203,8 +220,18 @@ async def offset_fetch(
 async def list_groups(
     coordinator: GroupCoordinator, api_version: int, request: Any
 ) -> dict[str, Any]:
-    """ListGroups (key 16); v4+ may filter by state."""
-    return _body(await coordinator.list_groups(getattr(request, "states_filter", None)))
+    """ListGroups (key 16); v4+ may filter by state, v5+ by type ("classic", "consumer").
+    A consumer-protocol group is listed once, as such, with protocol type "consumer"."""
+    states = {s.lower() for s in getattr(request, "states_filter", None) or ()}
+    types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
+    result = await coordinator.list_groups(getattr(request, "states_filter", None))
+    consumer = coordinator.consumer_groups.groups() if result["error_code"] != E.COORDINATOR_NOT_AVAILABLE else []
+    consumer_ids = {g.group_id for g in consumer}
+    listed = [g for g in result["groups"] if g["group_id"] not in consumer_ids]
+    listed += [{"group_id": g.group_id, "protocol_type": PROTOCOL_TYPE, "group_state": g.state.value,
+                "group_type": "consumer"} for g in consumer if not states or g.state.value.lower() in states]
+    result["groups"] = [g for g in listed if not types or g["group_type"] in types]
+    return _body(result)
 
 
 async def describe_groups(
@@ -212,6 +239,10 @@ async def describe_groups(
 ) -> dict[str, Any]:
     """DescribeGroups (key 15); v6+ answers GROUP_ID_NOT_FOUND for unknown groups."""
     result = await coordinator.describe_groups(request.groups, unknown_as_error=api_version >= 6)
+    for entry in result["groups"]:
+        if coordinator.consumer_groups.get(entry["group_id"]) is not None:
+            # Kafka's answer for a consumer-protocol group: it is not a classic group.
+            entry.update(_not_classic(entry["group_id"], api_version))
     if getattr(request, "include_authorized_operations", False):
         for group in result["groups"]:
             if group["error_code"] == E.NONE:
@@ -224,3 +255,45 @@ async def delete_groups(
 ) -> dict[str, Any]:
     """DeleteGroups (key 42)."""
     return _body(await coordinator.delete_groups(request.groups_names))
+
+
+def _not_classic(group_id: str, api_version: int) -> dict[str, Any]:
+    common = {"group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+              "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+    if api_version < 6:
+        return {**common, "error_code": E.NONE, "error_message": None}
+    return {**common, "error_code": E.GROUP_ID_NOT_FOUND, "error_message": f"Group {group_id} is not a classic group."}
+
+
+# -- consumer-protocol groups (KIP-848) ------------------------------------------------------------
+
+
+async def consumer_group_heartbeat(
+    coordinator: GroupCoordinator, api_version: int, request: Any, *, catalog: TopicCatalog,
+    client_id: str | None, client_host: str,
+) -> dict[str, Any]:
+    """ConsumerGroupHeartbeat (key 68). v0 members get their id from the coordinator;
+    from v1 they bring their own."""
+    owned = None if request.topic_partitions is None else {
+        tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions}
+    heartbeat = Heartbeat(
+        group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=request.subscribed_topic_names,
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor, owned=owned, client_id=client_id or "",
+        client_host=client_host, client_generates_id=api_version >= 1)
+    return _body(await coordinator.consumer_groups.heartbeat(heartbeat, catalog))
+
+
+async def consumer_group_describe(
+    coordinator: GroupCoordinator, api_version: int, request: Any, *, topic_names: Mapping[uuid.UUID, str],
+) -> dict[str, Any]:
+    """ConsumerGroupDescribe (key 69)."""
+    groups = [coordinator.consumer_groups.describe(group_id, topic_names) for group_id in request.group_ids]
+    if request.include_authorized_operations:
+        for group in groups:
+            if group["error_code"] == E.NONE:
+                group["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS
+    return _body({"groups": groups})

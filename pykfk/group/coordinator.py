@@ -26,6 +26,8 @@ from typing import Any
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.group.consumer_group import ConsumerGroupConfig, ConsumerGroups
+from pykfk.group.consumer_records import is_consumer_group_key
 from pykfk.group.group import Group, GroupState, Member
 from pykfk.group.offsets import (
     GroupMetadataKey,
@@ -80,6 +82,8 @@ class GroupConfig:
     # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs (fixed there): a new member whose
     # JoinGroup is parked longer than this is dropped (it will retry if still alive).
     new_member_join_timeout_ms: int = 300_000
+    # group.consumer.*: groups of the consumer protocol (KIP-848, consumer_group.py)
+    consumer: ConsumerGroupConfig = dataclasses.field(default_factory=ConsumerGroupConfig)
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -104,7 +108,7 @@ class GroupConfig:
         for prop, field in names.items():
             if prop in props and props[prop] is not None:
                 values[field] = int(props[prop])
-        return cls(**values)
+        return cls(**values, consumer=ConsumerGroupConfig.from_properties(props))
 
 
 def _join_error(member_id: str, error: ErrorCode) -> Result:
@@ -183,6 +187,8 @@ class GroupCoordinator:
         # The newest epoch each transactional producer committed offsets with: older
         # ones are fenced.
         self._txn_epochs: dict[int, int] = {}
+        # Groups of the consumer protocol (KIP-848); their offsets are kept here as well.
+        self.consumer_groups = ConsumerGroups(self, self.config.consumer)
 
     # == lifecycle ============================================================================
 
@@ -202,6 +208,7 @@ class GroupCoordinator:
             self._retention_task = None
         for partition in list(self._logs):
             await self.unload_partition(partition)
+        self.consumer_groups.shutdown()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -261,6 +268,7 @@ class GroupCoordinator:
                      partition, len(loaded), len(offsets), len(open_txns))
         finally:
             self._loading.discard(partition)
+            self.consumer_groups.finish_load(partition, serve=self._logs.get(partition) is offsets_log)
 
     async def _replay_all(self, partition: int, offsets_log: OffsetsLog,
                           offsets: dict[OffsetCommitKey, OffsetAndMetadata],
@@ -290,10 +298,12 @@ class GroupCoordinator:
                 self._replay(partition, key, value, offsets, groups)
         return open_txns
 
-    @staticmethod
-    def _replay(partition: int, key: bytes, value: bytes | None,
+    def _replay(self, partition: int, key: bytes, value: bytes | None,
                 offsets: dict[OffsetCommitKey, OffsetAndMetadata],
                 groups: dict[str, GroupMetadataRecord]) -> None:
+        if is_consumer_group_key(key):
+            self.consumer_groups.replay(partition, key, value)
+            return
         try:
             k = decode_key(key)
             if isinstance(k, OffsetCommitKey):
@@ -314,6 +324,7 @@ class GroupCoordinator:
         JoinGroup/SyncGroup requests get NOT_COORDINATOR and the groups are dropped."""
         if self._logs.pop(partition, None) is None:
             return
+        self.consumer_groups.unload(partition)
         for group in list(self._groups.values()):
             if self.partition_for(group.group_id) == partition:
                 self._drop_group(group, E.NOT_COORDINATOR)
@@ -383,6 +394,8 @@ class GroupCoordinator:
         error = self._check_group(group_id)
         if error is not None:
             return _join_error(member_id, error)
+        if self.consumer_groups.has_members(group_id):
+            return _join_error(member_id, E.INCONSISTENT_GROUP_PROTOCOL)  # a consumer-protocol group
         cfg = self.config
         min_session, max_session = (cfg.group_min_session_timeout_ms,
                                     cfg.group_max_session_timeout_ms)
@@ -1331,11 +1344,12 @@ class GroupCoordinator:
             if error is None:
                 if group is None or group.is_(GroupState.DEAD):
                     error = E.GROUP_ID_NOT_FOUND
-                elif not group.is_(GroupState.EMPTY):
+                elif not group.is_(GroupState.EMPTY) or self.consumer_groups.has_members(group_id):
                     error = E.NON_EMPTY_GROUP
                 else:
                     records[group_id] = self._tombstones(
                         group, list(group.offsets) + list(group.pending_commits))
+                    records[group_id] += self.consumer_groups.deletion_records(group_id)
                     group.offsets.clear()
                     self._drop_group(group, E.COORDINATOR_NOT_AVAILABLE)
                     records[group_id].append((encode_group_metadata_key(group_id), None))
@@ -1437,7 +1451,7 @@ class GroupCoordinator:
             if partition not in self._logs:
                 continue
             expired = [key for key, value in group.offsets.items()
-                       if key not in group.pending_commits
+                       if key not in group.pending_commits and not self.consumer_groups.has_members(group.group_id)
                        and self._expired(group, value, now, retention)]
             records = self._tombstones(group, expired)
             for key in expired:

@@ -98,6 +98,8 @@ HANDLER_MODULES = (
     "alter_partition_reassignments",
     "list_partition_reassignments",
     "describe_log_dirs",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     "describe_topic_partitions",
     "describe_producers",
     "describe_transactions",

@@ -16,6 +16,8 @@ from . import (
     alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_partitions,
     create_topics,
@@ -108,6 +110,8 @@ _MODULES = (
     describe_producers,
     describe_transactions,
     list_transactions,
+    consumer_group_heartbeat,
+    consumer_group_describe,
     describe_topic_partitions,
 )
 

@@ -1,7 +1,8 @@
 """DescribeGroups (key 15): state and members of consumer groups.
 
 v1 adds throttle_time_ms; v2 same; v3 adds authorized operations; v4 adds
-group_instance_id of members; v5 first flexible version.
+group_instance_id of members; v5 first flexible version; v6 adds error_message and
+answers GROUP_ID_NOT_FOUND for groups that do not exist (KIP-1043).
 """
 
 from ..schema import ApiSpec, Field
@@ -9,7 +10,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     15,
     "DescribeGroups",
-    versions="0-5",
+    versions="0-6",
     flexible="5+",
     request=[
         Field("groups", "[]string"),
@@ -22,6 +23,7 @@ SPEC = ApiSpec(
             "[]DescribedGroup",
             fields=[
                 Field("error_code", "int16"),
+                Field("error_message", "string", "6+", nullable="6+", default=None),
                 Field("group_id", "string"),
                 Field("group_state", "string"),
                 Field("protocol_type", "string"),

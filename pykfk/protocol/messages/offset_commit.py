@@ -3,7 +3,9 @@
 v1 adds generation/member id and a per-partition commit_timestamp; v2 drops
 commit_timestamp and adds retention_time_ms; v3 adds throttle_time_ms; v4 same as v3; v5
 drops retention_time_ms; v6 adds committed_leader_epoch; v7 adds group_instance_id; v8
-first flexible version.
+first flexible version; v9 is v8 where members of consumer-protocol groups (KIP-848) send
+their member epoch in generation_id_or_member_epoch (STALE_MEMBER_EPOCH when it is not
+current).
 """
 
 from ..schema import ApiSpec, Field
@@ -11,7 +13,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     8,
     "OffsetCommit",
-    versions="0-8",
+    versions="0-9",
     flexible="8+",
     request=[
         Field("group_id", "string"),

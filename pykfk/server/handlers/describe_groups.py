@@ -16,7 +16,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
 
 API_KEY = 15
-VERSIONS = (0, 5)
+VERSIONS = (0, 6)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

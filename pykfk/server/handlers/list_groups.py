@@ -15,7 +15,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
 
 API_KEY = 16
-VERSIONS = (0, 3)
+VERSIONS = (0, 5)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

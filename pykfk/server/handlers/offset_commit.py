@@ -21,7 +21,7 @@ from pykfk.server.group_access import (
 )
 
 API_KEY = 8
-VERSIONS = (0, 8)
+VERSIONS = (0, 9)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""ConsumerGroupHeartbeat (key 68): members of consumer-protocol groups (KIP-848) join,
+heartbeat and leave; the coordinator answers with their epoch and assignment.
+
+The group coordinator (``pykfk.group.consumer_group``) does the work; this module gives it
+the cluster's topics (``TopicCatalog``), which its assignors and regular expressions use.
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from pykfk.cluster.metadata import MetadataStore
+from pykfk.cluster.topics import is_internal_topic
+from pykfk.errors import ErrorCode
+from pykfk.group import api
+from pykfk.protocol.types import Struct
+from pykfk.security.acl import Operation
+from pykfk.server.dispatch import RequestContext
+from pykfk.server.group_access import group_allowed
+from pykfk.server.handlers.metadata import topic_uuid
+
+API_KEY = 68
+VERSIONS = (0, 1)
+
+
+class StoreCatalog:
+    """The store's topics by name as (topic id, partition count), internal topics left
+    out; rebuilt once after a topic came, went or grew (``version`` counts those)."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self.version = 0
+        self._topics: dict[str, tuple[uuid.UUID, int]] | None = None
+        store.add_listener(self._changed)
+
+    def _changed(self, kind: str, _key: Any) -> None:
+        if kind in ("topic", "delete_topic"):
+            self.version += 1
+            self._topics = None
+
+    def topics(self) -> Mapping[str, tuple[uuid.UUID, int]]:
+        if self._topics is None:
+            self._topics = {name: (topic_uuid(info), info.partitions) for name, info in self.store.topics().items()
+                            if not is_internal_topic(name)}
+        return self._topics
+
+    def names_by_id(self) -> dict[uuid.UUID, str]:
+        return {topic_id: name for name, (topic_id, _) in self.topics().items()}
+
+
+_CATALOGS: weakref.WeakKeyDictionary[MetadataStore, StoreCatalog] = weakref.WeakKeyDictionary()
+
+
+def catalog(store: MetadataStore) -> StoreCatalog:
+    found = _CATALOGS.get(store)
+    if found is None:
+        found = _CATALOGS[store] = StoreCatalog(store)
+    return found
+
+
+async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    if not group_allowed(ctx, Operation.READ, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "member_epoch": 0, "heartbeat_interval_ms": 0}
+    return await api.consumer_group_heartbeat(
+        ctx.broker.group_coordinator, ctx.api_version, request, catalog=catalog(ctx.broker.metadata),
+        client_id=ctx.client_id, client_host=ctx.client_host)
