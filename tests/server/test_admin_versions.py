@@ -109,3 +109,27 @@ def test_describe_log_dirs_reports_partition_sizes(pykfk_broker):
     assert (topic.name, partition.partition_index, partition.offset_lag) == ("sized", 0, 0)
     assert partition.partition_size >= 20 * 1000
     assert "sized" in {t.name for r in everything.results for t in r.topics}
+
+
+def test_list_offsets_v7_max_timestamp_and_v8_earliest_local(pykfk_broker):
+    producer = Producer({"bootstrap.servers": pykfk_broker.bootstrap, "linger.ms": 0})
+    base = 1_700_000_000_000
+    for i, delta in enumerate([5, 9, 2, 9, 1]):
+        producer.produce("stamped", f"v{i}".encode(), partition=0, timestamp=base + delta)
+        producer.flush(10)  # one batch per record
+    raw = RawClient(pykfk_broker.host, pykfk_broker.port)
+
+    def lookup(version: int, timestamp: int):
+        return raw.call(LIST_OFFSETS, version, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "stamped", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                "timestamp": timestamp}]}]}).topics[0].partitions[0]
+
+    try:
+        largest = lookup(7, -3)
+        assert (largest.error_code, largest.timestamp, largest.offset) == (0, base + 9, 1)  # the first of the two
+        assert (lookup(8, -4).offset, lookup(8, -2).offset) == (0, 0)
+        empty = raw.call(LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "stamped-empty", "partitions": [{"partition_index": 0, "timestamp": -3}]}]})
+        assert empty.topics[0].partitions[0].error_code != 0 or empty.topics[0].partitions[0].offset == -1
+    finally:
+        raw.close()

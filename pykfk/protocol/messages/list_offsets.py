@@ -2,7 +2,9 @@
 
 v0 returns a list of old-style offsets (max_num_offsets); v1 returns one offset and its
 timestamp; v2 adds isolation_level and throttle_time_ms; v3 same as v2; v4 adds
-current_leader_epoch and leader_epoch; v5 same as v4; v6 first flexible version.
+current_leader_epoch and leader_epoch; v5 same as v4; v6 first flexible version; v7 allows
+timestamp -3, the record with the largest timestamp (KIP-734); v8 allows -4, the earliest
+local offset (KIP-405).
 """
 
 from ..schema import ApiSpec, Field
@@ -10,7 +12,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     2,
     "ListOffsets",
-    versions="0-6",
+    versions="0-8",
     flexible="6+",
     request=[
         Field("replica_id", "int32"),

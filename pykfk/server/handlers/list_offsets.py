@@ -23,10 +23,12 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 2
-VERSIONS = (0, 6)
+VERSIONS = (0, 8)
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # v7+ (KIP-734): the record with the largest timestamp
+EARLIEST_LOCAL = -4  # v8+ (KIP-405): every segment is local here, so the log start
 CONSUMER_REPLICA_ID = -1
 
 
@@ -35,14 +37,31 @@ def _lookup(plog: Log, timestamp: int, read_committed: bool) -> tuple[int, int]:
     limit = plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == LATEST:
         return -1, limit
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        return _max_timestamp(plog)
     if timestamp < 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
     found = plog.offset_for_timestamp(timestamp)
     if found is None or (read_committed and found >= limit):
         return -1, -1
     return _first_record_at_or_after(plog, found, timestamp, limit)
+
+
+def _max_timestamp(plog: Log) -> tuple[int, int]:
+    """The record with the largest timestamp (the first such one), found through the
+    segments' largest timestamps and then inside its batch; (-1, -1) for an empty log."""
+    best = None
+    for segment in plog.segments:
+        if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+            best = segment
+    if best is None:
+        return -1, -1
+    offset = best.offset_for_timestamp(best.max_timestamp)
+    if offset is None:
+        return -1, -1
+    return _first_record_at_or_after(plog, max(offset, plog.log_start_offset), best.max_timestamp, plog.log_end_offset)
 
 
 def _first_record_at_or_after(plog: Log, offset: int, timestamp: int, limit: int) -> tuple[int, int]:
