@@ -285,6 +285,8 @@ class Log:
     def last_stable_offset(self) -> int:
         """The offset up to which read_committed consumers may read: the first offset of
         the earliest open transaction, else the high watermark."""
+        if not self.producer_state.ongoing:  # (the common case, read per fetched partition)
+            return self._log_end_offset if self._high_watermark is None else self._high_watermark
         first = self.producer_state.first_unstable_offset()
         high_watermark = self.high_watermark
         return high_watermark if first is None or first > high_watermark else first

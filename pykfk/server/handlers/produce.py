@@ -47,6 +47,7 @@ _ATTRIBUTES_LOW_BYTE = core_records.BATCH_FIELD_OFFSETS["attributes"] + 1
 _PRODUCER_ID_SIGN = core_records.BATCH_FIELD_OFFSETS["producer_id"]
 _BASE_SEQUENCE_SIGN = core_records.BATCH_FIELD_OFFSETS["base_sequence"]
 _PRODUCER = struct.Struct(">qh")  # producer_id, producer_epoch
+_ATTR_CONTROL = core_records.ATTR_CONTROL
 # Kafka's LogValidator refuses control records from clients with INVALID_RECORD.
 _CONTROL_REFUSED = "clients may not write control batches (transaction markers)"
 _NONE = ErrorCode.NONE
@@ -80,13 +81,14 @@ def _checked_records(records: Any, version: int) -> Any:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
         if core_records.is_legacy(records):
             raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
-        # One batch (the log refuses more): its attributes' low byte holds the control bit.
-        if len(records) > _BASE_SEQUENCE_SIGN:
-            if records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_CONTROL:
-                raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
-            if records[_BASE_SEQUENCE_SIGN] & 0x80 and not records[_PRODUCER_ID_SIGN] & 0x80:
-                # Only a coordinator writes producer batches without sequence numbers.
-                raise KafkaError(ErrorCode.INVALID_RECORD, "a batch with a producer id needs a base sequence")
+        # One batch (the log refuses more). Its attributes' low byte holds the control
+        # bit; only a coordinator writes producer batches without sequence numbers. One
+        # condition, ordered so that a plain producer's batch (producer id -1) reads two bytes.
+        if len(records) > _BASE_SEQUENCE_SIGN and (
+                records[_ATTRIBUTES_LOW_BYTE] & _ATTR_CONTROL
+                or (records[_PRODUCER_ID_SIGN] < 0x80 and records[_BASE_SEQUENCE_SIGN] >= 0x80)):
+            raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED if records[_ATTRIBUTES_LOW_BYTE] & _ATTR_CONTROL
+                             else "a batch with a producer id needs a base sequence")
     elif core_records.is_legacy(records):
         records = core_records.convert_legacy(records)
     elif _has_control_batch(records):
