@@ -23,7 +23,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from pykfk.protocol import API_SPECS
 
-from .spec_json import load_spec
+from .spec_json import load_spec, shipped
 from .test_spec_crosscheck import _compare
 from .values import body, normal
 
@@ -80,7 +80,7 @@ def _layout_matches_spec(spec, kind, version) -> bool:
 
 _CASES = [
     (spec, kind, version)
-    for spec in API_SPECS.values()
+    for spec in shipped(list(API_SPECS.values()))
     for kind in ("Request", "Response")
     for version in range(spec.min_version, spec.max_version + 1)
     if _layout_matches_spec(spec, kind, version)
@@ -121,5 +121,5 @@ def test_same_bytes_and_values_as_kafka_python(spec, kind, version, data):
     assert normal(schema, version, _ours_decode(spec, kind, theirs, version)) == expected
 
 
-def test_cases_cover_every_api():
-    assert {s.api_key for s, _, _ in _CASES} == set(API_SPECS)
+def test_cases_cover_every_api_kafka_python_ships():
+    assert {s.api_key for s, _, _ in _CASES} == {s.api_key for s in shipped(list(API_SPECS.values()))}
