@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer
 
 from pykfk.testing import RawClient
 from tests.cluster.conftest import Cluster, wait_until
-from tests.metrics.promtools import parse, scrape, value
+from tests.metrics.promtools import scrape_broker, value
 
 TOPIC = "racked"
 RACKS = {0: "a", 1: "b", 2: "c"}
@@ -21,10 +21,8 @@ SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
 def _bytes_out(cluster: Cluster, broker_id: int) -> float:
-    import re
-
-    urls = re.findall(r"metrics at (http://\S+/metrics)", cluster.brokers[broker_id].log_text())
-    return value(parse(scrape(urls[-1])), "kafka_server_brokertopicmetrics_bytesout_total", topic=TOPIC)
+    return value(scrape_broker(cluster.brokers[broker_id]), "kafka_server_brokertopicmetrics_bytesout_total",
+                 topic=TOPIC)
 
 
 def _fetch_v11(broker: Any, rack: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,22 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     """Sum of the samples ``name`` whose labels include ``labels``."""
     wanted = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= set(ls))
+
+
+_METRICS_AT = re.compile(r"metrics at (http://\S+/metrics)")
+
+
+def broker_metrics_url(broker: Any) -> str:
+    """The endpoint of a broker process's current run, from its log (with port 0 each
+    start binds a new port)."""
+    def found() -> str | None:
+        urls = _METRICS_AT.findall(broker.log_text())
+        return urls[-1] if urls else None
+    return str(wait_for(found, 30, what="the broker's metrics endpoint"))
+
+
+def scrape_broker(broker: Any) -> Samples:
+    return parse(scrape(broker_metrics_url(broker)))
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:

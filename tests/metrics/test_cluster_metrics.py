@@ -4,7 +4,6 @@ leader election when the leader dies."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -12,22 +11,13 @@ from confluent_kafka import Producer
 
 from tests.cluster.conftest import Cluster, wait_until
 
-from .promtools import Samples, parse, scrape, total, value
+from .promtools import Samples, scrape_broker, total, value
 
 TOPIC = "replicated"
-_METRICS_AT = re.compile(r"metrics at (http://\S+/metrics)")
-
-
-def _metrics_url(cluster: Cluster, broker_id: int) -> str:
-    """The endpoint of the broker's current run (port 0: a new port at each start)."""
-    def found() -> str | None:
-        urls = _METRICS_AT.findall(cluster.brokers[broker_id].log_text())
-        return urls[-1] if urls else None
-    return str(wait_until(found, 30, f"broker {broker_id}'s metrics endpoint"))
 
 
 def _scrape(cluster: Cluster, broker_id: int) -> Samples:
-    return parse(scrape(_metrics_url(cluster, broker_id)))
+    return scrape_broker(cluster.brokers[broker_id])
 
 
 @pytest.mark.timeout(240)
