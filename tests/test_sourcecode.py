@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # Checked with --strict (pyproject.toml [tool.mypy]); add a package here once it is clean.
-STRICT_PACKAGES = ["protocol", "server", "log", "cluster", "group", "metrics", "txn"]
+STRICT_PACKAGES = ["protocol", "server", "log", "cluster", "group", "metrics", "txn", "mirror"]
 LINTED = ["pykfk", "src", "tests", "bench", "pykfk_spark", "tools", "fuzz"]
 
 

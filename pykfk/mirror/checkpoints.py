@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pykfk.mirror.config import MirrorConfig
+from pykfk.mirror.config import ClientConfig, MirrorConfig
 from pykfk.mirror.progress import OffsetSyncs, read_compacted
 
 __all__ = ["Checkpoint", "Checkpointer", "apply_checkpoints", "read_checkpoints"]
@@ -109,16 +109,17 @@ class Checkpointer:
         return written
 
 
-def read_checkpoints(consumer_config: dict[str, str], topic: str) -> dict[tuple[str, str, int], Checkpoint]:
+def read_checkpoints(consumer_config: ClientConfig, topic: str) -> dict[tuple[str, str, int], Checkpoint]:
     """The latest checkpoint per (group, source topic, partition) in ``topic``."""
     consumer = Consumer({**consumer_config, "group.id": "pykfk-mirror-checkpoint-reader",
                          "enable.auto.commit": False})
     try:
         latest: dict[tuple[str, str, int], Checkpoint] = {}
         for message in read_compacted(consumer, topic):
-            if message.value() is None:
+            key, value = message.key(), message.value()
+            if key is None or value is None:
                 continue
-            checkpoint = Checkpoint.decode(message.key(), message.value())
+            checkpoint = Checkpoint.decode(key, value)
             latest[(checkpoint.group, checkpoint.topic, checkpoint.partition)] = checkpoint
         return latest
     finally:

@@ -14,13 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykfk.client.admin import read_properties
+from pykfk.config import parse_properties
+from pykfk.metrics.address import parse_listener
 
-__all__ = ["ConfigError", "MirrorConfig", "load_config", "parse_config"]
+__all__ = ["ClientConfig", "ConfigError", "MirrorConfig", "load_config", "parse_config"]
 
 # Client settings the mirror owns; a pass-through value would break its guarantees.
-OWNED_CONSUMER_KEYS = frozenset({"enable.auto.commit", "enable.auto.offset.store", "group.id"})
-OWNED_PRODUCER_KEYS = frozenset({"enable.idempotence", "acks"})
+OWNED_CONSUMER_KEYS = frozenset({"enable.auto.commit", "enable.auto.offset.store", "group.id", "isolation.level"})
+OWNED_PRODUCER_KEYS = frozenset({"enable.idempotence", "acks", "transactional.id"})
+
+# librdkafka settings as confluent-kafka's clients take them.
+ClientConfig = dict[str, str | int | float | bool]
 
 
 class ConfigError(ValueError):
@@ -37,7 +41,7 @@ class ClusterSettings:
     producer: dict[str, str] = field(default_factory=dict)
     admin: dict[str, str] = field(default_factory=dict)
 
-    def client(self, kind: str) -> dict[str, str]:
+    def client(self, kind: str) -> ClientConfig:
         extra = {"consumer": self.consumer, "producer": self.producer, "admin": self.admin}[kind]
         return {**self.common, **extra}
 
@@ -75,6 +79,11 @@ class MirrorConfig:
     audit_tier: str
     audit_window_ms: int
     audit_interval_ms: int
+    # Records and progress committed together in target transactions (docs/mirror.md,
+    # "Delivery guarantee"); False: at least once, for targets without transactions.
+    exactly_once: bool
+    transactional_id_prefix: str
+    metrics_listener: tuple[str, int] | None  # (host, port) of the Prometheus endpoint
 
     def matches(self, topic: str) -> bool:
         """Is ``topic`` (a source topic name) one the mirror copies? Explicitly listed
@@ -118,6 +127,9 @@ _SCALARS: dict[str, tuple[Any, Any]] = {
     "audit.tier": ("mirror", str),
     "audit.window.ms": ("60000", int),
     "audit.interval.ms": ("5000", int),
+    "exactly.once": ("true", str),
+    "transactional.id.prefix": ("", str),
+    "metrics.listener": ("", str),
 }
 
 _CLIENT_KINDS = ("consumer", "producer", "admin")
@@ -144,7 +156,7 @@ def load_config(path: str, overrides: Mapping[str, str] | None = None) -> Mirror
     ``mirror`` extra); ``overrides`` (``key=value`` from the command line) win."""
     if path.endswith((".yaml", ".yml")):
         try:
-            import yaml
+            import yaml  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:  # pragma: no cover - the mirror extra installs it
             raise ConfigError("YAML configuration needs PyYAML: pip install 'pykfk[mirror]'") from exc
         with open(path, encoding="utf-8") as f:
@@ -153,7 +165,8 @@ def load_config(path: str, overrides: Mapping[str, str] | None = None) -> Mirror
             raise ConfigError(f"{path}: the top level must be a mapping")
         raw = _flatten(tree)
     else:
-        raw = read_properties(path)
+        with open(path, encoding="utf-8") as f:
+            raw = parse_properties(f.read())
     return parse_config({**raw, **(overrides or {})})
 
 
@@ -174,7 +187,7 @@ def _cluster(raw: dict[str, str], side: str, alias: str) -> ClusterSettings:
     for key in OWNED_CONSUMER_KEYS & (settings.consumer.keys() | settings.common.keys()):
         raise ConfigError(f"{side}.{key} is set by the mirror itself")
     for key in OWNED_PRODUCER_KEYS & (settings.producer.keys() | settings.common.keys()):
-        raise ConfigError(f"{side}.{key} is set by the mirror itself (idempotent, acks=all)")
+        raise ConfigError(f"{side}.{key} is set by the mirror itself (idempotent, acks=all, its own transactional ids)")
     return settings
 
 
@@ -223,6 +236,7 @@ def parse_config(raw_in: Mapping[str, str]) -> MirrorConfig:
         if values[key] <= 0:
             raise ConfigError(f"{key} must be positive")
     pair = f"{source_alias}-{target_alias}"
+    group_id = values["group.id"] or f"pykfk-mirror-{pair}"
     return MirrorConfig(
         source=_cluster(raw, "source", source_alias),
         target=_cluster(raw, "target", target_alias),
@@ -235,7 +249,7 @@ def parse_config(raw_in: Mapping[str, str]) -> MirrorConfig:
         groups_exclude=values["groups.exclude"],
         sync_topic_configs=_bool(raw, "sync.topic.configs.enabled"),
         replication_factor=values["replication.factor"],
-        group_id=values["group.id"] or f"pykfk-mirror-{pair}",
+        group_id=group_id,
         group_instance_id=values["group.instance.id"] or None,
         progress_topic=values["progress.topic"] or f"pykfk-mirror.{pair}.progress.internal",
         checkpoints_topic=values["checkpoints.topic"] or f"{source_alias}.checkpoints.internal",
@@ -252,4 +266,16 @@ def parse_config(raw_in: Mapping[str, str]) -> MirrorConfig:
         audit_tier=values["audit.tier"],
         audit_window_ms=values["audit.window.ms"],
         audit_interval_ms=values["audit.interval.ms"],
+        exactly_once=_bool(raw, "exactly.once"),
+        transactional_id_prefix=values["transactional.id.prefix"] or group_id,
+        metrics_listener=_listener(values["metrics.listener"]),
     )
+
+
+def _listener(value: str) -> tuple[str, int] | None:
+    if not value:
+        return None
+    try:
+        return parse_listener(value)
+    except ValueError as exc:
+        raise ConfigError(f"metrics.listener: {exc}") from exc

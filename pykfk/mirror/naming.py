@@ -13,9 +13,12 @@
 
 from __future__ import annotations
 
-__all__ = ["ORIGIN_HEADER", "ReplicationPolicy"]
+__all__ = ["ORIGIN_HEADER", "Headers", "ReplicationPolicy"]
 
 ORIGIN_HEADER = "pykfk.mirror.origin"
+
+# Record headers as confluent-kafka gives and takes them.
+Headers = list[tuple[str, str | bytes | None]]
 
 
 class ReplicationPolicy:
@@ -51,9 +54,9 @@ class ReplicationPolicy:
             head, sep, rest = rest.partition(self.separator)
         return False
 
-    def origin_of(self, headers: list[tuple[str, bytes | None]] | None) -> str | None:
+    def origin_of(self, headers: Headers | None) -> str | None:
         """The origin mark of a record (identity naming), if it has one."""
         for key, value in headers or ():
             if key == ORIGIN_HEADER and value is not None:
-                return value.decode("utf-8", "replace")
+                return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         return None

@@ -21,11 +21,12 @@ from __future__ import annotations
 import bisect
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from pykfk.mirror.config import ClientConfig
 
 __all__ = ["OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
 
@@ -62,10 +63,15 @@ def progress_key(topic: str, partition: int) -> bytes:
 
 
 def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | None = None,
-                   timeout_s: float = READ_TIMEOUT_S) -> Iterable[Any]:
+                   timeout_s: float = READ_TIMEOUT_S, ends_from: Consumer | None = None) -> Iterator[Message]:
     """Messages of every partition of ``topic`` from ``positions`` (default: the start)
     up to the end offsets at the time of the call. ``positions`` is updated in place so a
-    later call continues where this one stopped."""
+    later call continues where this one stopped.
+
+    The ends are ``ends_from``'s view (default: ``consumer``'s). A read_committed
+    ``consumer`` with a read_uncommitted ``ends_from`` reads up to the high watermark,
+    so it waits for the transactions open at the time of the call to end: what it returns
+    then includes every transaction committed before the call."""
     metadata = consumer.list_topics(topic, timeout=timeout_s)
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
@@ -73,7 +79,7 @@ def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | N
     positions = {} if positions is None else positions
     ends: dict[int, int] = {}
     for partition in info.partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        _, high = (ends_from or consumer).get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         if high > positions.get(partition, 0):
             ends[partition] = high
     if not ends:
@@ -86,11 +92,13 @@ def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | N
         for message in consumer.consume(1000, 0.2):
             if message.error() is not None:
                 continue
-            positions[message.partition()] = message.offset() + 1
             yield message
-        for partition, end in list(ends.items()):
-            if positions.get(partition, 0) >= end:
-                del ends[partition]
+        # The position, not the last message: it moves past transaction markers too.
+        for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+            if tp.offset >= 0:
+                positions[tp.partition] = tp.offset
+            if positions.get(tp.partition, 0) >= ends[tp.partition]:
+                del ends[tp.partition]
     consumer.unassign()
 
 
@@ -130,36 +138,39 @@ class OffsetSyncs:
 
 
 class ProgressStore:
-    """Reads and writes the progress topic. ``reader`` is a group-less Consumer of the
-    target owned by this store; writes go through the mirror's producer."""
+    """Reads and writes the progress topic. Owns two group-less consumers of the target:
+    ``reader`` (read_committed: what committed transactions wrote) and ``ends``
+    (read_uncommitted: high watermarks, which include open transactions). Writes go
+    through the producer the caller passes (a transactional one with exactly.once)."""
 
-    def __init__(self, target_consumer_config: dict[str, str], topic: str):
+    def __init__(self, target_consumer_config: ClientConfig, topic: str):
         self.topic = topic
-        self.reader = Consumer({
-            **target_consumer_config, "group.id": "pykfk-mirror-progress-reader",
-            "enable.auto.commit": False, "enable.partition.eof": False,
-        })
+        common: ClientConfig = {**target_consumer_config, "group.id": "pykfk-mirror-progress-reader",
+                                "enable.auto.commit": False, "enable.partition.eof": False}
+        self.reader = Consumer({**common, "isolation.level": "read_committed"})
+        self.ends = Consumer({**common, "isolation.level": "read_uncommitted"})
         self.entries: dict[tuple[str, int], ProgressEntry] = {}
         # Every sync still in the topic (compaction keeps only the latest), so a process
         # that takes a partition over translates offsets from before its time too.
         self.history: dict[tuple[str, int], OffsetSyncs] = {}
         self._positions: dict[int, int] = {}
 
-    def catch_up(self) -> None:
-        """Apply everything written to the topic since the last call (by any process)."""
-        for message in read_compacted(self.reader, self.topic, self._positions):
-            value = message.value()
-            if value is None:
+    def catch_up(self, timeout_s: float = READ_TIMEOUT_S) -> None:
+        """Apply everything committed to the topic before this call (by any process);
+        waits for transactions open in it to end, at most ``timeout_s``."""
+        for message in read_compacted(self.reader, self.topic, self._positions, timeout_s, self.ends):
+            value, key = message.value(), message.key()
+            if value is None or key is None:
                 continue
-            topic, partition = json.loads(message.key())
+            topic, partition = json.loads(key)
             entry = ProgressEntry.decode(value)
             self.entries[(topic, int(partition))] = entry
             if entry.target_partition == int(partition):
                 self.history.setdefault((topic, int(partition)), OffsetSyncs()).add(
                     entry.offset, entry.target_offset)
 
-    def write(self, producer: Any, topic: str, partition: int, entry: ProgressEntry) -> None:
-        """Queue one entry on ``producer``; the caller flushes."""
+    def write(self, producer: Producer, topic: str, partition: int, entry: ProgressEntry) -> None:
+        """Queue one entry on ``producer``; the caller flushes (or commits)."""
         producer.produce(self.topic, entry.encode(), progress_key(topic, partition))
         self.entries[(topic, partition)] = entry
 
@@ -169,9 +180,12 @@ class ProgressStore:
         return int(low)
 
     def target_end(self, topic: str, partition: int) -> int:
-        """The target partition's end (high watermark) as its leader reports it now."""
-        _, high = self.reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
+        """The target partition's end (high watermark) as its leader reports it now,
+        records of open transactions included: the mirror asks after its own records
+        were acknowledged, and records it sends later land at or after this offset."""
+        _, high = self.ends.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
         return int(high)
 
     def close(self) -> None:
         self.reader.close()
+        self.ends.close()

@@ -1,14 +1,22 @@
 """One mirror process: consume the source (a consumer group shared by every process of
 the same mirror), produce into the target, and keep progress, topics and checkpoints.
 
-Delivery is at least once (docs/mirror.md, "Delivery guarantee"): the progress of a
-partition is written only after the target acknowledged (acks=all, idempotent producer)
-every record before it, and a restarted or newly assigned process resumes from the
-progress in the target. Progress is written every ``progress.interval.ms`` and whenever
-``progress.max.records`` records were copied since the last write, so a crash leaves at
-most ``progress.max.records + consume.batch.records - 1`` records of this process's
-partitions in the target twice; a rebalance leaves none (progress is written before
-partitions are given up).
+Delivery (docs/mirror.md, "Delivery guarantee"):
+
+- ``exactly.once=true`` (the default): each source partition's records go into the
+  target inside transactions of that partition's own producer (transactions.py), and
+  the progress entry that says how far the copy got is written in the same transaction,
+  so records and progress become visible together or not at all. A process that takes a
+  partition over fences the previous holder first and resumes at the committed progress:
+  a read_committed consumer of the target sees every source record once.
+- ``exactly.once=false``: at least once. The progress of a partition is written only
+  after the target acknowledged (acks=all, idempotent producer) every record before it,
+  every ``progress.interval.ms`` and whenever ``progress.max.records`` records were
+  copied since the last write, so a crash leaves at most ``progress.max.records +
+  consume.batch.records - 1`` records of this process's partitions in the target twice.
+
+Either way a rebalance leaves no duplicates: progress is written before partitions are
+given up.
 """
 
 from __future__ import annotations
@@ -20,25 +28,31 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
     KafkaError,
+    Message,
     Producer,
     TopicPartition,
 )
 
 from pykfk.mirror.checkpoints import Checkpointer
-from pykfk.mirror.config import MirrorConfig
-from pykfk.mirror.naming import ORIGIN_HEADER, ReplicationPolicy
-from pykfk.mirror.progress import OffsetSyncs, ProgressEntry, ProgressStore
+from pykfk.mirror.config import ClientConfig, MirrorConfig
+from pykfk.mirror.errors import MirrorError
+from pykfk.mirror.naming import ORIGIN_HEADER, Headers, ReplicationPolicy
+from pykfk.mirror.progress import READ_TIMEOUT_S, OffsetSyncs, ProgressEntry, ProgressStore
 from pykfk.mirror.topics import TopicSync
+from pykfk.mirror.transactions import PartitionTransactions
 
-__all__ = ["Mirror", "MirrorError", "MirrorStats"]
+if TYPE_CHECKING:  # prometheus_client is only needed with metrics.listener
+    from pykfk.mirror.metrics import MirrorMetricsServer
+
+__all__ = ["AuditSink", "Mirror", "MirrorError", "MirrorStats"]
 
 log = logging.getLogger("pykfk.mirror")
 
@@ -47,10 +61,17 @@ log = logging.getLogger("pykfk.mirror")
 FLUSH_TIMEOUT_S = 60
 # How long one consume call may wait for records (seconds): the loop's tick.
 CONSUME_WAIT_S = 0.1
+# librdkafka's default transaction.timeout.ms: a transaction a dead process left open in
+# the progress topic ends by then at the latest (aborted by the coordinator).
+TRANSACTION_TIMEOUT_S = 60
+
+SourcePartition = tuple[str, int]
 
 
-class MirrorError(RuntimeError):
-    """The target refused records or did not acknowledge them in time."""
+class AuditSink(Protocol):
+    """Where the mirror's audit counts go (pykfk.audit.AuditEmitter)."""
+
+    def add_counts(self, counts: dict[tuple[str, int], int]) -> None: ...
 
 
 @dataclass
@@ -69,6 +90,9 @@ class MirrorStats:
     skipped_cycles: int = 0
     progress_writes: int = 0
     checkpoints: int = 0
+    # source topic -> [records, bytes] copied; replaced, never resized in place, so the
+    # metrics thread can iterate a reference it took
+    by_topic: dict[str, list[int]] = field(default_factory=dict)
 
 
 class Mirror:
@@ -79,7 +103,7 @@ class Mirror:
     """
 
     def __init__(self, config: MirrorConfig, report: Callable[[str], None] | None = None,
-                 audit: Any = None):
+                 audit: AuditSink | None = None):
         self.config = config
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.policy = ReplicationPolicy(config.replication_policy, config.source.alias,
@@ -88,19 +112,26 @@ class Mirror:
         self.checkpointer = Checkpointer(config, self.topic_sync.source_admin)
         self.audit = audit
         self.stats = MirrorStats()
+        self.rates = (0.0, 0.0)  # records/s and bytes/s over the last report interval
         self._stop = threading.Event()
-        self._owned: set[tuple[str, int]] = set()
-        self._positions: dict[tuple[str, int], int] = {}  # next source offset, records sent
-        self._written: dict[tuple[str, int], int] = {}  # progress offset last written
-        self._syncs: dict[tuple[str, int], OffsetSyncs] = defaultdict(OffsetSyncs)
+        self._failed = False
+        self._owned: set[SourcePartition] = set()
+        self._positions: dict[SourcePartition, int] = {}  # next source offset, records sent
+        self._written: dict[SourcePartition, int] = {}  # progress offset last written
+        self._syncs: dict[SourcePartition, OffsetSyncs] = defaultdict(OffsetSyncs)
         self._routes: dict[str, _Route] = {}
         self._subscribed: list[str] = []
         self._since_progress = 0
         self._audit_counts: dict[tuple[str, int], int] = defaultdict(int)
         self._delivery_errors: list[str] = []
         self._consumer = Consumer(self._consumer_config())
+        # Idempotent, not transactional: every write at least once, and the checkpoints
+        # in either mode (a checkpoint written twice is the same checkpoint).
         self._producer = Producer(self._producer_config())
+        self.transactions = (PartitionTransactions(self._transactional_config(), config.transactional_id_prefix)
+                             if config.exactly_once else None)
         self.progress = ProgressStore(config.target.client("consumer"), config.progress_topic)
+        self._metrics: MirrorMetricsServer | None = None
 
     # ------------------------------------------------------------------ clients
 
@@ -113,12 +144,14 @@ class Mirror:
             "group.id": self.config.group_id,
             "enable.auto.commit": False,  # progress lives in the target, not in the group
             "enable.auto.offset.store": False,
+            # Records of aborted source transactions are not records to copy.
+            "isolation.level": "read_committed",
         }
         if self.config.group_instance_id:
             settings["group.instance.id"] = self.config.group_instance_id
         return settings
 
-    def _producer_config(self) -> dict[str, Any]:
+    def _client_producer_config(self) -> ClientConfig:
         return {
             "linger.ms": 5,
             "batch.size": 1 << 20,
@@ -129,12 +162,18 @@ class Mirror:
             **self.config.target.client("producer"),
             "enable.idempotence": True,
             "acks": "all",
-            # Success is learned from flush(); only failures need a call per record.
+            # Success is learned from flush() (or the commit); only failures need a call per record.
             "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
         }
 
-    def _on_delivery(self, error: Any, message: Any) -> None:
+    def _producer_config(self) -> dict[str, Any]:
+        return {**self._client_producer_config(), "on_delivery": self._on_delivery}
+
+    def _transactional_config(self) -> dict[str, Any]:
+        # A failed record fails its transaction's commit; no callback needed.
+        return dict(self._client_producer_config())
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             self._delivery_errors.append(f"{message.topic()}[{message.partition()}]: {error}")
 
@@ -147,40 +186,57 @@ class Mirror:
         """Mirror until stopped (or ``max_seconds``); progress is written on the way out."""
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         self._start()
+        try:
+            self._loop(deadline)
+            self.write_progress()
+        except MirrorError:
+            self._failed = True  # nothing more is written: the next start resumes
+            raise
+        finally:
+            self.close()
+        return self.stats
+
+    def _loop(self, deadline: float | None) -> None:
         now = time.monotonic()
         due_progress = now + self.config.progress_interval_ms / 1000
         due_refresh = now + self.config.refresh_topics_interval_ms / 1000
         due_checkpoints = now + self.config.checkpoints_interval_ms / 1000
         due_report = now + self.config.report_interval_ms / 1000
         last_report = (now, 0, 0)
-        try:
-            while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
-                now = time.monotonic()
-                if self._since_progress >= self.config.progress_max_records or now >= due_progress:
-                    self.write_progress()
-                    due_progress = now + self.config.progress_interval_ms / 1000
-                if now >= due_refresh:
-                    self._refresh_topics()
-                    due_refresh = now + self.config.refresh_topics_interval_ms / 1000
-                if self.config.emit_checkpoints and now >= due_checkpoints:
-                    self._emit_checkpoints()
-                    due_checkpoints = now + self.config.checkpoints_interval_ms / 1000
-                if now >= due_report:
-                    self.report(self._progress_line(last_report, now))
-                    last_report = (now, self.stats.records, self.stats.bytes)
-                    due_report = now + self.config.report_interval_ms / 1000
-            self.write_progress()
-        finally:
-            self.close()
-        return self.stats
+        while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
+            now = time.monotonic()
+            if self._since_progress >= self.config.progress_max_records or now >= due_progress:
+                self.write_progress()
+                due_progress = now + self.config.progress_interval_ms / 1000
+            if now >= due_refresh:
+                self._refresh_topics()
+                due_refresh = now + self.config.refresh_topics_interval_ms / 1000
+            if self.config.emit_checkpoints and now >= due_checkpoints:
+                self._emit_checkpoints()
+                due_checkpoints = now + self.config.checkpoints_interval_ms / 1000
+            if now >= due_report:
+                self.report(self._progress_line(last_report, now))
+                last_report = (now, self.stats.records, self.stats.bytes)
+                due_report = now + self.config.report_interval_ms / 1000
 
     def _start(self) -> None:
+        if self.config.metrics_listener is not None:
+            self._metrics = self._metrics_server(*self.config.metrics_listener)
         self.topic_sync.refresh_target()
         self.topic_sync.ensure_internal(self.config.progress_topic)
         if self.config.emit_checkpoints:
             self.topic_sync.ensure_internal(self.config.checkpoints_topic)
         self._refresh_topics()
+        log.info("copying %s", "exactly once (transactions)" if self.transactions else "at least once")
+
+    def _metrics_server(self, host: str, port: int) -> MirrorMetricsServer:
+        try:
+            from pykfk.mirror.metrics import MirrorMetricsServer
+        except ImportError:
+            raise MirrorError("metrics.listener needs the prometheus_client package: "
+                              "pip install 'pykfk[metrics]'") from None
+        return MirrorMetricsServer(self, host, port).start()
 
     def close(self) -> None:
         """Leave the group (its revocation writes progress), flush, release clients."""
@@ -188,7 +244,11 @@ class Mirror:
             self._consumer.close()
         finally:
             self._producer.flush(FLUSH_TIMEOUT_S)
+            if self.transactions is not None:
+                self.transactions.close()
             self.progress.close()
+            if self._metrics is not None:
+                self._metrics.stop()
 
     # ------------------------------------------------------------------ topics
 
@@ -222,7 +282,13 @@ class Mirror:
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.progress.catch_up()
+        if self.transactions is not None:
+            # Fence the previous holders before reading the progress they may still write.
+            for tp in partitions:
+                self.transactions.open((tp.topic, tp.partition))
+            self.progress.catch_up(READ_TIMEOUT_S + TRANSACTION_TIMEOUT_S)
+        else:
+            self.progress.catch_up()
         start = OFFSET_BEGINNING if self.config.start_from == "earliest" else OFFSET_END
         for tp in partitions:
             key = (tp.topic, tp.partition)
@@ -248,56 +314,80 @@ class Mirror:
                 self.progress.target_end(route.remote, partition))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.write_progress()
+        if not self._failed:
+            self.write_progress()
         for tp in partitions:
             key = (tp.topic, tp.partition)
             self._owned.discard(key)
             self._positions.pop(key, None)
             self._written.pop(key, None)
             self._syncs.pop(key, None)
+            if self.transactions is not None:
+                self.transactions.release(key)
         consumer.unassign()
 
     # ------------------------------------------------------------------ copying
 
-    def _copy(self, messages: list[Any]) -> None:
-        producer, owned, positions = self._producer, self._owned, self._positions
-        marks = self.policy.marks_records
+    def _copy(self, messages: list[Message]) -> None:
+        owned, positions, marks = self._owned, self._positions, self.policy.marks_records
         audit = self._audit_counts if self.audit is not None else None
         window = self.config.audit_window_ms
-        copied = size = 0
+        by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for message in messages:
-            if message.error() is not None:
-                self._consume_error(message.error())
+            error = message.error()
+            if error is not None:
+                self._consume_error(error)
                 continue
-            topic, partition = message.topic(), message.partition()
+            topic, partition, offset = str(message.topic()), int(message.partition() or 0), int(message.offset() or 0)
             if (topic, partition) not in owned:
                 continue  # fetched before a revocation: the new owner copies it
-            route = self._route(topic, partition)
-            headers = message.headers()
+            headers = _header_list(message.headers())
             if marks:
                 headers = self._mark(headers)
                 if headers is None:
-                    positions[(topic, partition)] = message.offset() + 1
+                    positions[(topic, partition)] = offset + 1
                     self.stats.skipped_cycles += 1
                     continue
-            key, value = message.key(), message.value()
-            timestamp = message.timestamp()[1]
-            self._produce(producer, route.remote, value, key,
-                          partition if route.same_partition else -1,
-                          max(0, timestamp), headers)
-            positions[(topic, partition)] = message.offset() + 1
-            copied += 1
-            size += (len(key) if key else 0) + (len(value) if value else 0)
+            size = self._copy_one(message, topic, partition, headers)
+            positions[(topic, partition)] = offset + 1
+            counts = by_topic[topic]
+            counts[0] += 1
+            counts[1] += size
             if audit is not None:
+                timestamp = message.timestamp()[1]
                 audit[(topic, timestamp - timestamp % window)] += 1
-        producer.poll(0)
-        self.stats.records += copied
-        self.stats.bytes += size
-        self._since_progress += copied
+        self._poll_producers()
+        self._count(by_topic)
+
+    def _copy_one(self, message: Message, topic: str, partition: int, headers: Headers | None) -> int:
+        """Send one record to its remote topic; returns its key + value bytes."""
+        route = self._route(topic, partition)
+        producer = (self._producer if self.transactions is None
+                    else self.transactions.producer((topic, partition)))
+        key, value = message.key(), message.value()
+        self._produce(producer, route.remote, value, key, partition if route.same_partition else -1,
+                      max(0, message.timestamp()[1]), headers)
+        return (len(key) if key else 0) + (len(value) if value else 0)
+
+    def _poll_producers(self) -> None:
+        self._producer.poll(0)
+        if self.transactions is not None:
+            self.transactions.poll()
+
+    def _count(self, by_topic: dict[str, list[int]]) -> None:
+        totals = self.stats.by_topic
+        if not by_topic.keys() <= totals.keys():
+            totals = self.stats.by_topic = {**{t: [0, 0] for t in by_topic}, **totals}
+        for topic, (records, size) in by_topic.items():
+            totals[topic][0] += records
+            totals[topic][1] += size
+            self.stats.records += records
+            self.stats.bytes += size
+            self._since_progress += records
 
     @staticmethod
-    def _produce(producer: Producer, topic: str, value: Any, key: Any, partition: int,
-                 timestamp: int, headers: Any) -> None:
+    def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                 timestamp: int, headers: Headers | None) -> None:
         deadline = None
         while True:
             try:
@@ -310,7 +400,7 @@ class Mirror:
                     raise MirrorError(f"the target took no records for {FLUSH_TIMEOUT_S} s") from None
                 producer.poll(0.05)
 
-    def _mark(self, headers: Any) -> Any:
+    def _mark(self, headers: Headers | None) -> Headers | None:
         """Identity naming: None for a record that came from the target, else the
         headers with the origin mark (added when absent)."""
         origin = self.policy.origin_of(headers)
@@ -320,7 +410,7 @@ class Mirror:
             return headers
         return [*(headers or ()), (ORIGIN_HEADER, self.config.source.alias.encode())]
 
-    def _consume_error(self, error: Any) -> None:
+    def _consume_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
         if error.fatal():
@@ -337,27 +427,45 @@ class Mirror:
             raise MirrorError("the target refused records: " + "; ".join(self._delivery_errors[:5]))
 
     def write_progress(self) -> None:
-        """Wait for the target to have every record sent so far, then record where
-        each partition stands (and the offset syncs, and the audit counts)."""
+        """Record where each partition stands (with the offset syncs, and the audit
+        counts) once the target holds every record sent so far: acknowledged, or (exactly
+        once) committed in the same transaction as the progress."""
         changed = {tp: offset for tp, offset in self._positions.items()
                    if tp in self._owned and self._written.get(tp) != offset}
         self._since_progress = 0
         if not changed:
             return
-        self._flush()
+        if self.transactions is None:
+            self._flush()
+            self._write_entries(changed, lambda _partition: self._producer)
+            self._flush()
+        else:
+            self._commit_transactions(changed)
         self._emit_audit()
+        self.stats.progress_writes += 1
+
+    def _commit_transactions(self, changed: dict[SourcePartition, int]) -> None:
+        transactions = self.transactions
+        assert transactions is not None
+        transactions.flush([tp for tp in changed if transactions.has_open(tp)])
+        self._write_entries(changed, transactions.producer)
+        for partition in changed:
+            transactions.commit(partition)
+
+    def _write_entries(self, changed: dict[SourcePartition, int],
+                       producer_of: Callable[[SourcePartition], Producer]) -> None:
+        """Queue the progress entries (the target acknowledged the records before them),
+        each on the producer its partition's records went through."""
         for (topic, partition), offset in changed.items():
             route = self._route(topic, partition)
             target_partition = partition if route.same_partition else -1
             target_offset = (self.progress.target_end(route.remote, partition)
                              if route.same_partition else -1)
             entry = ProgressEntry(offset, route.remote, target_partition, target_offset)
-            self.progress.write(self._producer, topic, partition, entry)
+            self.progress.write(producer_of((topic, partition)), topic, partition, entry)
             if route.same_partition:
                 self._syncs[(topic, partition)].add(offset, target_offset)
             self._written[(topic, partition)] = offset
-        self._flush()
-        self.stats.progress_writes += 1
 
     def _emit_audit(self) -> None:
         if self.audit is None or not self._audit_counts:
@@ -381,29 +489,42 @@ class Mirror:
     # ------------------------------------------------------------------ reporting
 
     def lag(self) -> int:
-        """Records in the source not yet copied, over this process's partitions, from
-        the high watermarks of the latest fetches (no extra request)."""
-        total = 0
+        """Records in the source not yet copied, over this process's partitions."""
+        return sum(self.lag_by_partition().values())
+
+    def lag_by_partition(self) -> dict[SourcePartition, int]:
+        """Per partition of this process: the source's high watermark of the latest
+        fetch (no extra request) minus the next offset to copy. Callable from any thread
+        (the metrics endpoint's)."""
+        positions, written = dict(self._positions), dict(self._written)
+        lags: dict[SourcePartition, int] = {}
         for topic, partition in list(self._owned):
             _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            position = self._positions.get((topic, partition), self._written.get((topic, partition), 0))
+            position = positions.get((topic, partition), written.get((topic, partition), 0))
             if high >= 0:
-                total += max(0, high - position)
-        return total
+                lags[(topic, partition)] = max(0, high - position)
+        return lags
+
+    def owned_partitions(self) -> int:
+        return len(self._owned)
 
     def _progress_line(self, last: tuple[float, int, int], now: float) -> str:
         seconds = max(now - last[0], 1e-9)
-        rate = (self.stats.records - last[1]) / seconds
-        mb_rate = (self.stats.bytes - last[2]) / seconds / 1e6
+        self.rates = ((self.stats.records - last[1]) / seconds, (self.stats.bytes - last[2]) / seconds)
         return (f"mirror {self.config.source.alias}->{self.config.target.alias}: "
                 f"{self.stats.records} records ({self.stats.bytes / 1e6:.1f} MB) copied, "
-                f"{rate:,.0f} records/s, {mb_rate:.2f} MB/s, lag {self.lag()} records, "
+                f"{self.rates[0]:,.0f} records/s, {self.rates[1] / 1e6:.2f} MB/s, lag {self.lag()} records, "
                 f"{len(self._owned)} partitions of {len(self._subscribed)} topics")
+
+
+def _header_list(headers: Headers | dict[str, str | bytes | None] | None) -> Headers | None:
+    """A consumed record's headers (confluent-kafka gives a list; its type also allows a dict)."""
+    return list(headers.items()) if isinstance(headers, dict) else headers
 
 
 def install_signal_handlers(mirror: Mirror) -> None:
     """SIGTERM and SIGINT stop the loop; progress is written before the process exits."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: object) -> None:
         mirror.stop()
 
     signal.signal(signal.SIGTERM, handler)

@@ -13,17 +13,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
-    AdminClient,
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+# The config and resource classes by their defining modules: confluent_kafka.admin
+# re-exports them without declaring so, which strict type checking does not accept.
+from confluent_kafka.admin._config import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     ConfigSource,
-    NewPartitions,
-    NewTopic,
-    ResourceType,
 )
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from pykfk.mirror.config import MirrorConfig
 from pykfk.mirror.naming import ReplicationPolicy
@@ -49,7 +51,7 @@ _ALREADY = ("TOPIC_ALREADY_EXISTS", "INVALID_PARTITIONS")
 
 def _error_name(exc: KafkaException) -> str:
     error = exc.args[0] if exc.args else None
-    return str(error.name()) if hasattr(error, "name") else str(exc)
+    return str(error.name()) if isinstance(error, KafkaError) else str(exc)
 
 
 class TopicSync:

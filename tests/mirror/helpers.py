@@ -118,7 +118,9 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
         consumer.close()
 
 
-def total_records(bootstrap: str, topic: str, partitions: int) -> int:
+def offsets_used(bootstrap: str, topic: str, partitions: int) -> int:
+    """The sum of the end offsets: the records, plus the transaction markers of a target
+    written with exactly.once (an upper bound of the records, cheap to ask for)."""
     try:
         return sum(end_offsets(bootstrap, topic, partitions))
     except Exception:  # noqa: BLE001 - the topic may not exist yet
@@ -136,23 +138,44 @@ class Record:
 
 def read_partition(bootstrap: str, topic: str, partition: int, start: int = 0,
                    timeout: float = 60) -> list[Record]:
-    """Every record of one partition from ``start`` to its current end."""
+    """Every record of one partition from ``start`` to its current end, as a
+    read_committed consumer sees them (aborted records and markers left out)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader",
-                         "enable.auto.commit": False, "fetch.max.bytes": 8 << 20})
+                         "enable.auto.commit": False, "fetch.max.bytes": 8 << 20,
+                         "isolation.level": "read_committed"})
     try:
+        # The committed end (the last stable offset): the position reaches it, also
+        # when the partition ends with a transaction marker.
         _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         consumer.assign([TopicPartition(topic, partition, start)])
         out: list[Record] = []
         deadline = time.monotonic() + timeout
-        while (out[-1].offset + 1 if out else start) < end:
+        position = start
+        while position < end:
             assert time.monotonic() < deadline, f"reading {topic}[{partition}] took over {timeout} s"
             for m in consumer.consume(5000, 0.5):
                 if m.error() is None:
                     out.append(Record(m.offset(), m.key(), m.value(), tuple(m.headers() or ()),
                                       m.timestamp()[1]))
+            position = max(position, consumer.position([TopicPartition(topic, partition)])[0].offset)
         return out
     finally:
         consumer.close()
+
+
+def total_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records a read_committed consumer reads from the topic (0 while it does not exist)."""
+    if topic_partitions(bootstrap, topic) < partitions:
+        return 0
+    return sum(len(read_partition(bootstrap, topic, p)) for p in range(partitions))
+
+
+def last_value(bootstrap: str, topic: str, partition: int) -> bytes | None:
+    """The value of the partition's last committed record (None when it has none)."""
+    end = end_offsets(bootstrap, topic, partition + 1)[partition]
+    # Markers follow the records: a few back is enough (one per transaction since).
+    records = read_partition(bootstrap, topic, partition, start=max(0, end - 1000))
+    return records[-1].value if records else None
 
 
 class PacedWriter(threading.Thread):

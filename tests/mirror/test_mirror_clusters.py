@@ -1,5 +1,7 @@
 """The mirror between real clusters: a standalone broker and a 3-broker ZooKeeper
-cluster, both directions, with mirror processes killed with SIGKILL mid-copy."""
+cluster, both directions, with mirror processes killed with SIGKILL mid-copy: exactly
+once (transactions, the default: no duplicates for a read_committed consumer) and at
+least once (exactly.once=false: at most the stated duplicates)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from tests.mirror.helpers import (
     check_copy,
     create_topic,
     end_offsets,
+    last_value,
+    offsets_used,
     read_partition,
     topic_partitions,
-    total_records,
     wait_until,
     write_config,
 )
@@ -39,19 +42,11 @@ CONSUME_BATCH_RECORDS = 1000
 DUPLICATES_PER_KILL = PROGRESS_MAX_RECORDS + CONSUME_BATCH_RECORDS - 1
 
 
-def _last_value(bootstrap: str, topic: str, partition: int) -> bytes | None:
-    end = end_offsets(bootstrap, topic, partition + 1)[partition]
-    if end == 0:
-        return None
-    records = read_partition(bootstrap, topic, partition, start=end - 1)
-    return records[-1].value if records else None
-
-
 def _caught_up(source: str, target: str, topic: str, remote: str, partitions: int) -> bool:
     """Every target partition ends with the last record of its source partition."""
     if topic_partitions(target, remote) < partitions:
         return False
-    return all(_last_value(source, topic, p) == _last_value(target, remote, p) for p in range(partitions))
+    return all(last_value(source, topic, p) == last_value(target, remote, p) for p in range(partitions))
 
 
 def _verify_copy(source: str, target: str, topic: str, remote: str, partitions: int) -> tuple[int, int]:
@@ -106,7 +101,7 @@ def _fail_over(config: Path, source: str, target: str, topic: str, remote: str, 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_standalone_to_cluster_with_two_processes_killed(standalone_factory: Any, zk_cluster: Any,
+def test_standalone_to_cluster_exactly_once_with_two_processes_killed(standalone_factory: Any, zk_cluster: Any,
                                                          tmp_path: Path) -> None:
     source = standalone_factory("east").bootstrap
     target = zk_cluster.bootstrap
@@ -124,7 +119,7 @@ def test_standalone_to_cluster_with_two_processes_killed(standalone_factory: Any
             writer.start()
         # Kill each process once while the writers are still writing, and restart it.
         for mirror, copied in ((mirrors[0], RECORDS * 0.25), (mirrors[1], RECORDS * 0.5)):
-            wait_until(lambda c=copied: total_records(target, "east.orders", PARTITIONS) >= c, 120,
+            wait_until(lambda c=copied: offsets_used(target, "east.orders", PARTITIONS) >= c, 120,
                        f"{copied:.0f} records in the target")
             mirror.kill9()
             mirror.start()
@@ -142,10 +137,10 @@ def test_standalone_to_cluster_with_two_processes_killed(standalone_factory: Any
                    "every source record in the target")
         wait_until(lambda: _caught_up(source, target, "payments", "east.payments", 2), 60,
                    "the payments topic copied")
+        # Exactly once: the killed processes' open transactions were aborted by the
+        # restarted ones, which resumed at the committed progress.
         duplicates, replays = _verify_copy(source, target, "orders", "east.orders", PARTITIONS)
-        assert duplicates <= 2 * DUPLICATES_PER_KILL, duplicates
-        assert replays <= 2
-        print(f"\n{duplicates} duplicates after two kills, at most {replays} replays per partition")
+        assert (duplicates, replays) == (0, 0)
         _verify_copy(source, target, "payments", "east.payments", 2)
         target_admin = AdminClient({"bootstrap.servers": target})
         configs = describe_topic_configs(target_admin, "east.payments")
@@ -165,32 +160,41 @@ def test_standalone_to_cluster_with_two_processes_killed(standalone_factory: Any
 
 
 @pytest.mark.timeout(300)
-def test_cluster_to_standalone_follows_partitions_and_survives_kill(standalone_factory: Any, zk_cluster: Any,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_cluster_to_standalone_follows_partitions_and_survives_kills(standalone_factory: Any, zk_cluster: Any,
+                                                                   tmp_path: Path, exactly_once: bool) -> None:
     source = zk_cluster.bootstrap
     target = standalone_factory("dc1").bootstrap
-    zk_cluster.create_topic("events", 4, 3, **{"retention.ms": 86400000})
-    config = write_config(tmp_path / "dc2-dc1.yaml", ("dc2", source), ("dc1", target), topics="events",
-                          progress_max_records=1000, consume_batch_records=500)
+    topic = f"events-{'eos' if exactly_once else 'alo'}"
+    remote = f"dc2.{topic}"
+    zk_cluster.create_topic(topic, 4, 3, **{"retention.ms": 86400000})
+    config = write_config(tmp_path / "dc2-dc1.yaml", ("dc2", source), ("dc1", target), topics=topic,
+                          progress_max_records=1000, consume_batch_records=500,
+                          exactly_once=str(exactly_once).lower())
     mirror = MirrorProcess(config).start()
     try:
-        first = PacedWriter(source, "events", 6000, 4, name="a", rate=4000)
+        first = PacedWriter(source, topic, 9000, 4, name="a", rate=4000)
         first.start()
-        wait_until(lambda: total_records(target, "dc2.events", 4) >= 2000, 60, "2000 records copied")
-        mirror.kill9()
-        mirror.start()
+        for copied in (2000, 5000):  # killed twice while the writer writes
+            wait_until(lambda c=copied: offsets_used(target, remote, 4) >= c, 60, f"{copied} records copied")
+            mirror.kill9()
+            mirror.start()
         first.join(60)
         assert first.error is None
         # New partitions of the source follow to the target.
         admin = AdminClient({"bootstrap.servers": source})
-        admin.create_partitions([NewPartitions("events", 6)])["events"].result(30)
-        wait_until(lambda: topic_partitions(target, "dc2.events") == 6, 60, "6 partitions in the target")
-        PacedWriter(source, "events", 600, 6, name="b").run()
-        wait_until(lambda: _caught_up(source, target, "events", "dc2.events", 6), 90, "the copy caught up")
-        duplicates, replays = _verify_copy(source, target, "events", "dc2.events", 6)
-        assert duplicates <= 1000 + 500 - 1 and replays <= 1
-        assert describe_topic_configs(AdminClient({"bootstrap.servers": target}), "dc2.events")["retention.ms"] == "86400000"
-        _fail_over(config, source, target, "events", "dc2.events", 6, "analytics", reread_bound=1500)
+        admin.create_partitions([NewPartitions(topic, 6)])[topic].result(30)
+        wait_until(lambda: topic_partitions(target, remote) == 6, 60, "6 partitions in the target")
+        PacedWriter(source, topic, 600, 6, name="b").run()
+        wait_until(lambda: _caught_up(source, target, topic, remote, 6), 90, "the copy caught up")
+        duplicates, replays = _verify_copy(source, target, topic, remote, 6)
+        if exactly_once:
+            assert (duplicates, replays) == (0, 0)
+        else:
+            assert duplicates <= 2 * (1000 + 500 - 1) and replays <= 2
+        assert describe_topic_configs(AdminClient({"bootstrap.servers": target}), remote)["retention.ms"] == "86400000"
+        _fail_over(config, source, target, topic, remote, 6, f"analytics-{topic}", reread_bound=1500)
     finally:
         if mirror.alive():
             assert mirror.stop() == 0, mirror.tail()
+    assert "Traceback" not in mirror.tail(400), mirror.tail()

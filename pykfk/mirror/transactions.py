@@ -1,0 +1,135 @@
+"""Exactly-once copying: records and the progress that vouches for them committed in one
+transaction of the target (KIP-98), as MirrorMaker 2's exactly-once source tasks keep
+their offsets in the target (KIP-618).
+
+Partitions move between the processes of a mirror (a consumer group in the source),
+while transactions live in the target, where the source group's generation cannot fence
+anyone (KIP-447 needs both in one cluster). So the unit of fencing is the source
+partition: each gets its own transactional producer with a stable id,
+``<transactional.id.prefix>-<topic>-<partition>``. A process that is given a partition
+first initializes that id, which fences whichever process held it before (dead or
+merely paused) and aborts the transaction it left open; only then does it read the
+partition's progress, which can no longer change behind its back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from pykfk.mirror.errors import MirrorError
+
+__all__ = ["PartitionTransactions"]
+
+log = logging.getLogger("pykfk.mirror")
+
+SourcePartition = tuple[str, int]
+
+# Longest one transactional call (init, flush, commit, abort) may take, in seconds: the
+# same bound as the at-least-once flush.
+TRANSACTION_CALL_TIMEOUT_S = 60
+# An abort on the way out is a courtesy (the next owner's init aborts it anyway).
+ABORT_ON_CLOSE_TIMEOUT_S = 10
+
+
+def _describe(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    if isinstance(error, KafkaError):
+        return f"{error.name()}: {error.str()}"
+    return str(exc)
+
+
+class PartitionTransactions:
+    """The transactional producers of the source partitions one process copies.
+
+    ``open`` before copying a partition, ``producer`` for each record (it begins a
+    transaction when none is open), ``commit`` once the partition's progress was queued
+    on the same producer, ``release`` when the partition goes. Any failure raises
+    MirrorError: the open transactions stay uncommitted (invisible to read_committed
+    consumers) and the next owner resumes at the last committed progress. Not
+    thread-safe: the mirror's loop thread only.
+    """
+
+    def __init__(self, producer_config: dict[str, Any], id_prefix: str):
+        self.producer_config = producer_config
+        self.id_prefix = id_prefix
+        self._producers: dict[SourcePartition, Producer] = {}
+        self._open: set[SourcePartition] = set()
+        self.committed = 0  # transactions committed, for the metrics
+
+    def transactional_id(self, partition: SourcePartition) -> str:
+        return f"{self.id_prefix}-{partition[0]}-{partition[1]}"
+
+    def open(self, partition: SourcePartition) -> None:
+        """Make the partition's producer and fence its previous holder."""
+        if partition in self._producers:
+            return
+        producer = Producer({**self.producer_config, "transactional.id": self.transactional_id(partition)})
+        try:
+            producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            raise MirrorError(
+                f"the target refused transactional id {self.transactional_id(partition)!r} "
+                f"({_describe(exc)}); for a target without transactions set exactly.once=false"
+            ) from exc
+        self._producers[partition] = producer
+
+    def producer(self, partition: SourcePartition) -> Producer:
+        """The partition's producer, inside a transaction."""
+        producer = self._producers[partition]
+        if partition not in self._open:
+            self._call(partition, producer.begin_transaction)
+            self._open.add(partition)
+        return producer
+
+    def has_open(self, partition: SourcePartition) -> bool:
+        return partition in self._open
+
+    def flush(self, partitions: list[SourcePartition]) -> None:
+        """Wait until the target acknowledged everything sent for ``partitions``."""
+        for partition in partitions:
+            remaining = self._producers[partition].flush(TRANSACTION_CALL_TIMEOUT_S)
+            if remaining:
+                raise MirrorError(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged "
+                                  f"by the target in {TRANSACTION_CALL_TIMEOUT_S} s")
+
+    def commit(self, partition: SourcePartition) -> None:
+        producer = self._producers[partition]
+        self._call(partition, lambda: producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S))
+        self._open.discard(partition)
+        self.committed += 1
+
+    def poll(self) -> None:
+        """Serve the producers' callbacks (librdkafka queues them until polled)."""
+        for producer in self._producers.values():
+            producer.poll(0)
+
+    def release(self, partition: SourcePartition) -> None:
+        """Drop a partition given up after its progress was committed."""
+        producer = self._producers.pop(partition, None)
+        if producer is not None and partition in self._open:
+            self._abort(partition, producer)
+        self._open.discard(partition)
+
+    def close(self) -> None:
+        for partition in list(self._producers):
+            self.release(partition)
+
+    def _abort(self, partition: SourcePartition, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(ABORT_ON_CLOSE_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("aborting the transaction of %s[%d]: %s", partition[0], partition[1], _describe(exc))
+
+    def _call(self, partition: SourcePartition, call: Callable[[], object]) -> None:
+        try:
+            call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            fenced = isinstance(error, KafkaError) and error.fatal()
+            what = ("another process took it over (fenced)" if fenced
+                    else "the transaction failed and was not committed")
+            raise MirrorError(f"{partition[0]}[{partition[1]}]: {what}: {_describe(exc)}") from exc
