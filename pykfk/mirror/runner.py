@@ -36,6 +36,7 @@ from confluent_kafka import (
     OFFSET_END,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -64,6 +65,9 @@ CONSUME_WAIT_S = 0.1
 # librdkafka's default transaction.timeout.ms: a transaction a dead process left open in
 # the progress topic ends by then at the latest (aborted by the coordinator).
 TRANSACTION_TIMEOUT_S = 60
+
+# Room left in a batch for its header (61 bytes in Kafka's record batch v2) and slack.
+BATCH_HEADER_MARGIN = 1024
 
 SourcePartition = tuple[str, int]
 
@@ -189,7 +193,7 @@ class Mirror:
         try:
             self._loop(deadline)
             self.write_progress()
-        except MirrorError:
+        except BaseException:
             self._failed = True  # nothing more is written: the next start resumes
             raise
         finally:
@@ -285,7 +289,7 @@ class Mirror:
         if self.transactions is not None:
             # Fence the previous holders before reading the progress they may still write.
             for tp in partitions:
-                self.transactions.open((tp.topic, tp.partition))
+                self.transactions.open((tp.topic, tp.partition), self._batch_limit(tp.topic))
             self.progress.catch_up(READ_TIMEOUT_S + TRANSACTION_TIMEOUT_S)
         else:
             self.progress.catch_up()
@@ -303,6 +307,15 @@ class Mirror:
             self._owned.add(key)
         consumer.assign(partitions)
         log.info("assigned %d partitions", len(partitions))
+
+    def _batch_limit(self, topic: str) -> ClientConfig:
+        """A batch of one transactional producer holds records of one remote topic: keep
+        it within that topic's max.message.bytes, or the target refuses it (and the
+        transaction with it). The record batch header is 61 bytes; librdkafka counts the
+        per-record framing in batch.size itself."""
+        limit = self.topic_sync.max_message_bytes(self.policy.remote_topic(topic)) - BATCH_HEADER_MARGIN
+        configured = int(self._client_producer_config()["batch.size"])
+        return {"batch.size": max(1, min(configured, limit))}
 
     def _first_sync(self, consumer: Consumer, topic: str, partition: int) -> None:
         """A partition copied from its start: every record from the source's log start
@@ -393,6 +406,8 @@ class Mirror:
             try:
                 producer.produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
                 return
+            except KafkaException as exc:  # a failed transaction takes no more records
+                raise MirrorError(f"the target refused records of {topic}: {exc}") from exc
             except BufferError:
                 # The local queue is full: let librdkafka send, for a bounded time.
                 deadline = deadline or time.monotonic() + FLUSH_TIMEOUT_S
@@ -448,7 +463,10 @@ class Mirror:
         transactions = self.transactions
         assert transactions is not None
         transactions.flush([tp for tp in changed if transactions.has_open(tp)])
-        self._write_entries(changed, transactions.producer)
+        try:
+            self._write_entries(changed, transactions.producer)
+        except KafkaException as exc:  # a transaction that failed takes no progress entry
+            raise MirrorError(f"the target refused progress entries: {exc}") from exc
         for partition in changed:
             transactions.commit(partition)
 

@@ -45,6 +45,8 @@ EXCLUDED_CONFIGS = frozenset({
 
 # Seconds any one admin call may take before the sync gives up until its next round.
 ADMIN_TIMEOUT_S = 30
+# Kafka's default message.max.bytes, for a target that does not report the setting.
+KAFKA_MAX_MESSAGE_BYTES = 1048588
 # Kafka error code names that only say the thing already exists or is already so.
 _ALREADY = ("TOPIC_ALREADY_EXISTS", "INVALID_PARTITIONS")
 
@@ -64,6 +66,7 @@ class TopicSync:
         self.source_admin = AdminClient(config.source.client("admin"))
         self.target_admin = AdminClient(config.target.client("admin"))
         self.target_partitions: dict[str, int] = {}  # remote topic -> partition count
+        self._max_message_bytes: dict[str, int] = {}  # remote topic -> its limit
 
     # ------------------------------------------------------------------ listing
 
@@ -117,6 +120,17 @@ class TopicSync:
             and name not in EXCLUDED_CONFIGS
             and entry.value is not None
         }
+
+    def max_message_bytes(self, remote: str) -> int:
+        """The largest record batch the remote topic takes (its max.message.bytes, the
+        broker default included); read once per topic and process."""
+        if remote not in self._max_message_bytes:
+            resource = ConfigResource(ResourceType.TOPIC, remote)
+            entries = self.target_admin.describe_configs([resource])[resource].result(ADMIN_TIMEOUT_S)
+            entry = entries.get("max.message.bytes")
+            value = entry.value if entry is not None else None
+            self._max_message_bytes[remote] = int(value) if value else KAFKA_MAX_MESSAGE_BYTES
+        return self._max_message_bytes[remote]
 
     def _create(self, remote: str, partitions: int, configs: dict[str, str]) -> None:
         new = NewTopic(remote, partitions, self.config.replication_factor, config=configs)

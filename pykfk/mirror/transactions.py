@@ -63,11 +63,13 @@ class PartitionTransactions:
     def transactional_id(self, partition: SourcePartition) -> str:
         return f"{self.id_prefix}-{partition[0]}-{partition[1]}"
 
-    def open(self, partition: SourcePartition) -> None:
-        """Make the partition's producer and fence its previous holder."""
+    def open(self, partition: SourcePartition, settings: dict[str, Any] | None = None) -> None:
+        """Make the partition's producer (``settings`` over the common ones) and fence
+        its previous holder."""
         if partition in self._producers:
             return
-        producer = Producer({**self.producer_config, "transactional.id": self.transactional_id(partition)})
+        producer = Producer({**self.producer_config, **(settings or {}),
+                             "transactional.id": self.transactional_id(partition)})
         try:
             producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
         except KafkaException as exc:

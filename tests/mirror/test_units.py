@@ -42,6 +42,10 @@ def test_properties_and_yaml_files_give_the_same_configuration(tmp_path: Path) -
     ({"topics": "a", "replication.policy": "prefix"}, "replication.policy"),
     ({"topics": "a", "progress.max.records": "0"}, "positive"),
     ({"topics": "a", "target.alias": "east"}, "must differ"),
+    ({"topics": "a", "target.producer.transactional.id": "x"}, "set by the mirror"),
+    ({"topics": "a", "source.isolation.level": "read_uncommitted"}, "set by the mirror"),
+    ({"topics": "a", "exactly.once": "maybe"}, "exactly.once must be true or false"),
+    ({"topics": "a", "metrics.listener": "127.0.0.1:9405"}, "metrics.listener"),
 ])
 def test_bad_settings_are_named(extra: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -83,3 +87,14 @@ def test_offset_syncs_translate_to_the_newest_sync_at_or_before() -> None:
     assert syncs.translate(10_000) == 230
     syncs.add(150, 400)  # a resumed copy went back: later pairs win
     assert syncs.translate(199) == 400 and syncs.translate(300) == 400
+
+
+def test_exactly_once_by_default_with_transactional_ids_from_the_group() -> None:
+    config = parse_config({**BASE, "topics": "orders", "metrics.listener": "http://127.0.0.1:0"})
+    assert config.exactly_once
+    assert config.transactional_id_prefix == "pykfk-mirror-east-west"
+    assert config.metrics_listener == ("127.0.0.1", 0)
+    relaxed = parse_config({**BASE, "topics": "orders", "exactly.once": "false", "group.id": "dr",
+                            "transactional.id.prefix": ""})
+    assert not relaxed.exactly_once and relaxed.transactional_id_prefix == "dr"
+    assert relaxed.metrics_listener is None
