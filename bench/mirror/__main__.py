@@ -1,9 +1,11 @@
 """python -m bench.mirror [--records 300000] [--value-bytes 200] [--partitions 6] [--fast]
 
 Two standalone brokers; one topic in the first filled with keyed records (with a
-header); then, each alone: a plain confluent-kafka consume-and-produce loop, and the
-mirror, copying the whole topic into the second broker. Prints records/s, MB/s (key +
-value bytes) and CPU seconds per MB of each, and their ratios; writes results.json.
+header); then, each alone: a plain confluent-kafka consume-and-produce loop, the mirror
+at least once, and the mirror exactly once (transactions), copying the whole topic into
+the second broker. Prints records/s, MB/s (key + value bytes) and CPU seconds per MB of
+each, and their ratios (mirror / plain, exactly once / at least once); writes
+results.json (``results`` holds plain and mirror, ``exactly_once`` the transactional run).
 """
 
 from __future__ import annotations
@@ -81,22 +83,29 @@ def main(argv: list[str] | None = None) -> int:
             began = time.monotonic()
             _fill(source.bootstrap, args)
             print(f"filled {args.records} records in {time.monotonic() - began:.1f} s", file=sys.stderr)
-            results = [_worker(kind, source.bootstrap, target.bootstrap, args) for kind in ("plain", "mirror")]
+            results = [_worker(kind, source.bootstrap, target.bootstrap, args)
+                       for kind in ("plain", "mirror", "mirror-exactly-once")]
         finally:
             source.stop()
             target.stop()
-    plain, mirror = results
+    plain, mirror, exactly_once = results
+    results = [plain, mirror]
     summary = {
         "machine": platform.node(), "cpus": os.cpu_count(), "records": args.records,
         "value_bytes": args.value_bytes, "partitions": args.partitions, "results": results,
         "throughput_ratio": mirror["records_per_s"] / plain["records_per_s"],
         "cpu_per_mb_ratio": mirror["cpu_s_per_mb"] / plain["cpu_s_per_mb"],
+        "exactly_once": exactly_once,
+        "exactly_once_throughput_ratio": exactly_once["records_per_s"] / mirror["records_per_s"],
+        "exactly_once_cpu_per_mb_ratio": exactly_once["cpu_s_per_mb"] / mirror["cpu_s_per_mb"],
     }
-    print(f"{'copier':<8} {'records/s':>12} {'MB/s':>8} {'CPU s/MB':>10}")
-    for r in results:
-        print(f"{r['kind']:<8} {r['records_per_s']:>12,.0f} {r['mb_per_s']:>8.2f} {r['cpu_s_per_mb']:>10.3f}")
+    print(f"{'copier':<20} {'records/s':>12} {'MB/s':>8} {'CPU s/MB':>10}")
+    for r in (plain, mirror, exactly_once):
+        print(f"{r['kind']:<20} {r['records_per_s']:>12,.0f} {r['mb_per_s']:>8.2f} {r['cpu_s_per_mb']:>10.3f}")
     print(f"mirror / plain: throughput {summary['throughput_ratio']:.2f}, "
           f"CPU per MB {summary['cpu_per_mb_ratio']:.2f}")
+    print(f"exactly once / at least once: throughput {summary['exactly_once_throughput_ratio']:.2f}, "
+          f"CPU per MB {summary['exactly_once_cpu_per_mb_ratio']:.2f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)

@@ -1,7 +1,8 @@
-"""The two copiers the mirror bench times, each alone in its own process so its CPU time
+"""The copiers the mirror bench times, each alone in its own process so its CPU time
 (librdkafka's threads included) is its own: ``plain`` (a consume-and-produce loop with
-confluent-kafka, offsets auto-committed, nothing else) and ``mirror`` (pykfk.mirror's
-Mirror with progress, offset syncs and checkpoints on). Each prints one JSON line:
+confluent-kafka, offsets auto-committed, nothing else), ``mirror`` (pykfk.mirror's
+Mirror at least once, with progress, offset syncs and checkpoints on) and
+``mirror-exactly-once`` (the same in transactions). Each prints one JSON line:
 records, bytes, wall seconds from the first record to the last acknowledged, CPU seconds
 over the same span."""
 
@@ -62,14 +63,16 @@ def run_plain(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run_mirror(args: argparse.Namespace) -> dict[str, Any]:
+def run_mirror(args: argparse.Namespace, exactly_once: bool) -> dict[str, Any]:
     from pykfk.mirror.config import parse_config
     from pykfk.mirror.runner import Mirror
 
     config = parse_config({
-        "source.alias": "src", "source.bootstrap.servers": args.source,
+        # Each mode under its own source alias: its own remote topic and progress.
+        "source.alias": "eos" if exactly_once else "src", "source.bootstrap.servers": args.source,
         "target.alias": "dst", "target.bootstrap.servers": args.target,
         "topics": args.topic, "report.interval.ms": "600000",
+        "exactly.once": "true" if exactly_once else "false",
     })
     mirror = Mirror(config, report=lambda _line: None)
     marks: dict[str, float] = {}
@@ -93,14 +96,14 @@ def run_mirror(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("plain", "mirror"))
+    parser.add_argument("kind", choices=("plain", "mirror", "mirror-exactly-once"))
     parser.add_argument("--source", required=True)
     parser.add_argument("--target", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--target-topic", default="")
     parser.add_argument("--records", type=int, required=True)
     args = parser.parse_args()
-    result = run_plain(args) if args.kind == "plain" else run_mirror(args)
+    result = run_plain(args) if args.kind == "plain" else run_mirror(args, args.kind == "mirror-exactly-once")
     print(json.dumps(result), flush=True)
 
 
