@@ -713,6 +713,10 @@ class AdminClient:
             conn = self.coordinator(group)
             answer = self.call(conn, 15, {"groups": [group]})
             g = answer.groups[0]
+            if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                # DescribeGroups v6+: no classic group of that name (none at all, or a
+                # group of the consumer protocol); its committed offsets may still exist.
+                return GroupDescription(group, "Dead", "", "", [], conn.node_id)
             check(g.error_code, f"group {group!r}")
             consumer = g.protocol_type in ("consumer", "")
             members = [
