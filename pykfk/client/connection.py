@@ -41,6 +41,7 @@ CLIENT_MAX_VERSIONS = {
     14: 3,  # SyncGroup
     18: 0,  # ApiVersions: v0 is answered by every broker
     19: 4,  # CreateTopics
+    20: 5,  # DeleteTopics: v6 names topics by id
     22: 1,  # InitProducerId
 }
 
