@@ -10,7 +10,9 @@ partition, the next source offset to copy and where the target stood then:
                  "time": <ms>}
 
 A value is written only after every record before ``offset`` was acknowledged by the
-target (acks=all), so resuming from any value written never skips a record. The pairs
+target (acks=all), so resuming from any value written never skips a record; with
+exactly.once it is written in the same transaction as the records it vouches for, and
+read with read_committed, so resuming from it never repeats one either. The pairs
 (offset, target_offset) are also the offset syncs that consumer-group offsets are
 translated with (checkpoints.py): every source record at or after ``offset`` is in the
 target at or after ``target_offset``.
