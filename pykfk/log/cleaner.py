@@ -31,7 +31,13 @@ record kept is copied byte for byte; one with some kept is rebuilt with the same
 (offset deltas with gaps); one with none kept is dropped, except that the last batch of an
 idempotent producer becomes an empty batch (header only, records_count 0, as Kafka keeps
 it) so its sequence state survives a reload. Control batches are copied unchanged.
-Transactions: aborted records are not removed (pykfk keeps no aborted-transaction index).
+
+Transactions (Kafka's cleaner does the same): the dirty range ends before the last stable
+offset, so open transactions are never cleaned; the batches of aborted transactions (a
+transactional batch of a producer inside one of its ranges in the log's
+aborted-transactions index) are removed whole and count for nothing in the offset map, so
+an aborted write never hides a committed value of its key. Markers stay (Kafka drops them
+after delete.retention.ms once their transaction's data is gone: not done here).
 
 Threads: ``clean_logs`` blocks; the LogManager runs it on its worker thread every
 log.cleaner.backoff.ms. Readers are never disturbed: a replaced segment keeps its
@@ -137,6 +143,29 @@ def _batches(seg: Segment, start: int = 0, end: int | None = None) -> Iterator[t
         seg.unpin()
 
 
+class _AbortedRanges:
+    """The log's aborted transactions as offset ranges per producer id: which
+    transactional batches the cleaner removes."""
+
+    def __init__(self, log: Log):
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in log.aborted_txns.entries:
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def covers(self, header: core_records.BatchHeader) -> bool:
+        """A data batch of an aborted transaction."""
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._ranges.get(header.producer_id)
+        return ranges is not None and any(first <= header.base_offset <= last for first, last in ranges)
+
+    def batch_indexes(self, batches: list[core_records.BatchHeader]) -> frozenset[int]:
+        return frozenset(i for i, header in enumerate(batches) if self.covers(header))
+
+
 def _mtime_ms(path: str) -> int:
     try:
         return int(os.stat(path).st_mtime * 1000)
@@ -224,7 +253,8 @@ class LogCleaner:
         segments = log.segments
         start, end = log.log_start_offset, log.log_end_offset
         first_dirty = start if checkpoint is None or not start <= checkpoint <= end else checkpoint
-        high_watermark = log.high_watermark
+        # Open transactions are not cleaned: their outcome decides what stays.
+        high_watermark = log.last_stable_offset
         lag_horizon = now_ms - log.config.min_compaction_lag_ms
         first_uncleanable = segments[-1].base_offset
         for seg in segments[:-1]:
@@ -271,8 +301,9 @@ class LogCleaner:
         log = cleanable.log
         stats = CleanStats(first_dirty_offset=cleanable.first_dirty)
         segments = [s for s in log.segments if s.base_offset < cleanable.first_uncleanable]
+        aborted = _AbortedRanges(log)
         offset_map, end = self._build_offset_map(segments, cleanable.first_dirty,
-                                                 cleanable.first_uncleanable)
+                                                 cleanable.first_uncleanable, aborted)
         stats.end_offset = end
         to_clean = [s for s in segments if s.base_offset < end]
         stats.segments_before = len(to_clean)
@@ -281,7 +312,7 @@ class LogCleaner:
         delete_horizon = now_ms - log.config.delete_retention_ms
         for group in self._group_segments(to_clean, log.config.segment_bytes):
             new_size = self._clean_group(log, group, offset_map, delete_horizon,
-                                         last_batch_of_producer, stats)
+                                         last_batch_of_producer, stats, aborted)
             stats.segments_after += 1
             stats.bytes_after += new_size
         logger.info("%s Cleaned offsets %d-%d: %d segments (%d bytes) -> %d (%d bytes), "
@@ -292,7 +323,7 @@ class LogCleaner:
         return stats
 
     def _build_offset_map(self, segments: list[Segment], first_dirty: int,
-                          first_uncleanable: int) -> tuple[dict[bytes, int], int]:
+                          first_uncleanable: int, aborted: _AbortedRanges) -> tuple[dict[bytes, int], int]:
         """key digest -> latest offset over [first_dirty, first_uncleanable); returns the
         map and the offset the dirty range ends at (earlier when the map filled)."""
         offset_map: dict[bytes, int] = {}
@@ -304,8 +335,10 @@ class LogCleaner:
             for _, data in _batches(seg, start):
                 decoded = core_records.decode_records(data, first_dirty)
                 offsets, key_lengths = decoded.offsets, decoded.key_lengths
+                dropped = aborted.batch_indexes(decoded.batches) if aborted else frozenset()
+                batch_index = decoded.batch_index
                 for i in range(len(decoded)):
-                    if key_lengths[i] < 0:
+                    if key_lengths[i] < 0 or (dropped and batch_index[i] in dropped):
                         continue
                     digest = _key_digest(decoded.key(i) or b"")  # never None: key length >= 0
                     if digest not in offset_map and len(offset_map) >= limit:
@@ -344,7 +377,7 @@ class LogCleaner:
 
     def _clean_group(self, log: Log, group: list[Segment], offset_map: dict[bytes, int],
                      delete_horizon: int, last_batch_of_producer: dict[int, int],
-                     stats: CleanStats) -> int:
+                     stats: CleanStats, aborted: _AbortedRanges) -> int:
         base = group[0].base_offset
         path = os.path.join(log.dir, segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -355,7 +388,7 @@ class LogCleaner:
                     retain_deletes = _mtime_ms(seg.path) > delete_horizon
                     for _, data in _batches(seg):
                         out = self._filter_chunk(data, offset_map, retain_deletes,
-                                                 last_batch_of_producer, stats)
+                                                 last_batch_of_producer, stats, aborted)
                         if out:
                             os.write(fd, out)
                             written += len(out)
@@ -376,7 +409,8 @@ class LogCleaner:
         return written
 
     def _filter_chunk(self, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
-                      last_batch_of_producer: dict[int, int], stats: CleanStats) -> bytes:
+                      last_batch_of_producer: dict[int, int], stats: CleanStats,
+                      aborted: _AbortedRanges) -> bytes:
         decoded = core_records.decode_records(data)
         # Records of each batch that has any, by the batch's base offset.
         spans: dict[int, tuple[int, int]] = {}
@@ -401,6 +435,9 @@ class LogCleaner:
                 out += raw  # control or empty batch
                 continue
             keep = []
+            if aborted and aborted.covers(header):
+                stats.records_removed += span[1] - span[0]
+                span = (span[0], span[0])  # the whole batch goes: its transaction aborted
             for r in range(span[0], span[1]):
                 if key_lengths[r] < 0:
                     stats.records_removed += 1
@@ -415,7 +452,7 @@ class LogCleaner:
                     continue
                 keep.append(r)
             stats.records_kept += len(keep)
-            if len(keep) == span[1] - span[0]:
+            if keep and len(keep) == span[1] - span[0]:
                 out += raw
             elif keep:
                 out += core_records.build_batch(

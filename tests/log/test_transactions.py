@@ -149,3 +149,31 @@ def test_follower_appends_track_transactions(tmp_path):
     assert follower.producer_state.ongoing == {PID_B: 3}
     leader.close()
     follower.close()
+
+
+def _keyed_txn_batch(pid: int, seq: int, key: bytes, value: bytes, epoch: int = 0) -> bytearray:
+    return bytearray(records.build_batch([(key, value, int(time.time() * 1000), [])], producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=seq, is_transactional=True))
+
+
+def test_compaction_removes_aborted_records_and_never_lets_them_hide_committed_ones(tmp_path):
+    from pykfk.log.cleaner import LogCleaner
+
+    log = Log(str(tmp_path / "c-0"), LogConfig(segment_bytes=300, cleanup_policy="compact"))
+    log.append(_keyed_txn_batch(PID_A, 0, b"k", b"committed"))
+    log.append_marker(PID_A, 0, commit=True, coordinator_epoch=0)
+    log.append(_keyed_txn_batch(PID_B, 0, b"k", b"aborted"))        # later, but aborted
+    log.append_marker(PID_B, 0, commit=False, coordinator_epoch=0)
+    log.append(_keyed_txn_batch(PID_A, 1, b"other", b"open"))       # left open: not cleaned
+    for i in range(6):  # roll past the transactions so their segments are cleanable
+        log.append(bytearray(records.build_batch([(b"filler-%d" % i, b"x" * 50, int(time.time() * 1000), [])])))
+    stats = LogCleaner().clean_log(log, force=True)
+    assert stats is not None and stats.end_offset <= log.last_stable_offset
+    values: dict[bytes, list[bytes]] = {}
+    data = b"".join(os.pread(seg.fileno(), seg.size, 0) for seg in log.segments)
+    for record in records.iter_records(data):
+        if not record.is_control:
+            values.setdefault(record.key, []).append(record.value)
+    assert values[b"k"] == [b"committed"]
+    assert values[b"other"] == [b"open"]
+    log.close()
