@@ -234,8 +234,11 @@ class Partition:
                              f"min.insync.replicas={self.min_insync_replicas()}")
         info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
         stats = self.stats
-        stats.messages_in += info.record_count
         stats.bytes_in += len(records)
+        # From the offsets (the record_count property costs a call); a duplicate's offsets
+        # are those of the first write, an empty append's -1.
+        if not info.duplicate and info.first_offset >= 0:
+            stats.messages_in += info.last_offset - info.first_offset + 1
         manager = self.manager
         if self.remote:
             self.maybe_advance_high_watermark()

@@ -14,12 +14,8 @@ threads update under its lock.
 from __future__ import annotations
 
 import threading
-from array import array
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import partial
-from itertools import compress
 from typing import Protocol
 
 # Request time bucket bounds in seconds, exported in ms (Kafka's request metrics are in
@@ -96,13 +92,6 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += times
         self.sum += value * times
 
-    def add_all(self, values: Iterable[float]) -> None:
-        """``observe`` each of ``values``, in C-level passes (no Python step per value)."""
-        values = values if isinstance(values, (list, array)) else list(values)
-        for index, count in Counter(map(partial(bisect_left, self.bounds), values)).items():
-            self.counts[index] += count
-        self.sum += sum(values)
-
     @property
     def count(self) -> int:
         return sum(self.counts)
@@ -120,7 +109,8 @@ class Histogram:
 REQUEST_QUEUE, LOCAL, REMOTE, RESPONSE_QUEUE, RESPONSE_SEND, TOTAL = range(6)
 TIME_PARTS = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems",
               "responsesendtimems", "totaltimems")
-_RECORD = 1 + len(TIME_PARTS)  # a pending request: its api key, then its time parts
+_PARTS = len(TIME_PARTS)
+_BUCKETS = len(LATENCY_BOUNDS_S) + 1
 
 
 class RequestTiming(Protocol):
@@ -155,7 +145,7 @@ class RequestStats:
     """Requests by api key and version, and their time by api key. Loop-affine.
 
     ``counts[api_key * VERSION_SLOTS + api_version]`` is bumped by the dispatcher for
-    every request it starts; ``observe_sent`` takes the times of answered requests. The
+    every request it starts; ``observe_sent`` files the times of answered requests. The
     parts of a request's time (``TIME_PARTS``):
 
     - request queue: from the socket read that completed the frame to the start of its
@@ -167,25 +157,24 @@ class RequestStats:
     - response send: writing it to the socket;
     - total: from the read to the end of the send.
 
-    Requests are timed only when ``timing`` is set (the metrics endpoint is on). A timed
-    request costs one ``array.extend`` of its api key and six times; ``fold`` files what
-    accumulated into the histograms in bulk, with C-level passes (bisection by ``map``,
-    counting by ``Counter``) instead of Python steps per value, at each scrape and
-    whenever ``FOLD_RECORDS`` requests wait, which bounds the memory.
+    Requests are timed only when ``timing`` is set (the metrics endpoint is on), and then
+    those of at most one socket read a millisecond (``next_timed_read``, in event loop
+    time, is when the connections may time the next one): every request of a quiet
+    broker, a sample of a busy one, whose counts (``counts``) stay exact. Filing a
+    time is a bisection and two list updates; what Python makes expensive is avoided: a
+    part that took no time (no frame before it in its read, no wait) is not filed at all
+    (every request has a total time: ``times`` puts the difference in the first bucket),
+    a time below the first bound needs no bisection, and the send and total times of
+    answers sent together are bisected once.
     """
-
-    # Records kept before a fold: 4096 * 7 doubles, 224 KiB; a fold of that many takes
-    # a few ms of the loop.
-    FOLD_RECORDS = 4096
 
     def __init__(self, *, timing: bool = False) -> None:
         self.timing = timing
+        self.next_timed_read = 0.0
         self.counts = [0] * (API_KEY_SLOTS * VERSION_SLOTS)
-        self._histograms: dict[int, list[Histogram]] = {}
-        # (api_key, queue, local, remote, response queue, send, total) of each timed
-        # request not folded yet, seven by seven.
-        self._pending = array("d")
-        self._fold_at = self.FOLD_RECORDS * _RECORD
+        # Per api key once timed: the six parts' bucket counts in one list (part *
+        # _BUCKETS + bucket), and their sums.
+        self._times: list[tuple[list[int], list[float]] | None] = [None] * API_KEY_SLOTS
         self.throttle_time_s: dict[str, float] = {}  # quota type -> throttle time given
         self.throttled: dict[str, int] = {}  # quota type -> responses throttled
 
@@ -195,49 +184,72 @@ class RequestStats:
                 for index, count in enumerate(self.counts) if count]
 
     def times(self) -> dict[int, list[Histogram]]:
-        """api key -> a Histogram per part of ``TIME_PARTS``, everything folded."""
-        self.fold()
-        return self._histograms
+        """api key -> a Histogram per part of ``TIME_PARTS`` (zeros included)."""
+        out = {}
+        for api_key, entry in enumerate(self._times):
+            if entry is None:
+                continue
+            buckets, sums = entry
+            answered = sum(buckets[TOTAL * _BUCKETS:])
+            parts = []
+            for part, total in enumerate(sums):
+                histogram = Histogram(LATENCY_BOUNDS_S)
+                histogram.counts = buckets[part * _BUCKETS:(part + 1) * _BUCKETS]
+                histogram.counts[0] += answered - sum(histogram.counts)
+                histogram.sum = total
+                parts.append(histogram)
+            out[api_key] = parts
+        return out
 
     def observe_sent(self, requests: Iterable[TimedRequest], send_start: float, sent: float) -> None:
-        """Take the times of ``requests``, whose answers a send that started at
+        """File the times of ``requests``, whose answers a send that started at
         ``send_start`` finished at ``sent`` (or that needed no answer). On the path of
-        every request: arithmetic and one append per request, nothing per part."""
-        record = self._pending.extend
+        every request: plain locals and list slots, no call per part."""
+        all_times = self._times
+        bounds, nb = LATENCY_BOUNDS_S, _BUCKETS
+        first = bounds[0]
         send = sent - send_start
+        send_index = RESPONSE_SEND * nb + (0 if send <= first else bisect_left(bounds, send))
+        # Answers of one read share their read time, hence their total time.
+        last_received = total = -1.0
+        total_index = 0
         for request in requests:
             ctx = request.ctx
             if ctx is None:
                 continue  # bytes that were no request (the rest of a partial send)
-            received, started, handled, ready = request.received, request.started, request.handled, request.ready
-            own = ctx.own_time
-            if ready < handled:  # noqa: PLR1730 (a max() call costs more)
-                ready = handled
-            remote = ready - handled - own
-            record((ctx.api_key, started - received, handled - started + own,
-                    remote if remote > 0.0 else 0.0,  # noqa: FURB136 (as above)
-                    send_start - ready if send_start > ready else 0.0, send, sent - received))
-        if len(self._pending) >= self._fold_at:
-            self.fold()
-
-    def fold(self) -> None:
-        """File the pending times into the histograms."""
-        pending, self._pending = self._pending, array("d")
-        if not pending:
-            return
-        api_keys = pending[0::_RECORD]
-        distinct = set(api_keys)
-        for api_key_value in distinct:
-            api_key = int(api_key_value)
-            histograms = self._histograms.get(api_key)
-            if histograms is None:
-                histograms = self._histograms[api_key] = [Histogram(LATENCY_BOUNDS_S) for _ in TIME_PARTS]
-            mine = None if len(distinct) == 1 else list(map(api_key_value.__eq__, api_keys))
-            for part, histogram in enumerate(histograms):
-                values: Iterable[float] = pending[part + 1::_RECORD]
-                if mine is not None:
-                    values = list(compress(values, mine))
-                histogram.add_all(values)
+            api_key = ctx.api_key
+            entry = all_times[api_key]
+            if entry is None:
+                entry = all_times[api_key] = ([0] * (_PARTS * nb), [0.0] * _PARTS)
+            buckets, sums = entry
+            received, started, handled = request.received, request.started, request.handled
+            if started > received:
+                queue = started - received
+                buckets[0 if queue <= first else bisect_left(bounds, queue)] += 1
+                sums[REQUEST_QUEUE] += queue
+            ready = request.ready
+            if ready > handled:  # answered by a task: its own steps are local time
+                own = ctx.own_time
+                local = handled - started + own
+                remote = ready - handled - own
+                if remote > 0.0:
+                    buckets[REMOTE * nb + bisect_left(bounds, remote)] += 1
+                    sums[REMOTE] += remote
+            else:
+                local, ready = handled - started, handled
+            buckets[nb + (0 if local <= first else bisect_left(bounds, local))] += 1
+            sums[LOCAL] += local
+            if send_start > ready:
+                response_queue = send_start - ready
+                buckets[RESPONSE_QUEUE * nb + bisect_left(bounds, response_queue)] += 1
+                sums[RESPONSE_QUEUE] += response_queue
+            buckets[send_index] += 1
+            sums[RESPONSE_SEND] += send
+            if received != last_received:
+                last_received, total = received, sent - received
+                total_index = TOTAL * nb + (0 if total <= first else bisect_left(bounds, total))
+            buckets[total_index] += 1
+            sums[TOTAL] += total
 
     def throttle(self, quota_type: str, seconds: float) -> None:
         self.throttle_time_s[quota_type] = self.throttle_time_s.get(quota_type, 0.0) + seconds

@@ -27,10 +27,12 @@ Each connection has a ``Session`` (``session.py``): its listener, principal and 
 login. A client over a quota is muted: its socket is not read until the throttle time
 its answer announced has passed (KIP-219).
 
-With the metrics endpoint on (``RequestStats.timing``), each answered request's time is
-split as Kafka's request metrics split it (``pykfk.metrics.stats.RequestStats``), from a
-few ``perf_counter`` readings: one per socket read, one as each handler returns, one per
-send. Without it the connection reads no clock for them.
+With the metrics endpoint on (``RequestStats.timing``), the requests of at most one socket
+read per ``TIMED_READ_INTERVAL_S`` (broker-wide: every read of a quiet broker, a sample of
+a busy one) have their time split as Kafka's request metrics split it
+(``pykfk.metrics.stats.RequestStats``), from a few ``perf_counter`` readings: one at the
+read, one as each handler returns, one per send. Every request is counted either way.
+Without the endpoint no clock is read for them.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ LARGE_FRAME_CHUNK = 1024 * 1024  # growth step of a large frame's storage
 HELD_BYTES_LIMIT = 32 * 1024 * 1024  # request bytes held per connection before pausing reads
 IOV_MAX = 512  # buffers per sendmsg call (Linux IOV_MAX is 1024)
 PREAD_CHUNK = 256 * 1024  # fallback path only
+# Reads whose requests are timed: at most one a millisecond, broker-wide. Timing and
+# filing a request's times cost about 5 us next to the 20 us of a small Produce answered
+# at once (bench/bench_produce_request.py); capped so, they never take more than about
+# 0.5% of the loop, however busy. (Kafka's own request histograms are samples too.)
+TIMED_READ_INTERVAL_S = 0.001
 # Byte chunks up to this total are joined into one buffer and sent with one send(): a
 # copy of a few KiB costs less than building an iovec list (sendmsg) for them.
 JOIN_BYTES_MAX = 256 * 1024
@@ -80,8 +87,8 @@ class _Slot:
     (``perf_counter``): the read that completed its frame, the start and end of its
     handler's first step, its answer (the end of its task when it had one)."""
 
-    __slots__ = ("ctx", "frame_size", "handled", "ready", "received", "started", "work")
-    # Set only when requests are timed (not even defaulted: the untimed path pays nothing).
+    __slots__ = ("ctx", "frame_size", "handled", "ready", "received", "started", "timed", "work")
+    # Set only when ``timed`` (not even defaulted: an untimed request pays nothing).
     received: float
     started: float
     handled: float
@@ -91,6 +98,7 @@ class _Slot:
         self.work = work
         self.ctx = ctx
         self.frame_size = frame_size
+        self.timed = False
 
     def release(self) -> None:
         ctx = self.ctx
@@ -131,6 +139,7 @@ class Connection(asyncio.BufferedProtocol):
         # perf_counter at the last read, and as the last handler returned (a frame of a
         # read waits for the frames before it: its request queue time); 0.0 unless timed.
         self._timing = server.request_stats.timing
+        self._timed_read = False  # this read's requests are timed
         self._read_at = 0.0
         self._handled_at = 0.0
         self._sock: socket.socket | None = None
@@ -213,9 +222,13 @@ class Connection(asyncio.BufferedProtocol):
         return self._buf_view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = self.loop.time()
+        now = self.last_active = self.loop.time()
         if self._timing:
-            self._read_at = self._handled_at = perf_counter()
+            stats = self.server.request_stats
+            self._timed_read = now >= stats.next_timed_read
+            if self._timed_read:
+                stats.next_timed_read = now + TIMED_READ_INTERVAL_S
+                self._read_at = self._handled_at = perf_counter()
         if self._large_size >= 0:
             self._large_got += nbytes
             if self._large_got == self._large_size:
@@ -318,7 +331,8 @@ class Connection(asyncio.BufferedProtocol):
             self._held_bytes += len(frame)
             task.add_done_callback(functools.partial(self._request_done, slot))
         self._slots.append(slot)
-        if self._timing:
+        if self._timed_read:
+            slot.timed = True
             slot.received, slot.started = self._read_at, started
             slot.handled = slot.ready = self._handled_at = perf_counter()
 
@@ -342,7 +356,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         slots = self._slots
         data: Chunks = []
-        done: list[_Slot] | None = [] if self._timing else None
+        timed: list[_Slot] | None = None
         while slots:
             work = slots[0].work
             if type(work) is list:
@@ -355,13 +369,13 @@ class Connection(asyncio.BufferedProtocol):
             ctx = slot.ctx
             if ctx is not None and ctx.pinned:
                 slot.release()
-            if done is not None:
-                done.append(slot)
-        # The send starts as the last handler of the read returned.
-        send_start = self._handled_at
+            if slot.timed:
+                if timed is None:
+                    timed = []
+                timed.append(slot)
         if not data:
-            if done:
-                self.server.request_stats.observe_sent(done, send_start, send_start)
+            if timed:  # no answer to send (acks=0): its send starts and ends as its handler ends
+                self.server.request_stats.observe_sent(timed, self._handled_at, self._handled_at)
             return
         payload = data[0] if len(data) == 1 else b"".join(data)
         try:
@@ -372,16 +386,17 @@ class Connection(asyncio.BufferedProtocol):
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
             return
-        if done:
-            # A response the socket took only part of counts as sent now (the rest is
-            # queued below): its send time is what the first send() took.
-            self.server.request_stats.observe_sent(done, send_start, perf_counter())
+        if timed:
+            # The send started as the last handler of the read returned. A response the
+            # socket took only part of counts as sent now (the rest is queued below): its
+            # send time is what the first send() took.
+            self.server.request_stats.observe_sent(timed, self._handled_at, perf_counter())
         # No last_active update: buffer_updated, the only caller's caller, just set it.
         if sent < len(payload):
             slots.appendleft(_Slot([memoryview(payload)[sent:]], None, 0))
 
     def _request_done(self, slot: _Slot, _task: object = None) -> None:
-        if self._timing:
+        if slot.timed:
             slot.ready = perf_counter()
         self._held_bytes -= slot.frame_size
         slot.frame_size = 0
@@ -462,15 +477,16 @@ class Connection(asyncio.BufferedProtocol):
                         done.append(slots.popleft())
                         if done[-1].work:
                             chunks.extend(cast(Chunks, done[-1].work))
-                send_start = perf_counter() if self._timing else 0.0
+                timed = [finished for finished in done if finished.timed] if self._timing else None
+                send_start = perf_counter() if timed else 0.0
                 try:
                     if chunks:
                         await self._send(chunks)
                 finally:
                     for finished in done:
                         finished.release()
-                if self._timing:
-                    self.server.request_stats.observe_sent(done, send_start, perf_counter())
+                if timed:
+                    self.server.request_stats.observe_sent(timed, send_start, perf_counter())
                 self.last_active = self.loop.time()
                 self._update_reading()
         except asyncio.CancelledError:
