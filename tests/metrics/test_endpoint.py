@@ -170,3 +170,24 @@ def test_http_errors(broker: Any) -> None:
         except ConnectionResetError:
             pass
     assert "kafka_server" in scrape(broker.metrics_url)
+
+
+def test_throttle_time(broker: Any) -> None:
+    from pykfk.testing import RawClient
+
+    raw = RawClient(broker.host, broker.port)
+    try:
+        answer = raw.call(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "throttled"}],
+                                               "ops": [{"key": "producer_byte_rate", "value": 100_000.0,
+                                                        "remove": False}]}],
+                                  "validate_only": False})
+        assert answer.entries[0].error_code == 0
+    finally:
+        raw.close()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "throttled", "linger.ms": 50})
+    for _ in range(30):
+        producer.produce(TOPIC, b"t" * 10_000)
+    assert producer.flush(60) == 0
+    samples = parse(scrape(broker.metrics_url))
+    assert value(samples, "kafka_server_throttle_time_ms_total", quota_type="Produce") > 0
+    assert value(samples, "kafka_server_throttled_responses_total", quota_type="Produce") >= 1
