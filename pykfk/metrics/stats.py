@@ -2,8 +2,9 @@
 
 The Produce and Fetch paths touch these objects, so what they pay is an attribute or list
 increment, never a call into a metrics library or a lookup by label: a partition holds
-its topic's ``TopicStats``, the dispatcher counts a request with one list index, the
-connection times requests with ``perf_counter`` and a bisection into fixed buckets.
+its topic's ``TopicStats``, the dispatcher counts a request with one list index, and with
+the endpoint on the connections time a sample of requests (``perf_counter``, a bisection
+into fixed buckets).
 ``pykfk.metrics.collector`` turns them into Prometheus metrics when scraped, together
 with what is read from the broker's state at that moment (log sizes, the ISR, lag).
 
