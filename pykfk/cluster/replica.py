@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, Top
 from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.partition_metadata import read_partition_metadata, write_partition_metadata
 from pykfk.metrics.stats import BrokerTopicStats, ReplicationStats
 
 if TYPE_CHECKING:
@@ -68,6 +70,16 @@ LEADER, FOLLOWER, NONE = "leader", "follower", "none"
 def _fail(future: asyncio.Future[None], code: ErrorCode) -> None:
     if not future.done():
         future.set_exception(KafkaError(code))
+
+
+def _topic_uuid(info: TopicInfo | None) -> uuid.UUID | None:
+    """The topic's id (stored as 32 hex digits), None when it has none."""
+    if info is None or not info.topic_id:
+        return None
+    try:
+        return uuid.UUID(hex=info.topic_id)
+    except ValueError:
+        return None
 
 
 class ReplicaSettings:
@@ -620,9 +632,14 @@ class ReplicaManager:
 
     def _create_partition(self, topic: str, partition: int) -> Partition:
         prepared = self._prepared.pop((topic, partition), None)
+        topic_id = _topic_uuid(self.store.get_topic(topic))
         plog = self.log_manager.get_log(topic, partition)
+        if plog is not None and prepared is None and topic_id is not None:
+            plog = self._checked_topic_id(plog, topic, partition, topic_id)
         if plog is None:
             plog = self.log_manager.create_log(topic, partition, self.log_config_for(topic))
+            if topic_id is not None:
+                write_partition_metadata(plog.dir, topic_id)
             plog.high_watermark = 0
         elif prepared is not None and prepared.log is plog:
             plog.high_watermark = 0
@@ -633,6 +650,21 @@ class ReplicaManager:
         created = Partition(self, topic, partition, plog, prepared.epochs if prepared else None)
         self.partitions[(topic, partition)] = created
         return created
+
+    def _checked_topic_id(self, plog: Log, topic: str, partition: int, topic_id: uuid.UUID) -> Log | None:
+        """An existing log of the partition, if its partition.metadata names this topic
+        (written now when missing); None after deleting a log left from a deleted topic
+        of the same name, whose records must not pass as this topic's (KIP-516)."""
+        stored = read_partition_metadata(plog.dir)
+        if stored is None:
+            write_partition_metadata(plog.dir, topic_id)
+            return plog
+        if stored == topic_id:
+            return plog
+        log.warning("%s-%d: the log in %s belongs to an older topic of this name (topic id %s, now %s): "
+                    "deleting it", topic, partition, plog.dir, stored, topic_id)
+        self.log_manager.delete_log(topic, partition)
+        return None
 
     def _unfollow(self, partition: Partition) -> None:
         for fetcher in self.fetchers.values():
@@ -859,8 +891,11 @@ class ReplicaManager:
         """Worker thread: a new log per partition, and the leader epoch it will start at
         when this broker leads it (written unsynced, as Kafka does for epoch changes)."""
         prepared = {}
+        topic_id = _topic_uuid(self.store.get_topic(topic))
         for partition in partitions:
             plog = self.log_manager.create_log(topic, partition, config)
+            if topic_id is not None:
+                write_partition_metadata(plog.dir, topic_id)
             epochs = LeaderEpochCache(plog.dir, sync=False, entries=[])
             if partition in leads:
                 epochs.assign(leads[partition], 0)

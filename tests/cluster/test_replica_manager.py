@@ -232,7 +232,8 @@ async def test_many_new_partitions_are_created_in_the_background_in_chunks(tmp_p
         assert len(manager.partitions) == count
         assert {p.role for p in manager.partitions.values()} == {"leader"}
         last = harness.partition("wide", count - 1)
-        assert sorted(os.listdir(last.log.dir)) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
+        assert sorted(os.listdir(last.log.dir)) == ["00000000000000000000.log", "leader-epoch-checkpoint",
+                                                    "partition.metadata"]
         assert LeaderEpochCache(last.log.dir).entries == [(0, 0)]
         info, wait = last.append_records(batch(2), -1, 1_000)
         assert wait is None and info.last_offset == 1
