@@ -325,6 +325,12 @@ class GroupCoordinator:
         if self._logs.pop(partition, None) is None:
             return
         self.consumer_groups.unload(partition)
+        # Transactional offsets of its groups: the next leader replays them from the log.
+        for producer_id, pending in list(self._pending_txn.items()):
+            for key in [k for k in pending if self.partition_for(k[0]) == partition]:
+                del pending[key]
+            if not pending:
+                del self._pending_txn[producer_id]
         for group in list(self._groups.values()):
             if self.partition_for(group.group_id) == partition:
                 self._drop_group(group, E.NOT_COORDINATOR)

@@ -450,8 +450,12 @@ class TransactionCoordinator:
         pending = set(meta.partitions)
         backoff = MARKER_RETRY_BACKOFF_S
         while pending and self._loaded.get(meta.partition) is loaded and not self._stopped:
-            codes = await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
-                                             loaded.coordinator_epoch, pending)
+            try:
+                codes = await self.markers.write(meta.producer_id, meta.producer_epoch, commit,
+                                                 loaded.coordinator_epoch, pending)
+            except Exception:  # a bug or an unexpected answer: log it and try again later
+                log.exception("transactional id %s: writing markers failed", meta.transactional_id)
+                codes = {}
             for partition, code in codes.items():
                 if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH):
                     # Written; or the partition is gone; or a newer epoch already ended it.
