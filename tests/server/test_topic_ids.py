@@ -123,3 +123,25 @@ def test_a_running_consumer_never_reads_the_new_topic_as_the_old_one(pykfk_broke
     # The new topic is read from its start, not from the old topic's position (its
     # committed offsets went with it).
     assert seen[10:] == [b"new-%d" % i for i in range(15)]
+
+
+def test_fetch_v15_and_v16_read_like_v13(pykfk_broker):
+    """v15 carries the replica id in a tagged replica state (absent for consumers), v16
+    may answer leaders' endpoints: a consumer's fetch reads the same records."""
+    admin = AdminClient({"bootstrap.servers": pykfk_broker.bootstrap})
+    admin.create_topics([NewTopic("newer", 1, 1)])["newer"].result(20)
+    _produce(pykfk_broker.bootstrap, "newer", [b"a", b"b"])
+    raw = RawClient(pykfk_broker.host, pykfk_broker.port)
+    try:
+        topic_id = _topic_id(raw, "newer")
+        for version in (14, 15, 16):
+            answer = raw.call(FETCH, version, {"max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                               "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                               "topics": [{"topic_id": topic_id, "partitions": [
+                                                   {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                                               "forgotten_topics_data": [], "rack_id": ""})
+            [part] = answer.responses[0].partitions
+            assert (part.error_code, part.high_watermark, bool(part.records)) == (0, 2, True), version
+    finally:
+        raw.close()

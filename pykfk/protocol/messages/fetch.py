@@ -4,7 +4,9 @@ v1 same as v0; v3 adds max_bytes; v4 adds isolation_level and aborted transactio
 (magic 2); v5 adds log_start_offset; v7 adds incremental fetch sessions (KIP-227); v9 adds
 current_leader_epoch (KIP-320); v10 allows zstd; v11 adds rack_id and
 preferred_read_replica (KIP-392); v12 first flexible version, adds last_fetched_epoch and
-tagged diverging_epoch/current_leader/snapshot_id; v13 names topics by id (KIP-516).
+tagged diverging_epoch/current_leader/snapshot_id; v13 names topics by id (KIP-516); v14
+same as v13; v15 moves replica_id into the tagged replica_state; v16 adds the tagged
+node_endpoints of the leaders it names (KIP-951).
 """
 
 from ..schema import ApiSpec, Field
@@ -12,11 +14,15 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     1,
     "Fetch",
-    versions="0-13",
+    versions="0-16",
     flexible="12+",
     request=[
         Field("cluster_id", "string", "12+", nullable="12+", default=None, tag=0),
         Field("replica_id", "int32", "0-14", default=-1),
+        Field("replica_state", "ReplicaState", "15+", tag=1, fields=[
+            Field("replica_id", "int32", "15+", default=-1),
+            Field("replica_epoch", "int64", "15+", default=-1),
+        ]),
         Field("max_wait_ms", "int32"),
         Field("min_bytes", "int32"),
         Field("max_bytes", "int32", "3+", default=2147483647),
@@ -120,5 +126,11 @@ SPEC = ApiSpec(
                 ),
             ],
         ),
+        Field("node_endpoints", "[]NodeEndpoint", "16+", tag=0, fields=[
+            Field("node_id", "int32", "16+"),
+            Field("host", "string", "16+"),
+            Field("port", "int32", "16+"),
+            Field("rack", "string", "16+", nullable="16+", default=None),
+        ]),
     ],
 )

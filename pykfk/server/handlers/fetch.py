@@ -53,7 +53,7 @@ from pykfk.server.fetch_sessions import (
 from pykfk.server.handlers.metadata import topic_ids
 
 API_KEY = 1
-VERSIONS = (0, 13)
+VERSIONS = (0, 16)
 
 log = logging.getLogger("pykfk.server")
 
@@ -196,6 +196,9 @@ def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     broker = ctx.broker
+    if ctx.api_version >= 15:  # the replica id moved into the tagged replica state
+        state = request.replica_state
+        request["replica_id"] = state.replica_id if state is not None else -1
     known_as: dict[str, uuid.UUID] | None = None
     unknown: list[dict[str, Any]] = []
     if ctx.api_version >= 13:
