@@ -1,6 +1,6 @@
-"""Incremental fetch sessions (KIP-227) against full fetches for a consumer of a
-2,000-partition topic that has caught up (nothing new: the common steady state of a
-wide consumer): request bytes on the wire and broker CPU per Fetch.
+"""Incremental fetch sessions (KIP-227) against full fetches for a consumer and for a
+follower of a 2,000-partition topic that have caught up (nothing new: the common steady
+state of a wide consumer or follower): request bytes on the wire and broker CPU per Fetch.
 
     python -m pytest bench/bench_fetch_sessions.py -s                       # figures
     python -m pytest bench/bench_fetch_sessions.py --benchmark-disable      # one quick pass (CI)
@@ -30,8 +30,8 @@ TOPIC = "wide"
 PARTITIONS = 2000
 
 
-def _fetch_frame(correlation_id: int, session_id: int, epoch: int, partitions: int) -> bytes:
-    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+def _fetch_frame(correlation_id: int, session_id: int, epoch: int, partitions: int, replica_id: int = -1) -> bytes:
+    body = {"replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
             "session_id": session_id, "session_epoch": epoch, "rack_id": "", "forgotten_topics_data": [],
             "topics": [{"topic": TOPIC, "partitions": [
                 {"partition": p, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
@@ -73,37 +73,39 @@ def _timed(harness: Any, frames: list[bytes]) -> float:
 
 
 @pytest.mark.benchmark(group="fetch-sessions")
-def test_fetch_sessions(benchmark, report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("replica_id", [-1, 1], ids=["consumer", "follower"])
+def test_fetch_sessions(benchmark, report, tmp_path, replica_id) -> None:  # type: ignore[no-untyped-def]
     disabled = getattr(benchmark, "disabled", False)
     calls, rounds = (5, 2) if disabled else (50, 9)
+    who = "consumer" if replica_id < 0 else "follower"
     harness = _Harness(str(tmp_path / "data"))
     try:
         harness.run(harness.broker.topics.create_topic(TOPIC, PARTITIONS, 1, {}))
-        full = _fetch_frame(1, 0, -1, PARTITIONS)
+        full = _fetch_frame(1, 0, -1, PARTITIONS, replica_id)
         answered = _answer(harness, full)
         assert sum(len(t.partitions) for t in answered.responses) == PARTITIONS
-        opened = _answer(harness, _fetch_frame(2, 0, 0, PARTITIONS))
+        opened = _answer(harness, _fetch_frame(2, 0, 0, PARTITIONS, replica_id))
         session_id = opened.session_id
         assert session_id != 0
         epochs = iter(range(1, calls * rounds + 10))
-        first = _answer(harness, _fetch_frame(3, session_id, next(epochs), 0))
+        first = _answer(harness, _fetch_frame(3, session_id, next(epochs), 0, replica_id))
         assert first.error_code == 0 and first.responses == []  # nothing new, nothing sent
 
         full_times, session_times = [], []
         for _ in range(rounds):
             full_times.append(_timed(harness, [full] * calls))
-            frames = [_fetch_frame(4, session_id, next(epochs), 0) for _ in range(calls)]
+            frames = [_fetch_frame(4, session_id, next(epochs), 0, replica_id) for _ in range(calls)]
             session_times.append(_timed(harness, frames))
-        incremental = _fetch_frame(4, session_id, 1, 0)
+        incremental = _fetch_frame(4, session_id, 1, 0, replica_id)
         full_us, session_us = min(full_times) * 1e6, min(session_times) * 1e6
         benchmark.extra_info.update(full_request_bytes=len(full), session_request_bytes=len(incremental),
                                     full_us=round(full_us, 1), session_us=round(session_us, 1))
-        report(f"Fetch v{VERSION} of a caught-up consumer of {PARTITIONS} partitions: request {len(full):,} B full, "
+        report(f"Fetch v{VERSION} of a caught-up {who} of {PARTITIONS} partitions: request {len(full):,} B full, "
                f"{len(incremental)} B in a session ({len(full) / len(incremental):.0f}x smaller); broker "
                f"{full_us:.0f} us/request full vs {session_us:.0f} us in a session "
                f"({full_us / session_us:.1f}x less CPU; medians {statistics.median(full_times) * 1e6:.0f} / "
                f"{statistics.median(session_times) * 1e6:.0f} us)")
-        benchmark.pedantic(lambda: _timed(harness, [_fetch_frame(5, session_id, next(epochs), 0)]),
+        benchmark.pedantic(lambda: _timed(harness, [_fetch_frame(5, session_id, next(epochs), 0, replica_id)]),
                            rounds=1, iterations=1)
     finally:
         harness.close()
