@@ -98,6 +98,12 @@ class BrokerServices(Protocol):
         coordinator loaded the partitions this broker leads."""
         ...
 
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Whether ``partitions`` are in the producer's open transaction, by its
+        coordinator's word (this broker's or another's): an error code per partition."""
+        ...
+
     def transaction_coordinator_node(self, partition: int, listener: str) -> tuple[int, str, int] | None:
         """(node id, host, port) of the leader of a ``__transaction_state`` partition."""
         ...

@@ -1,5 +1,7 @@
 """Transaction markers from the coordinator to partition leaders (Kafka's
-``TransactionMarkerChannelManager`` and the WriteTxnMarkers path of ``ReplicaManager``).
+``TransactionMarkerChannelManager`` and the WriteTxnMarkers path of ``ReplicaManager``),
+and the other way, a partition leader asking a coordinator on another broker whether a
+transactional write belongs to an open transaction (KIP-890's verification).
 
 Partitions this broker leads get their marker in-process; the others get a
 WriteTxnMarkers request over the inter-broker channel (``pykfk.cluster.channel``), one
@@ -29,6 +31,8 @@ log = logging.getLogger("pykfk.txn")
 
 WRITE_TXN_MARKERS = 27
 WRITE_TXN_MARKERS_VERSION = 1
+ADD_PARTITIONS_TO_TXN = 24
+ADD_PARTITIONS_TO_TXN_VERSION = 4
 TopicPartition = tuple[str, int]
 
 
@@ -98,17 +102,10 @@ class BrokerMarkerWriter:
             "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
         }]}
         failed = dict.fromkeys(targets, int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        lock = self._locks.setdefault(leader, asyncio.Lock())
         try:
-            async with lock:
-                channel = self._channel(leader)
-                response = await channel.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
-                                                 timeout_s=self.timeout_ms / 1000 + 5)
+            response = await self._request(leader, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body)
         except (ChannelError, KafkaError, OSError) as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", leader, exc)
-            stale = self._channels.pop(leader, None)
-            if stale is not None:
-                stale.close()
             return failed
         codes: dict[TopicPartition, int] = {}
         for marker in response.markers:
@@ -116,6 +113,42 @@ class BrokerMarkerWriter:
                 for result in topic.partitions:
                     codes[(topic.name, result.partition_index)] = result.error_code
         return {**failed, **codes}
+
+    async def verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Asks the coordinator on broker ``coordinator`` (AddPartitionsToTxn v4 with
+        verify_only, KIP-890) whether the partitions are in the producer's open
+        transaction; NOT_COORDINATOR for each when it cannot be asked."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        body = {"transactions": [{
+            "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]}
+        failed = dict.fromkeys(partitions, int(ErrorCode.NOT_COORDINATOR))
+        try:
+            response = await self._request(coordinator, ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION, body)
+        except (ChannelError, KafkaError, OSError) as exc:
+            log.info("verifying a transaction with broker %d failed: %s", coordinator, exc)
+            return failed
+        codes = {(topic.name, result.partition_index): result.partition_error_code
+                 for txn in response.results_by_transaction for topic in txn.topic_results
+                 for result in topic.results_by_partition}
+        return {**failed, **codes}
+
+    async def _request(self, broker_id: int, api_key: int, api_version: int, body: dict[str, Any]) -> Any:
+        """One request on the channel to ``broker_id`` (one at a time per channel); a
+        failed channel is closed and dropped."""
+        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._channel(broker_id).request(api_key, api_version, body,
+                                                              timeout_s=self.timeout_ms / 1000 + 5)
+        except (ChannelError, KafkaError, OSError):
+            stale = self._channels.pop(broker_id, None)
+            if stale is not None:
+                stale.close()
+            raise
 
     def _channel(self, leader: int) -> BrokerChannel:
         broker = self.broker.metadata.get_broker(leader)

@@ -60,3 +60,62 @@ def test_coordinator_broker_killed_mid_transaction(tmp_path: Any, zookeeper_serv
         assert sorted(read_all(cluster.bootstrap, "orders", 3, "read_committed")) == sorted(expected)
     finally:
         cluster.close()
+
+
+def test_leaders_ask_the_coordinator_on_another_broker(tmp_path: Any, zookeeper_server: Any) -> None:
+    """A transactional write to a partition led by a broker that does not coordinate the
+    id is checked with the coordinator (AddPartitionsToTxn v4, verify_only): refused with
+    INVALID_TXN_STATE before AddPartitionsToTxn, accepted after; nothing half written."""
+    from pykfk._core.records import build_batch
+    from pykfk.errors import ErrorCode
+    from pykfk.testing import RawClient
+
+    cluster = Cluster(str(tmp_path), zookeeper_server, 3, {
+        "transaction.state.log.num.partitions": TXN_PARTITIONS,
+        "transaction.state.log.replication.factor": 3,
+    }).start()
+    clients: list[RawClient] = []
+    try:
+        cluster.create_topic("checked", 3, 1)
+        some = cluster.brokers[0]
+        raw = RawClient(some.host, some.port)
+        clients.append(raw)
+        found = raw.call(10, 1, {"key": TRANSACTIONAL_ID, "key_type": 1})
+        wait_until(lambda: cluster.leader("__transaction_state", partition_for(TRANSACTIONAL_ID, TXN_PARTITIONS)) >= 0,
+                   60, "a transaction coordinator")
+        coordinator_id = cluster.leader("__transaction_state", partition_for(TRANSACTIONAL_ID, TXN_PARTITIONS))
+        coordinator = RawClient(cluster.brokers[coordinator_id].host, cluster.brokers[coordinator_id].port)
+        clients.append(coordinator)
+        assert found.error_code == ErrorCode.NONE
+
+        def init() -> Any:
+            """InitProducerId's answer once the coordinator has loaded the id (else None)."""
+            answer = coordinator.call(22, 4, {"transactional_id": TRANSACTIONAL_ID, "transaction_timeout_ms": 60000,
+                                              "producer_id": -1, "producer_epoch": -1})
+            return answer if answer.error_code == ErrorCode.NONE else None
+
+        answer = wait_until(init, 60, "InitProducerId at the coordinator")
+        pid, epoch = answer.producer_id, answer.producer_epoch
+        partition = next(p for p in range(3) if cluster.leader("checked", p) != coordinator_id)
+        leader = cluster.brokers[cluster.leader("checked", partition)]
+        at_leader = RawClient(leader.host, leader.port)
+        clients.append(at_leader)
+
+        def produce(sequence: int) -> int:
+            batch = build_batch([(b"k", b"v", 1000, [])], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=sequence, is_transactional=True)
+            body = {"transactional_id": TRANSACTIONAL_ID, "acks": -1, "timeout_ms": 5000,
+                    "topic_data": [{"name": "checked", "partition_data": [{"index": partition, "records": batch}]}]}
+            return int(at_leader.call(0, 7, body).responses[0].partition_responses[0].error_code)
+
+        assert produce(0) == ErrorCode.INVALID_TXN_STATE
+        added = coordinator.call(24, 3, {"v3_and_below_transactional_id": TRANSACTIONAL_ID,
+                                         "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+                                         "v3_and_below_topics": [{"name": "checked", "partitions": [partition]}]})
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.NONE
+        assert produce(0) == ErrorCode.NONE
+        assert produce(1) == ErrorCode.NONE  # the partition holds the transaction now: no asking
+    finally:
+        for client in clients:
+            client.close()
+        cluster.close()

@@ -112,22 +112,33 @@ def _has_control_batch(records: Any) -> bool:
     return False
 
 
-def _check_transaction(ctx: RequestContext, transactional_id: str, topic: str, partition: int,
-                       records: Any) -> None:
+# _check_transaction's answer when the transactional id's coordinator is another broker.
+_ASK_COORDINATOR = -1
+# A deferred partition: its topic, index, records (copied), response entry, producer id and epoch.
+Deferred = tuple[str, int, bytearray, PartitionResponse, int, int]
+
+
+def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Any, records: Any) -> int:
     """A transactional batch must belong to its producer's open transaction, with the
-    partition added to it (Kafka's KIP-890 verification; done here for the transactional
-    ids this broker coordinates): INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH or
-    INVALID_PRODUCER_ID_MAPPING otherwise, and nothing is written."""
+    partition added to it (Kafka's KIP-890 verification): NONE, INVALID_TXN_STATE,
+    INVALID_PRODUCER_EPOCH or INVALID_PRODUCER_ID_MAPPING, or _ASK_COORDINATOR when the
+    id's coordinator is another broker. A transaction the partition already holds at
+    this epoch needs no asking (it was checked at its first batch)."""
     if records is None or len(records) < core_records.BATCH_HEADER_SIZE \
             or not records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_TRANSACTIONAL:
-        return
+        return _NONE
     coordinator = ctx.broker.transaction_coordinator
     if coordinator is None:
-        return
+        return _NONE
     producer_id, producer_epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_SIGN)
-    code = coordinator.verify_partition(transactional_id, producer_id, producer_epoch, (topic, partition))
-    if code != _NONE:
-        raise KafkaError(code, f"transactional write to {topic}-{partition} outside the producer's transaction")
+    state = leader.log.producer_state
+    entry = state.producers.get(producer_id)
+    if producer_id in state.ongoing and entry is not None and entry.producer_epoch == producer_epoch:
+        return _NONE
+    if not coordinator.is_coordinator(transactional_id):
+        return _ASK_COORDINATOR
+    return int(coordinator.verify_partition(transactional_id, producer_id, producer_epoch,
+                                            (leader.topic, leader.partition)))
 
 
 def _success(info: Any, partition: int) -> PartitionResponse:
@@ -154,6 +165,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
     responses: list[dict[str, Any]] = []
     by_topic: dict[str, list[PartitionResponse]] = {}
     pending: list[Pending] | None = None
+    deferred: list[Deferred] | None = None
     authorizer = ctx.broker.authorizer
     for name, partitions in topics:
         results = by_topic.get(name)
@@ -173,7 +185,17 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
                 leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
                 if transactional_id is not None:
-                    _check_transaction(ctx, transactional_id, name, index, records)
+                    code = _check_transaction(ctx, transactional_id, leader, records)
+                    if code == _ASK_COORDINATOR:
+                        # Appended once the coordinator answers; the frame may be reused.
+                        deferred = deferred or []
+                        result = _error(_NONE, index)
+                        deferred.append((name, index, bytearray(records), result,
+                                         *_PRODUCER.unpack_from(records, _PRODUCER_ID_SIGN)))
+                        results.append(result)
+                        continue
+                    if code != _NONE:
+                        raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
                 info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
                                                    require_single_batch=version >= 3)
                 result = _success(info, index)
@@ -197,8 +219,43 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
     if ctx.broker.quotas.active:
         body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
             len(records) for _name, partitions in topics for _index, records in partitions if records is not None))
+    if deferred is not None:
+        assert transactional_id is not None
+        return _verified_appends(ctx, transactional_id, deferred, body, pending or [], acks, timeout_ms)
     if pending is not None:
         return _after_replication(body, pending)
+    return _answer(acks, body)
+
+
+async def _verified_appends(ctx: RequestContext, transactional_id: str, deferred: list[Deferred],
+                            body: dict[str, Any], pending: list[Pending], acks: int,
+                            timeout_ms: int) -> dict[str, Any] | None:
+    """The partitions whose transaction another broker coordinates: asked there
+    (AddPartitionsToTxn v4, verify_only), then appended like the others."""
+    version = ctx.api_version
+    by_producer: dict[tuple[int, int], list[Deferred]] = {}
+    for item in deferred:
+        by_producer.setdefault((item[4], item[5]), []).append(item)
+    for (producer_id, epoch), items in by_producer.items():
+        codes = await ctx.broker.verify_transaction(transactional_id, producer_id, epoch,
+                                                    [(name, index) for name, index, *_rest in items])
+        for name, index, records, result, _pid, _epoch in items:
+            code = codes.get((name, index), ErrorCode.NOT_ENOUGH_REPLICAS)
+            try:
+                if code != _NONE:
+                    raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
+                leader = ctx.broker.replica_manager.leader_partition(name, index)
+                info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
+                                                   require_single_batch=version >= 3)
+                result.update(_success(info, index))
+                if wait is not None:
+                    pending.append((result, wait))
+            except KafkaError as exc:
+                result.update(_error(exc.code, index))
+            except CoreError as exc:
+                result.update(_error(error_for_core_exception(exc), index))
+    if pending:
+        return await _after_replication(body, pending)
     return _answer(acks, body)
 
 
