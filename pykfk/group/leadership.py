@@ -73,20 +73,23 @@ class ReplicatedOffsetsLog:
         return self._reader.read_entries()
 
 
-class CoordinatorLeadership:
-    """Loads and unloads the coordinator's partitions as the replica manager reports
-    leadership changes (``leadership_listeners``). Loop-affine."""
+class InternalTopicLeadership:
+    """Loads and unloads a coordinator's partitions of an internal ``topic`` as the
+    replica manager reports leadership changes (``leadership_listeners``), one change at
+    a time. Subclasses say what loading and unloading a partition means. Loop-affine."""
 
-    def __init__(self, coordinator: GroupCoordinator, replicas: ReplicaManager, commit_timeout_ms: int):
-        self.coordinator = coordinator
+    topic = OFFSETS_TOPIC
+    coordinator_name = "group coordinator"
+
+    def __init__(self, replicas: ReplicaManager, write_timeout_ms: int):
         self.replicas = replicas
-        self.commit_timeout_ms = commit_timeout_ms
+        self.write_timeout_ms = write_timeout_ms
         self._lock = asyncio.Lock()
         self._moves: set[asyncio.Task[None]] = set()
         replicas.leadership_listeners.append(self.on_leadership)
 
     def on_leadership(self, topic: str, partition: int, leader: bool) -> None:
-        if topic == OFFSETS_TOPIC:
+        if topic == self.topic:
             task = asyncio.get_running_loop().create_task(self._move(partition, leader))
             self._moves.add(task)
             task.add_done_callback(self._moves.discard)
@@ -103,17 +106,37 @@ class CoordinatorLeadership:
 
     async def _move(self, partition: int, leader: bool) -> None:
         async with self._lock:
-            current = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
+            current = self.replicas.partitions.get((self.topic, partition))
             is_leader = current is not None and current.role == "leader"
             if is_leader != leader:
                 return  # moved again meanwhile; the later event does the work
             try:
-                if leader:
-                    storage = ReplicatedOffsetsLog(self.replicas, partition, self.commit_timeout_ms,
-                                                   self.replicas.clock.time_ms)
-                    await self.coordinator.load_partition(partition, storage)
+                if current is not None and leader:
+                    storage = ReplicatedOffsetsLog(self.replicas, partition, self.write_timeout_ms,
+                                                   self.replicas.clock.time_ms, topic=self.topic)
+                    await self.load(partition, storage, current.leader_epoch)
                 else:
-                    await self.coordinator.unload_partition(partition)
+                    await self.unload(partition)
             except Exception:
-                log.exception("group coordinator %s of %s-%d failed", "load" if leader else "unload",
-                              OFFSETS_TOPIC, partition)
+                log.exception("%s %s of %s-%d failed", self.coordinator_name, "load" if leader else "unload",
+                              self.topic, partition)
+
+    async def load(self, partition: int, storage: ReplicatedOffsetsLog, leader_epoch: int) -> None:
+        raise NotImplementedError
+
+    async def unload(self, partition: int) -> None:
+        raise NotImplementedError
+
+
+class CoordinatorLeadership(InternalTopicLeadership):
+    """The group coordinator follows ``__consumer_offsets`` leadership."""
+
+    def __init__(self, coordinator: GroupCoordinator, replicas: ReplicaManager, commit_timeout_ms: int):
+        self.coordinator = coordinator
+        super().__init__(replicas, commit_timeout_ms)
+
+    async def load(self, partition: int, storage: ReplicatedOffsetsLog, leader_epoch: int) -> None:
+        await self.coordinator.load_partition(partition, storage)
+
+    async def unload(self, partition: int) -> None:
+        await self.coordinator.unload_partition(partition)
