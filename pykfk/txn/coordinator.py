@@ -355,6 +355,19 @@ class TransactionCoordinator:
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
 
+    def _producer_transaction(self, transactional_id: str, producer_id: int,
+                              epoch: int) -> tuple[TxnMetadata | None, ErrorCode]:
+        """The id's metadata when this coordinator owns it and the producer is its
+        current one, else None and why not."""
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return None, error
+        meta = self.txns.get(transactional_id)
+        error = self._producer_error(meta, producer_id, epoch)
+        if error is not None or meta is None:
+            return None, error or E.INVALID_PRODUCER_ID_MAPPING
+        return meta, E.NONE
+
     def _producer_error(self, meta: TxnMetadata | None, producer_id: int, epoch: int) -> ErrorCode | None:
         if meta is None or meta.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
@@ -366,15 +379,11 @@ class TransactionCoordinator:
                              partitions: Iterable[TopicPartition]) -> ErrorCode:
         """Adds partitions to the producer's transaction (opening it)."""
         wanted = set(partitions)
-        error = self._coordinator_error(transactional_id)
-        if error is not None:
-            return error
-        meta = self.txns.get(transactional_id)
-        error = self._producer_error(meta, producer_id, epoch)
-        if error is not None or meta is None:
-            return error or E.INVALID_PRODUCER_ID_MAPPING
+        meta, refused = self._producer_transaction(transactional_id, producer_id, epoch)
+        if meta is None:
+            return refused
         async with meta.lock:
-            error = self._producer_error(meta, producer_id, epoch)
+            error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
                 return error
             if meta.state in PREPARING:
@@ -409,15 +418,11 @@ class TransactionCoordinator:
                               commit: bool) -> ErrorCode:
         """Commits or aborts: PrepareCommit/PrepareAbort is written, the answer given, and
         the markers follow in the background."""
-        error = self._coordinator_error(transactional_id)
-        if error is not None:
-            return error
-        meta = self.txns.get(transactional_id)
-        error = self._producer_error(meta, producer_id, epoch)
-        if error is not None or meta is None:
-            return error or E.INVALID_PRODUCER_ID_MAPPING
+        meta, refused = self._producer_transaction(transactional_id, producer_id, epoch)
+        if meta is None:
+            return refused
         async with meta.lock:
-            error = self._producer_error(meta, producer_id, epoch)
+            error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
                 return error
             state = meta.state
