@@ -8,7 +8,6 @@ the cluster's topics (``TopicCatalog``), which its assignors and regular express
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,7 @@ from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
-from pykfk.server.handlers.metadata import topic_uuid
+from pykfk.server.handlers.metadata import store_cache, topic_uuid
 
 API_KEY = 68
 VERSIONS = (0, 1)
@@ -51,14 +50,8 @@ class StoreCatalog:
         return {topic_id: name for name, (topic_id, _) in self.topics().items()}
 
 
-_CATALOGS: weakref.WeakKeyDictionary[MetadataStore, StoreCatalog] = weakref.WeakKeyDictionary()
-
-
 def catalog(store: MetadataStore) -> StoreCatalog:
-    found = _CATALOGS.get(store)
-    if found is None:
-        found = _CATALOGS[store] = StoreCatalog(store)
-    return found
+    return store_cache(StoreCatalog, store)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.types import ZERO_UUID, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
-from pykfk.server.handlers.metadata import topic_uuid
+from pykfk.server.handlers.metadata import topic_ids, topic_uuid
 
 API_KEY = 20
 VERSIONS = (0, 6)
@@ -24,14 +24,14 @@ def _named(ctx: RequestContext, request: Struct) -> list[tuple[str | None, uuid.
     if ctx.api_version < 6:
         return [(name, ZERO_UUID) for name in request.topic_names]
     topics = ctx.broker.metadata.topics()
-    by_id = {topic_uuid(info): name for name, info in topics.items()}
+    ids = topic_ids(ctx.broker.metadata)
     named = []
     for topic in request.topics:
         if topic.name is not None:
             info = topics.get(topic.name)
             named.append((topic.name, topic_uuid(info) if info is not None else ZERO_UUID))
         else:
-            named.append((by_id.get(topic.topic_id), topic.topic_id))
+            named.append((ids.name_of(topic.topic_id), topic.topic_id))
     return named
 
 

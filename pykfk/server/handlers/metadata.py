@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, TopicInfo
 from pykfk.cluster.topics import is_internal_topic
@@ -59,14 +60,11 @@ def _names(store: MetadataStore, requested: Any) -> tuple[list[str], dict[str, u
     """The requested topic names, a topic named by id alone (v12) resolved to its name;
     ids that name no topic are returned apart (keyed by a placeholder)."""
     names, unknown_ids = [], {}
-    by_id: dict[uuid.UUID, str] | None = None
     for topic in requested:
         if topic.name is not None:
             names.append(topic.name)
             continue
-        if by_id is None:
-            by_id = {topic_uuid(info): name for name, info in store.topics().items()}
-        name = by_id.get(topic.topic_id)
+        name = topic_ids(store).name_of(topic.topic_id)
         if name is None:
             unknown_ids[f"\0{topic.topic_id}"] = topic.topic_id
         else:
@@ -101,14 +99,22 @@ class TopicIds:
         return ZERO_UUID if info is None else topic_uuid(info)
 
 
-_TOPIC_IDS: weakref.WeakKeyDictionary[MetadataStore, TopicIds] = weakref.WeakKeyDictionary()
+_STORE_CACHES: weakref.WeakKeyDictionary[MetadataStore, dict[Any, Any]] = weakref.WeakKeyDictionary()
+StoreCache = TypeVar("StoreCache")
+
+
+def store_cache(kind: Callable[[MetadataStore], StoreCache], store: MetadataStore) -> StoreCache:
+    """The one ``kind`` cache of ``store`` (made on first use; it listens to the store
+    for what makes it stale)."""
+    caches = _STORE_CACHES.setdefault(store, {})
+    found = caches.get(kind)
+    if found is None:
+        found = caches[kind] = kind(store)
+    return cast(StoreCache, found)
 
 
 def topic_ids(store: MetadataStore) -> TopicIds:
-    found = _TOPIC_IDS.get(store)
-    if found is None:
-        found = _TOPIC_IDS[store] = TopicIds(store)
-    return found
+    return store_cache(TopicIds, store)
 
 
 class EncodedPartitions:
@@ -142,14 +148,8 @@ class EncodedPartitions:
         return encoded
 
 
-_ENCODED: weakref.WeakKeyDictionary[MetadataStore, EncodedPartitions] = weakref.WeakKeyDictionary()
-
-
 def encoded_partitions(store: MetadataStore) -> EncodedPartitions:
-    cache = _ENCODED.get(store)
-    if cache is None:
-        cache = _ENCODED[store] = EncodedPartitions(store)
-    return cache
+    return store_cache(EncodedPartitions, store)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
