@@ -30,14 +30,34 @@ offset range is unchanged, so consumers advance past it as before. A batch with 
 record kept is copied byte for byte; one with some kept is rebuilt with the same codec
 (offset deltas with gaps); one with none kept is dropped, except that the last batch of an
 idempotent producer becomes an empty batch (header only, records_count 0, as Kafka keeps
-it) so its sequence state survives a reload. Control batches are copied unchanged.
+it) so its sequence state survives a reload; an empty batch that is no longer its
+producer's last goes at the next cleaning.
 
-Transactions (Kafka's cleaner does the same): the dirty range ends before the last stable
-offset, so open transactions are never cleaned; the batches of aborted transactions (a
-transactional batch of a producer inside one of its ranges in the log's
-aborted-transactions index) are removed whole and count for nothing in the offset map, so
-an aborted write never hides a committed value of its key. Markers stay (Kafka drops them
-after delete.retention.ms once their transaction's data is gone: not done here).
+Transactions (Kafka's cleaner does the same, ``CleanedTransactionMetadata``): the dirty
+range ends before the last stable offset, so open transactions are never cleaned; the
+batches of aborted transactions (a transactional batch of a producer inside one of its
+ranges in the log's aborted-transactions index) are removed whole and count for nothing in
+the offset map, so an aborted write never hides a committed value of its key. Every
+cleaning reads the log from its start in offset order and follows each producer's
+transactions to their COMMIT/ABORT marker (a control batch):
+
+- a marker stays unchanged while a batch of the transaction it ends is still in the log
+  (a committed record not yet superseded, or a batch kept empty as its producer's last):
+  read_committed consumers need it to end the transaction;
+- a marker that is its producer's last state stays too (a producer fenced by a marker of a
+  newer epoch has no data batch at that epoch: the marker carries the epoch);
+- otherwise the marker may go, but not at once: the cleaning that finds it so rewrites it
+  with Kafka's delete-horizon flag (attributes bit 6, KIP-534) and now +
+  delete.retention.ms as its base timestamp (its record keeps its timestamp), and the
+  first cleaning at or after that horizon drops it. A consumer that read the
+  transaction's batches before they were cleaned has delete.retention.ms to reach the
+  marker. As with tombstones, the drop waits for a cleaning, which needs dirty bytes.
+
+A dropped ABORT marker takes its entry in the aborted-transactions index (and the
+segment's ``.txnindex``) with it, in the same ``Log.replace_segments`` that swaps the
+cleaned segment in: a read_committed Fetch is never told of an aborted transaction whose
+marker is gone (its consumer would skip the producer's later batches). Unknown control
+batches are copied unchanged.
 
 Threads: ``clean_logs`` blocks; the LogManager runs it on its worker thread every
 log.cleaner.backoff.ms. Readers are never disturbed: a replaced segment keeps its
@@ -58,6 +78,7 @@ from pykfk._core.crc import crc32c
 from pykfk._core.segment import Segment
 from pykfk.log.checkpoints import CheckpointError, read_offset_checkpoint, write_offset_checkpoint
 from pykfk.log.log import INT32_MAX, LOG_SUFFIX, Log, segment_file_name, time_ms
+from pykfk.log.transactions import ABORT, marker_type
 
 logger = logging.getLogger("pykfk.log.cleaner")
 
@@ -79,6 +100,9 @@ _HEADER_BEFORE_CRC = struct.Struct(core_records.BATCH_HEADER_FORMAT[:5])  # ">qi
 _HEADER_AFTER_CRC = struct.Struct(">" + core_records.BATCH_HEADER_FORMAT[6:])  # ">hiqqqhii"
 _CONTROL_FLAG = core_records.ATTR_CONTROL
 _CODEC_MASK = core_records.ATTR_CODEC_MASK
+# Attributes bit 6, Kafka's delete-horizon flag (KIP-534): the batch's base timestamp is the
+# time from which the cleaner may remove it. Set here on transaction markers only.
+DELETE_HORIZON_FLAG = 0x40
 
 
 class CleanerAborted(Exception):
@@ -102,6 +126,7 @@ class CleanStats:
     records_kept: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    markers_removed: int = 0  # COMMIT/ABORT markers whose transaction left nothing behind
 
 
 @dataclasses.dataclass
@@ -164,6 +189,117 @@ class _AbortedRanges:
 
     def batch_indexes(self, batches: list[core_records.BatchHeader]) -> frozenset[int]:
         return frozenset(i for i, header in enumerate(batches) if self.covers(header))
+
+
+class _CleanedTransactions:
+    """What one cleaning learns of transactions while it reads the log's batches in offset
+    order from the log start (Kafka's ``CleanedTransactionMetadata``): which data batches
+    belong to aborted transactions, whether the transaction a marker ends kept a batch in
+    the cleaned log, and which batches hold a producer's last state."""
+
+    def __init__(self, log: Log, now_ms: int):
+        self.aborted = _AbortedRanges(log)
+        self.now_ms = now_ms
+        self.delete_retention_ms = log.config.delete_retention_ms
+        # Per producer id, what keeps its state through a reload (Kafka keeps the last
+        # batch of every producer): the last offset of its last data batch; for a producer
+        # without data batches at its current epoch (fenced by a marker), that epoch,
+        # whose markers then stay.
+        self.last_data_offset: dict[int, int] = {}
+        self.marker_epoch: dict[int, int] = {}
+        producers = getattr(log.producer_state, "producers", {}) or {}
+        for pid, entry in list(producers.items()):  # one copy: appends may add producers
+            if entry.last_offset >= 0:
+                self.last_data_offset[pid] = entry.last_offset
+            elif entry.producer_epoch >= 0:
+                self.marker_epoch[pid] = entry.producer_epoch
+        # Producer ids whose current transaction (since their last marker) kept a batch.
+        self._with_data: set[int] = set()
+        # ABORT markers removed from the segment group being written.
+        self.removed_aborts: list[int] = []
+
+    def is_last_of_producer(self, header: core_records.BatchHeader) -> bool:
+        pid = header.producer_id
+        if pid < 0:
+            return False
+        if header.is_control:
+            return self.marker_epoch.get(pid) == header.producer_epoch
+        return self.last_data_offset.get(pid) == header.last_offset
+
+    def data_kept(self, header: core_records.BatchHeader) -> None:
+        """A data batch (whole, rebuilt or emptied) is in the cleaned log."""
+        if header.is_transactional and header.producer_id >= 0:
+            self._with_data.add(header.producer_id)
+
+    def control_batch(self, raw: bytes, header: core_records.BatchHeader,
+                      stats: CleanStats) -> bytes:
+        """What stays of a control batch. A COMMIT or ABORT marker stays while its
+        transaction has a batch left before it (a read_committed reader needs it to end
+        the transaction) or while it is its producer's last state. Otherwise it gets a
+        delete horizon, delete.retention.ms from now, and goes in the first cleaning after
+        it: a consumer that read the transaction's batches before they were cleaned has
+        that long to read the marker too."""
+        pid = header.producer_id
+        kind = marker_type(raw) if pid >= 0 else None
+        if kind is None:
+            return raw  # not a marker this broker knows: kept as it is
+        had_data = pid in self._with_data
+        self._with_data.discard(pid)
+        if had_data or self.is_last_of_producer(header):
+            return raw
+        if not header.attributes & DELETE_HORIZON_FLAG:
+            return with_delete_horizon(raw, header, self.now_ms + self.delete_retention_ms)
+        if header.base_timestamp > self.now_ms:
+            return raw
+        stats.markers_removed += 1
+        if kind == ABORT:
+            self.removed_aborts.append(header.base_offset)
+        return b""
+
+
+def _varint(value: int) -> bytes:
+    """Zigzag varint (varlong) of a v2 record field."""
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_prefixed(data: bytes | str | None) -> bytes:
+    if data is None:
+        return _varint(-1)
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    return _varint(len(raw)) + raw
+
+
+def with_delete_horizon(raw: bytes, header: core_records.BatchHeader, horizon_ms: int) -> bytes:
+    """The batch ``raw`` (a control batch, the records of which are few) with the
+    delete-horizon flag and ``horizon_ms`` as its base timestamp, uncompressed. Its records
+    keep their offsets and timestamps (the timestamp deltas are taken from the new base,
+    negative ones included, as Kafka's cleaner writes them)."""
+    body = bytearray()
+    count = 0
+    for record in core_records.iter_records(raw):
+        fields = bytearray(b"\0")  # record attributes
+        fields += _varint(record.timestamp - horizon_ms)
+        fields += _varint(record.offset - header.base_offset)
+        fields += _length_prefixed(record.key) + _length_prefixed(record.value)
+        fields += _varint(len(record.headers))
+        for key, value in record.headers:
+            fields += _length_prefixed(key) + _length_prefixed(value)
+        body += _varint(len(fields)) + fields
+        count += 1
+    attributes = (header.attributes & ~_CODEC_MASK) | DELETE_HORIZON_FLAG
+    tail = _HEADER_AFTER_CRC.pack(attributes, header.last_offset_delta, horizon_ms,
+                                  header.max_timestamp, header.producer_id,
+                                  header.producer_epoch, header.base_sequence, count) + body
+    head = _HEADER_BEFORE_CRC.pack(header.base_offset,
+                                   BATCH_HEADER_SIZE - core_records.LOG_OVERHEAD + len(body),
+                                   header.partition_leader_epoch, 2)
+    return head + struct.pack(">I", crc32c(tail)) + tail
 
 
 def _mtime_ms(path: str) -> int:
@@ -301,25 +437,26 @@ class LogCleaner:
         log = cleanable.log
         stats = CleanStats(first_dirty_offset=cleanable.first_dirty)
         segments = [s for s in log.segments if s.base_offset < cleanable.first_uncleanable]
-        aborted = _AbortedRanges(log)
+        txns = _CleanedTransactions(log, now_ms)
         offset_map, end = self._build_offset_map(segments, cleanable.first_dirty,
-                                                 cleanable.first_uncleanable, aborted)
+                                                 cleanable.first_uncleanable, txns.aborted)
         stats.end_offset = end
         to_clean = [s for s in segments if s.base_offset < end]
         stats.segments_before = len(to_clean)
         stats.bytes_before = sum(s.size for s in to_clean)
-        last_batch_of_producer = self._last_producer_offsets(log)
         delete_horizon = now_ms - log.config.delete_retention_ms
+        # Every segment from the log start is read in order (a transaction's batches come
+        # before its marker): the segments before the dirty range too.
         for group in self._group_segments(to_clean, log.config.segment_bytes):
-            new_size = self._clean_group(log, group, offset_map, delete_horizon,
-                                         last_batch_of_producer, stats, aborted)
+            new_size = self._clean_group(log, group, offset_map, delete_horizon, txns, stats)
             stats.segments_after += 1
             stats.bytes_after += new_size
         logger.info("%s Cleaned offsets %d-%d: %d segments (%d bytes) -> %d (%d bytes), "
-                    "%d records kept, %d removed (%d tombstones)", log._prefix(),
-                    log.log_start_offset, end, stats.segments_before, stats.bytes_before,
-                    stats.segments_after, stats.bytes_after, stats.records_kept,
-                    stats.records_removed, stats.tombstones_removed)
+                    "%d records kept, %d removed (%d tombstones), %d markers removed",
+                    log._prefix(), log.log_start_offset, end, stats.segments_before,
+                    stats.bytes_before, stats.segments_after, stats.bytes_after,
+                    stats.records_kept, stats.records_removed, stats.tombstones_removed,
+                    stats.markers_removed)
         return stats
 
     def _build_offset_map(self, segments: list[Segment], first_dirty: int,
@@ -350,16 +487,6 @@ class LogCleaner:
         return offset_map, first_uncleanable
 
     @staticmethod
-    def _last_producer_offsets(log: Log) -> dict[int, int]:
-        producers = getattr(log.producer_state, "producers", {}) or {}
-        out = {}
-        for pid, entry in producers.items():
-            last = entry.last_offset
-            if last >= 0:
-                out[pid] = last
-        return out
-
-    @staticmethod
     def _group_segments(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
         """Consecutive segments whose total size fits one segment and whose offsets fit
         32-bit relative offsets from the group's base (Kafka's groupSegmentsBySize)."""
@@ -376,9 +503,9 @@ class LogCleaner:
         return groups
 
     def _clean_group(self, log: Log, group: list[Segment], offset_map: dict[bytes, int],
-                     delete_horizon: int, last_batch_of_producer: dict[int, int],
-                     stats: CleanStats, aborted: _AbortedRanges) -> int:
+                     delete_horizon: int, txns: _CleanedTransactions, stats: CleanStats) -> int:
         base = group[0].base_offset
+        txns.removed_aborts = []
         path = os.path.join(log.dir, segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         written = 0
@@ -387,8 +514,7 @@ class LogCleaner:
                 for seg in group:
                     retain_deletes = _mtime_ms(seg.path) > delete_horizon
                     for _, data in _batches(seg):
-                        out = self._filter_chunk(data, offset_map, retain_deletes,
-                                                 last_batch_of_producer, stats, aborted)
+                        out = self._filter_chunk(data, offset_map, retain_deletes, txns, stats)
                         if out:
                             os.write(fd, out)
                             written += len(out)
@@ -399,7 +525,7 @@ class LogCleaner:
             # and the tombstone horizon read it).
             mtime = max(os.stat(s.path).st_mtime for s in group)
             os.utime(path, (mtime, mtime))
-            log.replace_segments(group, path)
+            log.replace_segments(group, path, removed_aborts=txns.removed_aborts)
         except BaseException:
             try:
                 os.unlink(path)
@@ -409,9 +535,9 @@ class LogCleaner:
         return written
 
     def _filter_chunk(self, data: bytes, offset_map: dict[bytes, int], retain_deletes: bool,
-                      last_batch_of_producer: dict[int, int], stats: CleanStats,
-                      aborted: _AbortedRanges) -> bytes:
+                      txns: _CleanedTransactions, stats: CleanStats) -> bytes:
         decoded = core_records.decode_records(data)
+        aborted = txns.aborted
         # Records of each batch that has any, by the batch's base offset.
         spans: dict[int, tuple[int, int]] = {}
         batch_index = decoded.batch_index
@@ -430,9 +556,15 @@ class LogCleaner:
             header = core_records.parse_batch_header(data, position)
             raw = data[position:position + header.size]
             position += header.size
+            if header.attributes & _CONTROL_FLAG:
+                out += txns.control_batch(raw, header, stats)
+                continue
             span = spans.get(header.base_offset)
-            if span is None or header.attributes & _CONTROL_FLAG:
-                out += raw  # control or empty batch
+            if span is None:
+                # Emptied by an earlier cleaning: kept while it holds its producer's state.
+                if txns.is_last_of_producer(header):
+                    out += raw
+                    txns.data_kept(header)
                 continue
             keep = []
             if aborted and aborted.covers(header):
@@ -466,7 +598,9 @@ class LogCleaner:
                     is_transactional=header.is_transactional,
                     offset_deltas=[offsets[r] - header.base_offset for r in keep],
                     last_offset_delta=header.last_offset_delta)
-            elif (header.producer_id >= 0
-                  and last_batch_of_producer.get(header.producer_id) == header.last_offset):
+            elif txns.is_last_of_producer(header):
                 out += empty_batch(header)
+            else:
+                continue
+            txns.data_kept(header)
         return bytes(out)

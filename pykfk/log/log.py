@@ -32,7 +32,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -946,12 +946,15 @@ class Log:
 
     # -- compaction ---------------------------------------------------------------------------
 
-    def replace_segments(self, old: list[Segment], cleaned_path: str) -> Segment:
+    def replace_segments(self, old: list[Segment], cleaned_path: str, *,
+                         removed_aborts: Collection[int] = ()) -> Segment:
         """Swaps in a cleaned copy of the consecutive segments ``old`` (the log cleaner's
         ``<base>.log.cleaned``, fsynced, base = ``old[0].base_offset``), as Kafka's
         replaceSegments: rename to ``.swap``, old files to ``.deleted`` (closed after
-        file.delete.delay.ms, so readers' regions stay valid), ``.swap`` to ``.log``. A
-        crash at any step leaves files that loading finishes or discards. Raises
+        file.delete.delay.ms, so readers' regions stay valid), ``.swap`` to ``.log``.
+        A crash at any step leaves files that loading finishes or discards.
+        ``removed_aborts``: offsets of ABORT markers the cleaned copy no longer holds; their
+        aborted transactions leave the index in the same swap. Raises
         RuntimeError when ``old`` are no longer live consecutive segments of this log
         (truncated or deleted meanwhile); the cleaned file is then left to the caller."""
         base = old[0].base_offset
@@ -972,6 +975,7 @@ class Log:
             new = self._open_segment(base)
             self._view = _View(segments[:i] + [new] + segments[i + len(old):])
             self._seal(new)
+            self.aborted_txns.remove(removed_aborts)
             self.aborted_txns.rewrite_segment(base, new.next_offset)
         fsync_dir(self.dir)
         if self.scheduler is not None:

@@ -22,7 +22,9 @@ consumer which of the batches it gets to drop. They are kept per segment in
 
 The files are derived data, written when a marker is appended (no fsync: a process crash
 keeps them; recovery replays the batches after the last producer snapshot and adds what
-is missing). Offsets past the log end (a truncated tail) are dropped when loading.
+is missing). Offsets past the log end (a truncated tail) are dropped when loading. The log
+cleaner drops the entry of an aborted transaction together with its marker
+(``pykfk.log.cleaner``).
 """
 
 from __future__ import annotations
@@ -172,6 +174,14 @@ class AbortedTransactions:
         i = bisect.bisect_left(self._last_offsets, offset)
         if i:
             self._entries, self._last_offsets = self._entries[i:], self._last_offsets[i:]
+
+    def remove(self, last_offsets: Iterable[int]) -> None:
+        """Forgets the transactions whose markers (at ``last_offsets``) the log cleaner
+        removed; the caller rewrites the index file of the segment that held them."""
+        gone = set(last_offsets)
+        if gone:
+            self._entries = [e for e in self._entries if e.last_offset not in gone]
+            self._last_offsets = [e.last_offset for e in self._entries]
 
     def rewrite_segment(self, segment_base: int, next_offset: int) -> None:
         """Writes the index file of a segment that replaced others (compaction) from the

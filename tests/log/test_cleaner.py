@@ -10,9 +10,10 @@ import pytest
 from pykfk._core import records
 from pykfk._core.errors import InvalidRecordError
 from pykfk.log.checkpoints import read_offset_checkpoint
-from pykfk.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
+from pykfk.log.cleaner import CLEANER_CHECKPOINT, DELETE_HORIZON_FLAG, LogCleaner
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
+from pykfk.log.transactions import ABORT, marker_type
 from tests.log.helpers import region_bytes
 
 NOW = 1_700_000_000_000
@@ -322,3 +323,209 @@ def test_kafka_python_reads_a_compacted_topic_through_the_broker(tmp_path):
         assert {k: v for _, k, v in got} == sent
     finally:
         broker.stop()
+
+
+# -- transaction markers ---------------------------------------------------------------
+
+PID_A, PID_B, PID_C = 1000, 2000, 3000
+
+
+def txn_put(log: Log, pid: int, seq: int, pairs, epoch: int = 0) -> int:
+    """A transactional batch of ``pairs``; returns its first offset."""
+    recs = [(k, v, NOW, []) for k, v in pairs]
+    return log.append(bytearray(records.build_batch(
+        recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+        is_transactional=True))).first_offset
+
+
+def end_txn(log: Log, pid: int, commit: bool, epoch: int = 0) -> int:
+    """A COMMIT or ABORT marker; returns its offset."""
+    return log.append_marker(pid, epoch, commit, coordinator_epoch=0, now_ms=NOW).first_offset
+
+
+def filler(log: Log, count: int = 8) -> None:
+    """Plain records of one key, enough to roll past what came before: the segments before
+    the active one are cleanable, and the next cleaning has something dirty."""
+    for i in range(count):
+        put(log, [(b"filler", b"x" * 40 + b"%d" % i)])
+
+
+def log_batches(log: Log) -> list[tuple[records.BatchHeader, bytes]]:
+    """(header, bytes) of every batch in the log's segment files, in offset order."""
+    out = []
+    for seg in log.segments:
+        data = os.pread(seg.fileno(), seg.size, 0)
+        out += [(h, data[pos:pos + h.size]) for h, pos in _positions(data)]
+    return out
+
+
+def markers(log: Log) -> dict[int, records.BatchHeader]:
+    """The control batches of the log by offset."""
+    return {h.base_offset: h for h, _ in log_batches(log) if h.is_control}
+
+
+def read_committed(log: Log) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) a read_committed consumer gets from the log start: batches up
+    to the last stable offset, those of the aborted transactions the log reports for the
+    range skipped as Kafka's consumer does (a producer id is aborted from the first offset
+    of its aborted transaction until its ABORT marker)."""
+    lso = log.last_stable_offset
+    pending = sorted(log.aborted_transactions(log.log_start_offset, lso),
+                     key=lambda t: t.first_offset)
+    aborted_pids: set[int] = set()
+    out = []
+    for h, raw in log_batches(log):
+        if h.base_offset >= lso:
+            break
+        while pending and pending[0].first_offset <= h.last_offset:
+            aborted_pids.add(pending.pop(0).producer_id)
+        if h.is_control:
+            if marker_type(raw) == ABORT:
+                aborted_pids.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborted_pids:
+            continue
+        out += [(r.offset, r.key, r.value) for r in records.iter_records(raw)
+                if r.offset >= log.log_start_offset]
+    return out
+
+
+def test_aborted_transaction_marker_goes_only_after_delete_retention(tmp_path):
+    lg = Log(str(tmp_path / "t-0"), compacted(delete_retention_ms=DAY_MS))
+    try:
+        txn_put(lg, PID_A, 0, [(b"a1", b"aborted-1"), (b"a2", b"aborted-2")])  # 0-1
+        abort = end_txn(lg, PID_A, commit=False)                                  # 2
+        committed = txn_put(lg, PID_A, 2, [(b"a3", b"committed")])              # 3
+        commit = end_txn(lg, PID_A, commit=True)                                  # 4
+        filler(lg)
+        assert [t.last_offset for t in lg.aborted_transactions(0, lg.log_end_offset)] == [abort]
+        cleaner = LogCleaner()
+
+        # The aborted records go at once; their marker stays, with a delete horizon.
+        stats = cleaner.clean_log(lg, NOW, force=True)
+        assert stats is not None and stats.markers_removed == 0
+        keys = {k for _, k, _ in consume(lg)}
+        assert b"a1" not in keys and b"a2" not in keys and b"a3" in keys
+        kept = markers(lg)
+        assert abort in kept and commit in kept
+        assert kept[abort].attributes & DELETE_HORIZON_FLAG
+        assert kept[abort].base_timestamp == NOW + DAY_MS
+        assert not kept[commit].attributes & DELETE_HORIZON_FLAG  # its record is there
+        # The stamped marker still reads as an ABORT marker with its own timestamp.
+        raw = next(raw for h, raw in log_batches(lg) if h.base_offset == abort)
+        records.validate_batches(raw)
+        assert marker_type(raw) == ABORT
+        assert [r.timestamp for r in records.iter_records(raw)] == [NOW]
+        assert [t.last_offset for t in lg.aborted_transactions(0, lg.log_end_offset)] == [abort]
+
+        # Just before the horizon: still there.
+        filler(lg)
+        stats = cleaner.clean_log(lg, NOW + DAY_MS - 1, force=True)
+        assert stats is not None and stats.markers_removed == 0
+        assert abort in markers(lg)
+        assert lg.aborted_transactions(0, lg.log_end_offset)
+
+        # From the horizon on: the marker and its aborted-transaction entry are gone.
+        filler(lg)
+        stats = cleaner.clean_log(lg, NOW + DAY_MS, force=True)
+        assert stats is not None and stats.markers_removed == 1
+        assert abort not in markers(lg)
+        assert commit in markers(lg)  # ends a transaction whose record is still there
+        assert lg.aborted_transactions(0, lg.log_end_offset) == []
+        assert not [n for n in os.listdir(lg.dir) if n.endswith(".txnindex")]
+        assert (committed, b"a3", b"committed") in read_committed(lg)
+    finally:
+        lg.close()
+
+
+def test_committed_marker_stays_while_its_records_do(tmp_path):
+    lg = Log(str(tmp_path / "t-0"), compacted(delete_retention_ms=DAY_MS))
+    try:
+        txn_put(lg, PID_C, 0, [(b"x", b"x-old")])        # 0, overwritten below
+        first = end_txn(lg, PID_C, commit=True)           # 1
+        y = txn_put(lg, PID_C, 1, [(b"y", b"y-kept")])    # 2, stays the latest of y
+        second = end_txn(lg, PID_C, commit=True)          # 3
+        z = txn_put(lg, PID_C, 2, [(b"z", b"z-old")])     # 4, overwritten, producer's last
+        third = end_txn(lg, PID_C, commit=True)           # 5
+        put(lg, [(b"x", b"x-new"), (b"z", b"z-new")])
+        filler(lg)
+        cleaner = LogCleaner()
+        cleaner.clean_log(lg, NOW, force=True)
+        for day in (2, 10, 30):  # well past delete.retention.ms, cleaned again and again
+            filler(lg)
+            assert cleaner.clean_log(lg, NOW + day * DAY_MS, force=True) is not None
+        kept = markers(lg)
+        # The first transaction's record is gone: its marker went after the horizon.
+        assert first not in kept
+        # The second one's record is still there: its marker stays, untouched.
+        assert second in kept and not kept[second].attributes & DELETE_HORIZON_FLAG
+        assert (y, b"y", b"y-kept") in consume(lg)
+        # The third one's batch is its producer's last: emptied, not removed (the
+        # producer's sequence survives a reload), so its transaction and marker stay.
+        last = {h.base_offset: h for h, _ in log_batches(lg)}[z]
+        assert last.records_count == 0 and last.producer_id == PID_C and last.base_sequence == 2
+        assert third in kept
+        committed = {k: v for _, k, v in read_committed(lg)}
+        assert committed[b"x"] == b"x-new" and committed[b"y"] == b"y-kept"
+        assert committed[b"z"] == b"z-new"
+    finally:
+        lg.close()
+
+
+@pytest.mark.parametrize("clean_shutdown", [True, False])
+def test_read_committed_and_recovery_after_markers_are_cleaned(tmp_path, clean_shutdown):
+    lg = Log(str(tmp_path / "t-0"), compacted(delete_retention_ms=DAY_MS))
+    txn_put(lg, PID_A, 0, [(b"k1", b"aborted-a"), (b"k2", b"aborted-a")])  # A open
+    put(lg, [(b"k3", b"plain")])
+    txn_put(lg, PID_B, 0, [(b"k1", b"committed-b")])                      # B open
+    a_abort = end_txn(lg, PID_A, commit=False)
+    txn_put(lg, PID_B, 1, [(b"k2", b"committed-b")])
+    end_txn(lg, PID_B, commit=True)
+    txn_put(lg, PID_A, 2, [(b"k4", b"committed-a")])
+    end_txn(lg, PID_A, commit=True)
+    txn_put(lg, PID_C, 0, [(b"k5", b"aborted-c")])   # C's only batch, aborted
+    c_abort = end_txn(lg, PID_C, commit=False)
+    filler(lg)
+    expected = latest(read_committed(lg))
+    assert not [v for _, v in expected.values() if v.startswith(b"aborted")]
+    cleaner = LogCleaner()
+    cleaner.clean_log(lg, NOW, force=True)
+    filler(lg)
+    stats = cleaner.clean_log(lg, NOW + 2 * DAY_MS, force=True)
+    assert stats is not None and stats.markers_removed == 1
+    assert a_abort not in markers(lg)
+    # C's aborted batch is its producer's last: kept empty, so its abort stays known.
+    assert c_abort in markers(lg)
+    assert [(t.producer_id, t.last_offset)
+            for t in lg.aborted_transactions(0, lg.log_end_offset)] == [(PID_C, c_abort)]
+    got = read_committed(lg)
+    assert {k: v for k, (_, v) in latest(got).items()} == {k: v for k, (_, v) in expected.items()}
+    assert not [v for _, _, v in got if v.startswith(b"aborted")]
+    lso, end = lg.last_stable_offset, lg.log_end_offset
+    assert lso == end
+    aborted = lg.aborted_transactions(0, end)
+    producers = {pid: (e.producer_epoch, e.last_seq) for pid, e in lg.producer_state.producers.items()}
+
+    if clean_shutdown:
+        lg.close()
+    else:
+        lg.flush()  # a kill -9: no close, no producer snapshot at the end
+    again = Log(str(tmp_path / "t-0"), compacted(delete_retention_ms=DAY_MS),
+                clean_shutdown=clean_shutdown)
+    try:
+        assert again.log_end_offset == end and again.last_stable_offset == lso
+        assert again.aborted_transactions(0, end) == aborted
+        assert read_committed(again) == got
+        assert {pid: (e.producer_epoch, e.last_seq)
+                for pid, e in again.producer_state.producers.items()} == producers
+        # The producers go on where they were: A's next sequence is accepted, and a new
+        # transaction moves the last stable offset and commits.
+        txn_put(again, PID_A, producers[PID_A][1] + 1, [(b"k6", b"after")])
+        assert again.last_stable_offset == end
+        end_txn(again, PID_A, commit=True)
+        assert again.last_stable_offset == again.log_end_offset
+        assert latest(read_committed(again))[b"k6"][1] == b"after"
+    finally:
+        again.close()
+        if not clean_shutdown:
+            lg.close()
