@@ -55,9 +55,9 @@ from pykfk.log.transactions import (
     TXN_INDEX_SUFFIX,
     AbortedTransactions,
     AbortedTxn,
-    control_markers,
+    control_marker_records,
     marker_batch,
-    marker_type,
+    read_marker,
 )
 from pykfk.metrics.stats import FlushStats
 
@@ -647,8 +647,8 @@ class Log:
             info, flush_now = self._write_locked(buf, headers, first_offset, producers, False, now_ms,
                                                  leader=False)
             if producers is not None:  # markers carry a producer id too
-                for header, kind in control_markers(buf, headers):
-                    self._complete_txn(state, header, kind == ABORT)
+                for header, kind, coordinator_epoch in control_marker_records(buf, headers):
+                    self._complete_txn(state, header, kind == ABORT, coordinator_epoch)
         if flush_now:
             self.flush()
         return info
@@ -666,15 +666,17 @@ class Log:
         batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
         info = self.append(batch, leader_epoch=leader_epoch, now_ms=now)
         with self._lock:
-            self._complete_txn(self.producer_state, info.headers[0], not commit)
+            self._complete_txn(self.producer_state, info.headers[0], not commit, coordinator_epoch)
         return info
 
-    def _complete_txn(self, state: ProducerStateManager, marker: Any, aborted: bool) -> None:
-        """The marker ``marker`` (its batch header, final offsets) ends a transaction in
-        ``state``; an abort goes into the index of the segment holding the marker."""
+    def _complete_txn(self, state: ProducerStateManager, marker: Any, aborted: bool,
+                      coordinator_epoch: int) -> None:
+        """The marker ``marker`` (its batch header, final offsets; written by the
+        transaction coordinator of ``coordinator_epoch``) ends a transaction in ``state``;
+        an abort goes into the index of the segment holding the marker."""
         offset = marker.base_offset
         first = state.complete_txn(marker.producer_id, marker.producer_epoch, offset,
-                                   marker.max_timestamp)
+                                   marker.max_timestamp, coordinator_epoch)
         if not aborted or first is None:
             return
         unstable = state.first_unstable_offset()
@@ -1146,9 +1148,9 @@ class Log:
                 state.commit_append(state.prepare_append((header,), check=False),
                                     (header,), header.next_offset, offsets_assigned=False)
                 if header.is_control and header.producer_id >= 0:
-                    kind = marker_type(os.pread(fd, header.size, position))
-                    if kind is not None:
-                        self._complete_txn(state, header, kind == ABORT)
+                    found = read_marker(os.pread(fd, header.size, position))
+                    if found is not None:
+                        self._complete_txn(state, header, found[0] == ABORT, found[1])
                 count += 1
             position += header.size
         return count

@@ -26,7 +26,10 @@ callers holding a few batches, and as the reference the header path is tested ag
 Transactions: the first offset of each producer's open transaction (``ongoing``) is
 noted at its first transactional batch and dropped by the marker that ends it
 (``complete_txn``); the smallest one is the partition's first unstable offset, below
-which the last stable offset stays.
+which the last stable offset stays. Each producer also keeps the coordinator epoch of
+the last marker written for it (Kafka's ``ProducerStateEntry.coordinatorEpoch``, what
+DescribeProducers reports): leader, follower and recovery appends all note it through
+``complete_txn``, and the snapshot keeps it.
 
 Thread affinity: the owning Log calls it under its lock.
 """
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+NO_COORDINATOR_EPOCH = -1
 INT32_MAX = 2**31 - 1
 # Attributes bit 5 of a magic-2 batch: a control batch (transaction marker).
 CONTROL_FLAG = 0x20
@@ -60,8 +64,9 @@ TRANSACTIONAL_FLAG = 0x10
 NUM_BATCHES_TO_RETAIN = 5
 
 SNAPSHOT_SUFFIX = ".snapshot"
-# Version 2 adds each producer's open transaction (version 1 files are still read).
-SNAPSHOT_VERSION = 2
+# Version 2 adds each producer's open transaction, version 3 the coordinator epoch of
+# its last marker (version 1 and 2 files are still read).
+SNAPSHOT_VERSION = 3
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -123,14 +128,17 @@ class ProducerBatch:
 class ProducerStateEntry:
     """What the log knows about one producer id."""
 
-    __slots__ = ("batches", "last_timestamp", "producer_epoch", "producer_id")
+    __slots__ = ("batches", "coordinator_epoch", "last_timestamp", "producer_epoch", "producer_id")
 
     def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH,
-                 batches: Iterable[BatchMetadata] = (), last_timestamp: int = -1):
+                 batches: Iterable[BatchMetadata] = (), last_timestamp: int = -1,
+                 coordinator_epoch: int = NO_COORDINATOR_EPOCH):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
         self.last_timestamp = last_timestamp
+        # The coordinator epoch of the last transaction marker written for this producer.
+        self.coordinator_epoch = coordinator_epoch
 
     # BatchMetadata fields by position below: an index is cheaper than a named field, and
     # these run on every idempotent append.
@@ -278,10 +286,11 @@ class ProducerStateManager:
                              f"older than the current epoch {entry.producer_epoch}")
 
     def complete_txn(self, producer_id: int, producer_epoch: int, marker_offset: int,
-                     timestamp: int) -> int | None:
-        """The marker at ``marker_offset`` ends the producer's transaction here: returns
-        the first offset it had (None when it wrote nothing to this partition). A marker
-        of a newer epoch (the coordinator fencing a producer) moves the producer to it."""
+                     timestamp: int, coordinator_epoch: int = NO_COORDINATOR_EPOCH) -> int | None:
+        """The marker at ``marker_offset``, written by the transaction coordinator of
+        ``coordinator_epoch``, ends the producer's transaction here: returns the first
+        offset it had (None when it wrote nothing to this partition). A marker of a newer
+        epoch (the coordinator fencing a producer) moves the producer to it."""
         first = self.ongoing.pop(producer_id, None)
         entry = self.producers.get(producer_id)
         if entry is None:
@@ -290,6 +299,8 @@ class ProducerStateManager:
             entry.producer_epoch = producer_epoch
             entry.batches.clear()
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if coordinator_epoch != NO_COORDINATOR_EPOCH:
+            entry.coordinator_epoch = coordinator_epoch
         self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
         return first
 
@@ -501,12 +512,13 @@ class ProducerStateManager:
     # offset when it was taken). Big-endian:
     #
     #   offset size  field
-    #    0     2     version (1)
+    #    0     2     version (3; 1 and 2 are read)
     #    2     4     crc: CRC-32C of every byte after this field
     #    6     4     producer count
     #   10     ...   producers, each:
     #                  8 producer_id, 2 producer_epoch, 8 last_timestamp,
-    #                  8 first offset of its open transaction (-1 none; version 2 only),
+    #                  8 first offset of its open transaction (-1 none; versions 2 and 3),
+    #                  4 coordinator epoch of its last marker (-1 none; version 3),
     #                  1 batch count (0..5)
     #                  then per batch: 4 first_seq, 4 last_seq, 8 first_offset, 8 last_offset,
     #                  8 timestamp
@@ -515,7 +527,8 @@ class ProducerStateManager:
     # five so duplicates of any in-flight batch are still caught after a restart.
 
     _HEAD = struct.Struct(">hIi")
-    _PRODUCER = struct.Struct(">qhqqB")
+    _PRODUCER = struct.Struct(">qhqqiB")
+    _PRODUCER_V2 = struct.Struct(">qhqqB")
     _PRODUCER_V1 = struct.Struct(">qhqB")
     _BATCH = struct.Struct(">iiqqq")
 
@@ -525,7 +538,8 @@ class ProducerStateManager:
         parts = [struct.pack(">i", len(self.producers))]
         for pid, entry in sorted(self.producers.items()):
             parts.append(self._PRODUCER.pack(pid, entry.producer_epoch, entry.last_timestamp,
-                                             self.ongoing.get(pid, -1), len(entry.batches)))
+                                             self.ongoing.get(pid, -1), entry.coordinator_epoch,
+                                             len(entry.batches)))
             for b in entry.batches:
                 parts.append(self._BATCH.pack(b.first_seq, b.last_seq, b.first_offset,
                                               b.last_offset, b.timestamp))
@@ -539,30 +553,34 @@ class ProducerStateManager:
         if len(data) < self._HEAD.size:
             raise SnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
         version, crc, count = self._HEAD.unpack_from(data, 0)
-        if version not in (1, SNAPSHOT_VERSION):
+        layout = {1: self._PRODUCER_V1, 2: self._PRODUCER_V2, SNAPSHOT_VERSION: self._PRODUCER}.get(version)
+        if layout is None:
             raise SnapshotError(f"unknown snapshot version {version}")
         if crc32c(memoryview(data)[6:]) != crc:
             raise SnapshotError("snapshot CRC mismatch")
         producers: dict[int, ProducerStateEntry] = {}
         ongoing: dict[int, int] = {}
-        layout = self._PRODUCER if version == SNAPSHOT_VERSION else self._PRODUCER_V1
         pos = self._HEAD.size
         for _ in range(max(count, 0)):
             if pos + layout.size > len(data):
                 raise SnapshotError("snapshot truncated inside a producer entry")
+            coordinator_epoch = NO_COORDINATOR_EPOCH
             if version == SNAPSHOT_VERSION:
+                pid, epoch, last_ts, txn_first, coordinator_epoch, n = layout.unpack_from(data, pos)
+            elif version == 2:
                 pid, epoch, last_ts, txn_first, n = layout.unpack_from(data, pos)
-                if txn_first >= 0:
-                    ongoing[pid] = txn_first
             else:
                 pid, epoch, last_ts, n = layout.unpack_from(data, pos)
+                txn_first = -1
+            if txn_first >= 0:
+                ongoing[pid] = txn_first
             pos += layout.size
             if n > NUM_BATCHES_TO_RETAIN or pos + n * self._BATCH.size > len(data):
                 raise SnapshotError(f"snapshot entry of producer {pid} is malformed")
             batches = [BatchMetadata(*self._BATCH.unpack_from(data, pos + i * self._BATCH.size))
                        for i in range(n)]
             pos += n * self._BATCH.size
-            producers[pid] = ProducerStateEntry(pid, epoch, batches, last_ts)
+            producers[pid] = ProducerStateEntry(pid, epoch, batches, last_ts, coordinator_epoch)
         if pos != len(data):
             raise SnapshotError(f"{len(data) - pos} unexpected bytes after the last entry")
         self.producers = producers

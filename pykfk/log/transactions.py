@@ -69,32 +69,49 @@ def marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinato
                                     is_control=True)
 
 
-def marker_type(batch: Any) -> int | None:
-    """COMMIT or ABORT for a whole control batch's bytes; None when its record does not
-    carry a control key this broker knows (Kafka ignores unknown control types)."""
+def read_marker(batch: Any) -> tuple[int, int] | None:
+    """(COMMIT or ABORT, coordinator epoch) of a whole control batch's bytes; None when
+    its record does not carry a control key this broker knows (Kafka ignores unknown
+    control types). The epoch is -1 when the record has no readable value."""
     for record in core_records.iter_records(batch):
         key = record.key
         if key is not None and len(key) >= _CONTROL_KEY.size:
             _version, kind = _CONTROL_KEY.unpack_from(key)
             if kind in (ABORT, COMMIT):
-                return int(kind)
+                value = record.value
+                epoch = -1
+                if value is not None and len(value) >= _CONTROL_VALUE.size:
+                    _value_version, epoch = _CONTROL_VALUE.unpack_from(value)
+                return int(kind), int(epoch)
         return None
     return None
 
 
-def control_markers(buf: Any, headers: Iterable[Any]) -> list[tuple[Any, int]]:
-    """(header, COMMIT or ABORT) of every control batch among ``headers``, the batches
-    lying one after the other in ``buf`` (an append's bytes)."""
+def marker_type(batch: Any) -> int | None:
+    """COMMIT or ABORT for a whole control batch's bytes; None when its record does not
+    carry a control key this broker knows (Kafka ignores unknown control types)."""
+    marker = read_marker(batch)
+    return None if marker is None else marker[0]
+
+
+def control_marker_records(buf: Any, headers: Iterable[Any]) -> list[tuple[Any, int, int]]:
+    """(header, COMMIT or ABORT, coordinator epoch) of every control batch among
+    ``headers``, the batches lying one after the other in ``buf`` (an append's bytes)."""
     found = []
     position = 0
     for header in headers:
         size = header.size
         if header.attributes & core_records.ATTR_CONTROL:
-            kind = marker_type(buf[position:position + size])
-            if kind is not None:
-                found.append((header, kind))
+            marker = read_marker(buf[position:position + size])
+            if marker is not None:
+                found.append((header, marker[0], marker[1]))
         position += size
     return found
+
+
+def control_markers(buf: Any, headers: Iterable[Any]) -> list[tuple[Any, int]]:
+    """(header, COMMIT or ABORT) of every control batch among ``headers``."""
+    return [(header, kind) for header, kind, _epoch in control_marker_records(buf, headers)]
 
 
 class AbortedTransactions:

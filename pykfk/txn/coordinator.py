@@ -397,10 +397,15 @@ class TransactionCoordinator:
                 last_update_timestamp_ms=now, start_timestamp_ms=now if opening else meta.start_ms))
 
     def verify_partition(self, transactional_id: str, producer_id: int, epoch: int,
-                         partition: TopicPartition) -> ErrorCode:
+                         partition: TopicPartition, *, abortable: bool = False) -> ErrorCode:
         """A transactional write to ``partition`` is part of the producer's open
         transaction (KIP-890's verification, for ids this broker coordinates): NONE, or
-        why not. Ids coordinated elsewhere are not checked here (NONE)."""
+        why not. Ids coordinated elsewhere are not checked here (NONE).
+
+        ``abortable``: the caller understands TRANSACTION_ABORTABLE (AddPartitionsToTxn
+        v5): a partition outside the open transaction gets it instead of
+        INVALID_TXN_STATE, and a transaction being committed or aborted
+        CONCURRENT_TRANSACTIONS (Kafka's handleVerifyPartitionsInTransaction)."""
         if self._coordinator_error(transactional_id) is not None:
             return E.NONE
         meta = self.txns.get(transactional_id)
@@ -408,8 +413,10 @@ class TransactionCoordinator:
             return E.INVALID_PRODUCER_ID_MAPPING
         if epoch < meta.producer_epoch:
             return E.INVALID_PRODUCER_EPOCH
+        if abortable and meta.state in PREPARING:
+            return E.CONCURRENT_TRANSACTIONS
         if meta.state != TxnState.ONGOING or partition not in meta.partitions:
-            return E.INVALID_TXN_STATE
+            return E.TRANSACTION_ABORTABLE if abortable else E.INVALID_TXN_STATE
         return E.NONE
 
     # -- EndTxn ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 
 import pytest
 
@@ -19,6 +20,7 @@ from pykfk.log.producer_state import (
     increment_sequence,
     list_snapshots,
 )
+from pykfk.log.transactions import marker_batch
 
 from .helpers import batch, read_records
 
@@ -278,3 +280,77 @@ def test_truncation_rewinds_producer_state(tmp_path):
     log.truncate_to(3)
     # Sequences 3..5 were cut off, so the producer continues at 3 again.
     assert log.append(idem(3)).first_offset == 3
+
+
+# -- the coordinator epoch of the last transaction marker -----------------------------------
+
+
+def txn(seq, epoch=0):
+    return bytearray(records.build_batch([(b"k", b"v", 1_700_000_000_000, [])], producer_id=PID,
+                                         producer_epoch=epoch, base_sequence=seq, is_transactional=True))
+
+
+def coordinator_epoch(log):
+    return log.producer_state.producers[PID].coordinator_epoch
+
+
+def test_complete_txn_keeps_the_coordinator_epoch_and_the_snapshot_stores_it():
+    state = ProducerStateManager()
+    state.update([pb(0, first_offset=0)])
+    assert state.producers[PID].coordinator_epoch == -1  # no marker yet
+    state.complete_txn(PID, 0, 1, 2000, 5)
+    assert state.producers[PID].coordinator_epoch == 5
+    state.complete_txn(PID, 0, 2, 2000)  # a marker whose epoch was not read changes nothing
+    assert state.producers[PID].coordinator_epoch == 5
+    state.complete_txn(PID, 0, 3, 2000, 9)
+    loaded = ProducerStateManager()
+    loaded.load_snapshot_bytes(state.snapshot_bytes(), 4)
+    assert loaded.producers[PID].coordinator_epoch == 9
+    assert list(loaded.producers[PID].batches) == list(state.producers[PID].batches)
+
+
+def test_version_2_snapshots_still_load_without_a_coordinator_epoch():
+    from pykfk._core import crc32c
+
+    # Version 2: producer_id, epoch, last_timestamp, open transaction's first offset,
+    # batch count, then the batches; no coordinator epoch.
+    body = struct.pack(">i", 1) + struct.pack(">qhqqB", PID, 3, 1234, 10, 1) + struct.pack(">iiqqq", 0, 0, 10, 10, 1234)
+    loaded = ProducerStateManager()
+    loaded.load_snapshot_bytes(struct.pack(">hI", 2, crc32c(body)) + body, 11)
+    entry = loaded.producers[PID]
+    assert (entry.producer_epoch, entry.coordinator_epoch, loaded.ongoing) == (3, -1, {PID: 10})
+    assert list(entry.batches) == [BatchMetadata(0, 0, 10, 10, 1234)]
+
+
+def test_marker_coordinator_epoch_on_the_leader_a_follower_and_after_restarts(tmp_path):
+    leader_dir = str(tmp_path / "t-0")
+    leader = Log(leader_dir, LogConfig())
+    leader.append(txn(0))
+    assert coordinator_epoch(leader) == -1
+    leader.append_marker(PID, 0, commit=True, coordinator_epoch=7)
+    assert coordinator_epoch(leader) == 7
+
+    # A follower gets the same batches with their offsets; the epoch is read from the marker.
+    follower = Log(str(tmp_path / "follower" / "t-0"), LogConfig())
+    follower.append(txn(0), assign_offsets=False)
+    marker = bytearray(marker_batch(PID, 0, True, 7, 1_700_000_000_000))
+    struct.pack_into(">q", marker, 0, 1)  # its offset (the base offset is outside the CRC)
+    follower.append(marker, assign_offsets=False)
+    assert coordinator_epoch(follower) == 7
+    follower.close()
+
+    leader.close()  # a snapshot at the log end offset
+    leader = Log(leader_dir, LogConfig(), clean_shutdown=True)
+    assert coordinator_epoch(leader) == 7
+    leader.append(txn(1))
+    leader.append_marker(PID, 0, commit=False, coordinator_epoch=8)
+    leader.flush()
+    del leader  # a crash: the marker at epoch 8 is after the last snapshot, found by replay
+    leader = Log(leader_dir, LogConfig())
+    assert coordinator_epoch(leader) == 8
+    leader.close()
+    for offset in list_snapshots(leader_dir):
+        os.unlink(os.path.join(leader_dir, f"{offset:020d}.snapshot"))
+    leader = Log(leader_dir, LogConfig(), clean_shutdown=True)  # rebuilt from the segments alone
+    assert coordinator_epoch(leader) == 8
+    leader.close()

@@ -3,7 +3,7 @@ to write in its ongoing transaction.
 
 v1 same as v0; v2 adds nothing on the wire (PRODUCER_FENCED may be answered); v3 first
 flexible version; v4 batches transactions (broker to coordinator, with verify_only,
-KIP-890) and adds a top-level error code.
+KIP-890) and adds a top-level error code; v5 may answer TRANSACTION_ABORTABLE (KIP-890).
 """
 
 from ..schema import ApiSpec, Field
@@ -26,7 +26,7 @@ def _topic_result(versions: str) -> list[Field]:
 SPEC = ApiSpec(
     24,
     "AddPartitionsToTxn",
-    versions="0-4",
+    versions="0-5",
     flexible="3+",
     request=[
         Field("transactions", "[]AddPartitionsToTxnTransaction", "4+", fields=[

@@ -1,17 +1,19 @@
 """ListTransactions (key 66, KIP-664): the transactional ids a broker coordinates, by
-state and producer id. v0 is flexible; v1 adds a duration filter (KIP-994)."""
+state and producer id. v0 is flexible; v1 adds a duration filter (KIP-994), v2 a
+transactional id pattern (KIP-1152)."""
 
 from ..schema import ApiSpec, Field
 
 SPEC = ApiSpec(
     66,
     "ListTransactions",
-    versions="0-1",
+    versions="0-2",
     flexible="0+",
     request=[
         Field("state_filters", "[]string"),
         Field("producer_id_filters", "[]int64"),
         Field("duration_filter", "int64", "1+", default=-1),
+        Field("transactional_id_pattern", "string", "2+", nullable="2+", default=None),
     ],
     response=[
         Field("throttle_time_ms", "int32"),

@@ -2,7 +2,9 @@
 group inside its transaction; they become visible when the transaction commits.
 
 v1 same as v0; v2 adds committed_leader_epoch; v3 first flexible version, adds the
-group's generation_id, member_id and group_instance_id (KIP-447).
+group's generation_id, member_id and group_instance_id (KIP-447); v4 may answer
+TRANSACTION_ABORTABLE (KIP-890). v5 (same fields, for transaction version 2 clients) is
+not declared.
 """
 
 from ..schema import ApiSpec, Field
@@ -10,7 +12,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     28,
     "TxnOffsetCommit",
-    versions="0-3",
+    versions="0-4",
     flexible="3+",
     request=[
         Field("transactional_id", "string"),

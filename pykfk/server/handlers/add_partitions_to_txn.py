@@ -6,7 +6,11 @@ for the others) when some partition does not exist, TOPIC_AUTHORIZATION_FAILED l
 else the coordinator's answer for the whole request. v4 carries several transactions
 (the form brokers use among themselves, KIP-890); with ``verify_only`` the partitions are
 only checked to be in the transaction. PRODUCER_FENCED reaches versions below 2 as
-INVALID_PRODUCER_EPOCH (KIP-588).
+INVALID_PRODUCER_EPOCH (KIP-588). From v5 a verification answers as Kafka's coordinator
+does for a caller that understands TRANSACTION_ABORTABLE: TRANSACTION_ABORTABLE for a
+partition outside the open transaction, CONCURRENT_TRANSACTIONS while it is being
+committed or aborted (v4, what pykfk's own brokers send, keeps INVALID_TXN_STATE for
+both, the answer their Produce handling expects).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 24
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 def _results(codes: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
@@ -46,7 +50,9 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epo
     if failed:
         return {tp: failed.get(tp, int(ErrorCode.OPERATION_NOT_ATTEMPTED)) for tp in partitions}
     if verify_only:
-        return {tp: int(coordinator.verify_partition(transactional_id, producer_id, epoch, tp)) for tp in partitions}
+        abortable = ctx.api_version >= 5
+        return {tp: int(coordinator.verify_partition(transactional_id, producer_id, epoch, tp, abortable=abortable))
+                for tp in partitions}
     code = await coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
     if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
         code = ErrorCode.INVALID_PRODUCER_EPOCH

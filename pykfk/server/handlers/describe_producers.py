@@ -1,6 +1,7 @@
 """DescribeProducers (key 61, KIP-664): the producers a partition's leader keeps state
-for (``pykfk.log.producer_state``): epoch, last sequence, last timestamp and the first
-offset of the transaction each has open there. Needs Read on the topic; only the leader
+for (``pykfk.log.producer_state``): epoch, last sequence, last timestamp, the coordinator
+epoch of the last transaction marker written for it (-1 before any) and the first offset
+of the transaction it has open there (-1 none). Needs Read on the topic; only the leader
 answers (NOT_LEADER_OR_FOLLOWER elsewhere)."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _partition(ctx: RequestContext, topic: str, partition: int) -> dict[str, Any
         return {**answer, "error_code": exc.code}
     answer["active_producers"] = [
         {"producer_id": pid, "producer_epoch": entry.producer_epoch, "last_sequence": entry.last_seq,
-         "last_timestamp": entry.last_timestamp, "coordinator_epoch": -1,
+         "last_timestamp": entry.last_timestamp, "coordinator_epoch": entry.coordinator_epoch,
          "current_txn_start_offset": state.ongoing.get(pid, -1)}
         for pid, entry in sorted(state.producers.items())]
     return answer

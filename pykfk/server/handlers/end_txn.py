@@ -3,6 +3,9 @@ answer comes once PrepareCommit/PrepareAbort is stored; the markers follow, and
 read_committed consumers see the transaction's records when its markers are written.
 EndTxn out of order (no transaction open, or a commit after an abort began) gets
 INVALID_TXN_STATE; PRODUCER_FENCED reaches versions below 2 as INVALID_PRODUCER_EPOCH.
+v4 only says the client understands TRANSACTION_ABORTABLE (KIP-890 part 1); Kafka's
+coordinator has no EndTxn answer that becomes it, so v4 is answered as v3. v5 (an epoch
+bump per transaction, transaction version 2) is not served.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 26
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
