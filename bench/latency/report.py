@@ -22,13 +22,14 @@ def _latency(values: list[int]) -> dict[str, float]:
     return out
 
 
-def request_rate(samples: list[list[int]], window: list[int]) -> float:
-    """Requests per second from cumulative (time, count) samples inside the window."""
+def request_rate(samples: list[list[int]], window: list[int], column: int = 1) -> float:
+    """Requests per second from cumulative (time, count...) samples inside the window;
+    ``column`` picks the count (1: all requests, 2: Produce, 3: Fetch)."""
     inside = [s for s in samples if window[0] <= s[0] <= window[1]]
     if len(inside) < 2:
         return float("nan")
-    (t0, n0), (t1, n1) = inside[0], inside[-1]
-    return (n1 - n0) / ((t1 - t0) / 1e9)
+    first, last = inside[0], inside[-1]
+    return (last[column] - first[column]) / ((last[0] - first[0]) / 1e9)
 
 
 def summarize(target: str, args: argparse.Namespace, producer: dict[str, Any],
@@ -41,6 +42,8 @@ def summarize(target: str, args: argparse.Namespace, producer: dict[str, Any],
         "partitions": consumer["partitions"], "failed": producer["failed"],
         "end_to_end": _latency(consumer["end_to_end_ns"]), "ack": _latency(producer["ack_ns"]),
         "requests_per_s": requests,
+        "produce_requests_per_s": request_rate(producer["requests"], window, 2),
+        "fetch_requests_per_s": request_rate(consumer["requests"], window, 3),
         "_end_to_end_ns": consumer["end_to_end_ns"], "_ack_ns": producer["ack_ns"],
     }
     if broker_cpu is not None:
@@ -63,6 +66,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
         print(f"{r['target']:8} {r['achieved_rate']:8.0f} {e['p50_ms']:8.2f} {e['p99_ms']:7.2f} "
               f"{e['p99.9_ms']:7.2f} {e['max_ms']:7.1f} {a['p50_ms']:8.2f} {a['p99_ms']:7.2f} "
               f"{r['requests_per_s']:7.0f} {cpu}")
+    for r in results:
+        print(f"{r['target']}: {r['produce_requests_per_s']:.0f} Produce and "
+              f"{r['fetch_requests_per_s']:.0f} Fetch requests/s")
     print("latencies in ms; CPU is the broker's (the mock runs inside the producer)")
 
 

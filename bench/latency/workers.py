@@ -42,16 +42,20 @@ def _write(path: str, text: str) -> None:
 
 class RequestCounter:
     """Requests this client sent to brokers, from librdkafka's statistics (sum of the
-    brokers' ``tx``), sampled with their timestamps."""
+    brokers' ``tx``, and of their Produce and Fetch counts in ``req``), sampled with
+    their timestamps."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[int, int]] = []   # (monotonic ns, requests so far)
+        # (monotonic ns, requests so far, Produce requests so far, Fetch requests so far)
+        self.samples: list[tuple[int, int, int, int]] = []
         self.mock_address: str | None = None
 
     def on_stats(self, text: str) -> None:
         stats = json.loads(text)
         brokers = stats.get("brokers", {}).values()
-        self.samples.append((time.monotonic_ns(), sum(b.get("tx", 0) for b in brokers)))
+        self.samples.append((time.monotonic_ns(), sum(b.get("tx", 0) for b in brokers),
+                             sum(b.get("req", {}).get("Produce", 0) for b in brokers),
+                             sum(b.get("req", {}).get("Fetch", 0) for b in brokers)))
         if self.mock_address is None:
             for broker in brokers:
                 if broker.get("nodeid", -1) >= 0:
