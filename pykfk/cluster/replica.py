@@ -151,6 +151,10 @@ class Partition:
         self.remote: dict[int, RemoteReplica] = {}
         self.waiters: list[tuple[int, asyncio.Future[None]]] = []
         self.isr_change_pending = False
+        # The log end offset when this broker became leader at its current epoch (Kafka's
+        # leaderEpochStartOffsetOpt); -1 while not leader. A high watermark below it is
+        # one a predecessor may have passed already (see ``check_high_watermark_known``).
+        self.epoch_start_offset = -1
         # follower side
         self.needs_truncation = False
         self.fetch_paused_until = 0
@@ -171,6 +175,8 @@ class Partition:
     def become_leader(self, state: PartitionState) -> None:
         me = self.manager.broker_id
         was_leader = self.role == LEADER
+        if not was_leader or state.leader_epoch != self.leader_epoch:
+            self.epoch_start_offset = self.log.log_end_offset
         self.role = LEADER
         self.leader_id = me
         self.leader_epoch = state.leader_epoch
@@ -198,6 +204,7 @@ class Partition:
         # one that follows its log end offset by itself.
         self.log.high_watermark = self.log.high_watermark
         self.role = FOLLOWER
+        self.epoch_start_offset = -1
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.isr = frozenset(state.isr)
@@ -217,6 +224,7 @@ class Partition:
     def stop(self) -> None:
         was_leader = self.role == LEADER
         self.role = NONE
+        self.epoch_start_offset = -1
         self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if was_leader:
             self.manager.log_end_waiters.notify(self.topic, self.partition)
@@ -350,6 +358,18 @@ class Partition:
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
         if current_leader_epoch > self.leader_epoch:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    def check_high_watermark_known(self) -> None:
+        """OFFSET_NOT_AVAILABLE while the high watermark is below the offset this
+        leader's epoch started at (Kafka's ``fetchOffsetForTimestamp``). A follower learns
+        the leader's high watermark one fetch late, so a new leader's may be behind the
+        one (and the last stable offset) its predecessor already answered with; it
+        passes the epoch start once the ISR has fetched up to there, and from then on
+        it is at least any offset the old leader announced."""
+        if self.epoch_start_offset > self.high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE,
+                             f"{self.topic}-{self.partition}: high watermark {self.high_watermark} is behind "
+                             f"the start {self.epoch_start_offset} of leader epoch {self.leader_epoch}")
 
     def follower_fetched(self, replica_id: int, fetch_offset: int) -> None:
         remote = self.remote.get(replica_id)

@@ -1,7 +1,9 @@
 """Transactions on a 3-broker ZooKeeper cluster: markers cross brokers (WriteTxnMarkers
-from the coordinator to partition leaders), and the coordinator's broker is killed with
-SIGKILL in the middle of a transaction: ``__transaction_state`` leadership moves, the new
-coordinator replays it, and the transaction commits whole."""
+from the coordinator to partition leaders), and brokers are killed with SIGKILL in the
+middle of a transaction: a partition's leader right after a commit moved its last stable
+offset, then the coordinator's broker (``__transaction_state`` leadership moves, the new
+coordinator replays it). Each transaction commits whole, and the last stable offset each
+partition's leader reports meanwhile never goes back."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from confluent_kafka import Producer
 from pykfk.group.offsets import partition_for
 from tests.cluster.conftest import Cluster, wait_until
 from tests.txn.conftest import TIMEOUT_S, read_all
+from tests.txn.lso_sampler import LsoSampler
 
 TXN_PARTITIONS = 3
 TRANSACTIONAL_ID = "tx-cluster"
@@ -23,20 +26,47 @@ def test_coordinator_broker_killed_mid_transaction(tmp_path: Any, zookeeper_serv
         "transaction.state.log.replication.factor": 3,
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
     }).start()
+    sampler: LsoSampler | None = None
     try:
         cluster.create_topic("orders", 3, 3, **{"min.insync.replicas": 2})
+        sampler = LsoSampler({i: (b.host, b.port) for i, b in cluster.brokers.items()}, "orders", 3).start()
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": TRANSACTIONAL_ID})
         producer.init_transactions(TIMEOUT_S)
         state_partition = partition_for(TRANSACTIONAL_ID, TXN_PARTITIONS)
         cluster.wait_for_full_isr("__transaction_state", TXN_PARTITIONS)
+        coordinator = cluster.leader("__transaction_state", state_partition)
 
         # Markers to leaders on other brokers.
         producer.begin_transaction()
         for i in range(30):
             producer.produce("orders", b"first-%d" % i, partition=i % 3)
         producer.commit_transaction(TIMEOUT_S)
-        assert sorted(read_all(cluster.bootstrap, "orders", 3, "read_committed")) == sorted(
-            b"first-%d" % i for i in range(30))
+        expected = [b"first-%d" % i for i in range(30)]
+
+        # A partition's leader dies just after it answered the LSO past the commit marker
+        # (within replica.fetch.wait.max.ms), with the next transaction open elsewhere.
+        # Its followers learn the high watermark one fetch late, so the new leader must
+        # not answer an older LSO meanwhile (OFFSET_NOT_AVAILABLE until its high
+        # watermark reaches the start of its epoch).
+        target = next(p for p in range(3) if cluster.leader("orders", p) != coordinator)
+        victim = cluster.leader("orders", target)
+        wait_until(lambda: any(s.lso == 11 and s.broker == victim for s in sampler.good(target)), 10,
+                   f"the LSO past the commit at the leader of orders-{target}", 0.005)
+        others = [p for p in range(3) if cluster.leader("orders", p) != victim]
+        producer.begin_transaction()
+        for i in range(30):
+            if i % 3 in others:
+                producer.produce("orders", b"moved-%d" % i, partition=i % 3)
+        producer.flush(TIMEOUT_S)
+        cluster.brokers[victim].kill()
+        wait_until(lambda: any(s.broker != victim for s in sampler.good(target)), 30,
+                   f"an LSO from the new leader of orders-{target}")
+        producer.commit_transaction(TIMEOUT_S)
+        expected += [b"moved-%d" % i for i in range(30) if i % 3 in others]
+        assert sorted(read_all(cluster.bootstrap, "orders", 3, "read_committed")) == sorted(expected)
+        cluster.brokers[victim].start(timeout=60)
+        cluster.wait_for_full_isr("orders", 3)
+        cluster.wait_for_full_isr("__transaction_state", TXN_PARTITIONS)
 
         # The coordinator dies with a transaction open; its successor finishes it.
         producer.begin_transaction()
@@ -49,7 +79,7 @@ def test_coordinator_broker_killed_mid_transaction(tmp_path: Any, zookeeper_serv
                    "a new transaction coordinator")
         producer.commit_transaction(TIMEOUT_S)
         committed = read_all(cluster.bootstrap, "orders", 3, "read_committed")
-        expected = [b"first-%d" % i for i in range(30)] + [b"second-%d" % i for i in range(30)]
+        expected += [b"second-%d" % i for i in range(30)]
         assert sorted(committed) == sorted(expected)
 
         # And it keeps coordinating: an aborted transaction stays invisible.
@@ -58,7 +88,15 @@ def test_coordinator_broker_killed_mid_transaction(tmp_path: Any, zookeeper_serv
         producer.flush(TIMEOUT_S)
         producer.abort_transaction(TIMEOUT_S)
         assert sorted(read_all(cluster.bootstrap, "orders", 3, "read_committed")) == sorted(expected)
+
+        samples = sampler.stop()
+        assert not sampler.failures, sampler.failures
+        assert not sampler.regressions(), f"the LSO went back: {sampler.regressions()}"
+        for p in range(3):  # every partition answered to the end, from whoever leads it
+            assert any(s.at > samples[-1].at - 2 for s in sampler.good(p)), f"orders-{p} stopped answering"
     finally:
+        if sampler is not None:
+            sampler.stop()
         cluster.close()
 
 

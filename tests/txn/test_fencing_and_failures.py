@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from tests.txn.conftest import TIMEOUT_S, create_topics, read_all
+from tests.txn.lso_sampler import LsoSampler
 
 
 def transactional_producer(bootstrap: str, transactional_id: str, **conf: object) -> Producer:
@@ -57,16 +58,25 @@ def test_a_hung_transaction_is_aborted_after_its_timeout(broker):
 
 def test_broker_killed_mid_transaction_then_committed(broker):
     create_topics(broker.bootstrap, 3, "crash")
-    producer = transactional_producer(broker.bootstrap, "tx-crash")
-    producer.begin_transaction()
-    for i in range(30):
-        producer.produce("crash", b"r-%d" % i, partition=i % 3)
-    producer.flush(TIMEOUT_S)
-    broker.restart(clean=False)  # SIGKILL, then start again on the same port
-    assert read_all(broker.bootstrap, "crash", 3, "read_committed") == []
-    producer.commit_transaction(TIMEOUT_S)
-    committed = read_all(broker.bootstrap, "crash", 3, "read_committed")
-    assert sorted(committed) == sorted(b"r-%d" % i for i in range(30))
+    sampler = LsoSampler({0: (broker.host, broker.port)}, "crash", 3).start()
+    try:
+        producer = transactional_producer(broker.bootstrap, "tx-crash")
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce("crash", b"r-%d" % i, partition=i % 3)
+        producer.flush(TIMEOUT_S)
+        broker.restart(clean=False)  # SIGKILL, then start again on the same port
+        assert read_all(broker.bootstrap, "crash", 3, "read_committed") == []
+        producer.commit_transaction(TIMEOUT_S)
+        committed = read_all(broker.bootstrap, "crash", 3, "read_committed")
+        assert sorted(committed) == sorted(b"r-%d" % i for i in range(30))
+    finally:
+        sampler.stop()
+    # The last stable offset stayed at the open transaction across the restart, then
+    # moved past its commit marker, never back.
+    assert not sampler.failures, sampler.failures
+    assert not sampler.regressions(), f"the LSO went back: {sampler.regressions()}"
+    assert {s.lso for p in range(3) for s in sampler.good(p)} <= {0, 11}
 
 
 def test_broker_killed_with_an_abandoned_transaction_aborts_it_after_restart(broker):

@@ -136,7 +136,9 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
                     log_start = data.log_start_offset
                 else:
                     region, log_start = None, plog.log_start_offset
-                    if not log_start <= part.fetch_offset <= max_offset:
+                    # Past the read limit but not the log end (a new leader's high
+                    # watermark still catching up): nothing to read, not out of range.
+                    if not log_start <= part.fetch_offset <= plog.log_end_offset:
                         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
             except KafkaError as exc:
                 partitions.append(_partition_error(part.partition, exc.code))

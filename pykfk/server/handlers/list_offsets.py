@@ -5,15 +5,19 @@ v0 answers with a list of offsets (``old_style_offsets``): segment base offsets 
 log end, by the segments' modification times, as Kafka's legacy path does (a consumer
 never sees an offset past the high watermark). v1+ answers with one offset and its
 timestamp. "Latest" is the high watermark, or the last stable offset for isolation_level 1
-(read_committed, v2+), which also bounds timestamp lookups. Only the partition's leader answers
-(NOT_LEADER_OR_FOLLOWER elsewhere). From v4 a client's current leader epoch is checked
-(FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer) and the answer carries
-the epoch of the leader that wrote the offset; v6 is the first flexible version.
+(read_committed, v2+); that limit also bounds timestamp lookups. Only the partition's
+leader answers (NOT_LEADER_OR_FOLLOWER elsewhere). From v4 a client's current leader epoch
+is checked (FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer) and the answer
+carries the epoch of the leader that wrote the offset; v6 is the first flexible version.
+A new leader answers a consumer OFFSET_NOT_AVAILABLE (retriable) for "latest", or for a
+lookup that finds nothing below the limit, until its high watermark reaches the start of
+its leader epoch, as Kafka does: the offsets a partition reports never go back across a
+leader change.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
@@ -21,6 +25,9 @@ from pykfk.log.log import Log
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
+
+if TYPE_CHECKING:
+    from pykfk.cluster.replica import Partition
 
 API_KEY = 2
 VERSIONS = (0, 8)
@@ -32,10 +39,18 @@ EARLIEST_LOCAL = -4  # v8+ (KIP-405): every segment is local here, so the log st
 CONSUMER_REPLICA_ID = -1
 
 
-def _lookup(plog: Log, timestamp: int, read_committed: bool) -> tuple[int, int]:
-    """(timestamp, offset) answered for ``timestamp``; (-1, -1) when no record is that late."""
+def _lookup(leader: Partition, timestamp: int, read_committed: bool, client: bool) -> tuple[int, int]:
+    """(timestamp, offset) answered for ``timestamp``; (-1, -1) when no record is that late.
+    A client (replica id -1) asking a new leader whose high watermark has not reached the
+    start of its epoch yet gets OFFSET_NOT_AVAILABLE for "latest" and for a lookup that
+    finds nothing below the limit, as from Kafka: that high watermark, and so the last
+    stable offset, may be behind what the previous leader answered, and an answer must
+    never move backwards; the client retries."""
+    plog = leader.log
     limit = plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == LATEST:
+        if client:
+            leader.check_high_watermark_known()
         return -1, limit
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
@@ -44,7 +59,9 @@ def _lookup(plog: Log, timestamp: int, read_committed: bool) -> tuple[int, int]:
     if timestamp < 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
     found = plog.offset_for_timestamp(timestamp)
-    if found is None or (read_committed and found >= limit):
+    if found is None or found >= limit:
+        if client:
+            leader.check_high_watermark_known()
         return -1, -1
     return _first_record_at_or_after(plog, found, timestamp, limit)
 
@@ -110,7 +127,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                                               request.replica_id == CONSUMER_REPLICA_ID)
                     entry.update(error_code=ErrorCode.NONE, old_style_offsets=offsets)
                 else:
-                    timestamp, offset = _lookup(plog, part.timestamp, read_committed)
+                    timestamp, offset = _lookup(leader, part.timestamp, read_committed,
+                                                request.replica_id == CONSUMER_REPLICA_ID)
                     entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset,
                                  leader_epoch=leader.epochs.epoch_for(offset) if offset >= 0 else -1)
             except KafkaError as exc:
