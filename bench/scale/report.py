@@ -18,6 +18,7 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("created in", result["create_s"], 2.0, "s"),
         ("other client's worst delay meanwhile", result["other_client_worst_ms"], 50.0, "ms"),
         ("Metadata of the whole topic", result["metadata_ms"], 10.0, "ms"),
+        ("Metadata, the first after the creation", result["metadata_first_ms"], 10.0, "ms"),
         ("open fds per partition (peak, over an empty broker)", _fds_per_partition(result),
          FDS_PER_PARTITION_MAX, ""),
         ("idle CPU", result["idle_cpu_percent"], 1.0, "% of a core"),

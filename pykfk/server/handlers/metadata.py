@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from pykfk._core.metadata import encode_partitions
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, TopicInfo
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.framing import response_field_encoder
 from pykfk.protocol.messages import API_SPECS
 from pykfk.protocol.types import ZERO_UUID, PreEncoded, Struct
 from pykfk.security.acl import Operation, ResourceType
@@ -28,7 +28,7 @@ from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
 VERSIONS = (0, 12)
-PARTITIONS_FIELD = ("topics", "partitions")
+PARTITIONS_FIELD = ("topics", "partitions")  # encoded apart, in compiled code (pykfk._core.metadata)
 # AclOperation codes a principal may be told it has on a topic, and on the cluster.
 TOPIC_OPERATIONS = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
                     Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS)
@@ -143,8 +143,8 @@ class EncodedPartitions:
         encoded = versions.get(version)
         if encoded is None:
             live = {b.node_id for b in self.store.brokers()}
-            partitions = [partition_entry(self.store, info, p, me, live) for p in range(info.partitions)]
-            encoded = versions[version] = response_field_encoder(API_KEY, version, PARTITIONS_FIELD)(partitions)
+            entries = partition_entries(self.store, info, me, live, range(info.partitions))
+            encoded = versions[version] = PreEncoded(encode_partitions(version, entries))
         return encoded
 
 
@@ -238,27 +238,43 @@ def _brokers(store: MetadataStore, listener: str) -> list[dict[str, Any]]:
     return brokers
 
 
+# The fields of a partition entry, in the order of the tuples partition_entries gives.
+PARTITION_FIELDS = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes",
+                    "offline_replicas")
+PartitionEntry = tuple[int, int, int, int, Sequence[int], Sequence[int], Sequence[int]]
+
+
+def partition_entries(store: MetadataStore, info: TopicInfo, me: int, live: set[int],
+                      partitions: range) -> list[PartitionEntry]:
+    """Leader, replicas and ISR of ``partitions`` as the metadata store has them (every
+    broker answers alike), as tuples in PARTITION_FIELDS order (what
+    ``pykfk._core.metadata.encode_partitions`` reads); LEADER_NOT_AVAILABLE while a
+    partition has no leader.
+
+    One pass with no per-partition dict or copy: a topic of 10,000 partitions is listed
+    on its first Metadata after every change, so this loop is that request's cost."""
+    name = info.name
+    state_of = store.partition_state
+    replicas_of = info.assignment.get
+    default = (me,)
+    all_live = live.issuperset
+    none, no_leader = int(ErrorCode.NONE), int(ErrorCode.LEADER_NOT_AVAILABLE)
+    entries: list[PartitionEntry] = []
+    append = entries.append
+    for p in partitions:
+        replicas = replicas_of(p, default)
+        offline: Sequence[int] = () if all_live(replicas) else [r for r in replicas if r not in live]
+        state = state_of(name, p)
+        if state is None:
+            append((no_leader, p, NO_LEADER, -1, replicas, (), offline))
+        elif state.leader == NO_LEADER:
+            append((no_leader, p, NO_LEADER, state.leader_epoch, replicas, state.isr, offline))
+        else:
+            append((none, p, state.leader, state.leader_epoch, replicas, state.isr, offline))
+    return entries
+
+
 def partition_entry(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:
-    """Leader, replicas and ISR as the metadata store has them (every broker answers
-    alike); LEADER_NOT_AVAILABLE while the partition has no leader."""
-    replicas = list(info.replicas(partition, me))
-    state = store.partition_state(info.name, partition)
-    if state is None or state.leader == NO_LEADER:
-        return {
-            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
-            "partition_index": partition,
-            "leader_id": NO_LEADER,
-            "leader_epoch": state.leader_epoch if state is not None else -1,
-            "replica_nodes": replicas,
-            "isr_nodes": list(state.isr) if state is not None else [],
-            "offline_replicas": [r for r in replicas if r not in live],
-        }
-    return {
-        "error_code": ErrorCode.NONE,
-        "partition_index": partition,
-        "leader_id": state.leader,
-        "leader_epoch": state.leader_epoch,
-        "replica_nodes": replicas,
-        "isr_nodes": list(state.isr),
-        "offline_replicas": [r for r in replicas if r not in live],
-    }
+    """One partition's entry (see partition_entries) as the generic encoder takes it."""
+    entry = partition_entries(store, info, me, live, range(partition, partition + 1))[0]
+    return dict(zip(PARTITION_FIELDS, entry))
