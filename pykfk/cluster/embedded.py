@@ -27,6 +27,7 @@ reused after a restart, at the cost of skipping the rest of a block.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import uuid
@@ -55,6 +56,13 @@ class MetadataFileError(Exception):
 
 # Leader epoch of every partition of a cluster of one: no election ever moves leadership.
 LEADER_EPOCH = 0
+
+
+@functools.lru_cache(maxsize=4)
+def _leader_state(me: int) -> PartitionState:
+    """The state of every partition on broker ``me``, which leads them all: one shared
+    (immutable) object, not one built per call (Metadata reads all of a topic's)."""
+    return PartitionState(me, LEADER_EPOCH, (me,))
 
 
 class EmbeddedMetadataStore:
@@ -123,8 +131,7 @@ class EmbeddedMetadataStore:
         info = self._topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return None
-        me = self._broker.node_id
-        return PartitionState(me, LEADER_EPOCH, (me,))
+        return _leader_state(self._broker.node_id)
 
     # -- membership (a cluster of one) ----------------------------------------------
 
