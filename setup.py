@@ -38,6 +38,7 @@ extensions = [
     core_extension("segment", "crc32.c", "batch.c"),
     core_extension("sendfile"),
     core_extension("wire"),
+    core_extension("structs"),
     core_extension("metadata"),
 ]
 

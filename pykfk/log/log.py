@@ -166,15 +166,23 @@ class AppendInfo:
                 f"duplicate={self.duplicate})")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class FetchData:
     """Answer of ``Log.read``: the record bytes as a file region (None when there is
-    nothing to return) and the offsets a Fetch response reports."""
+    nothing to return) and the offsets a Fetch response reports. Treated as immutable
+    (a plain class with slots: one is made per partition a Fetch reads)."""
 
-    file_region: FileRegion | None
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
+    __slots__ = ("file_region", "high_watermark", "log_end_offset", "log_start_offset")
+
+    def __init__(self, file_region: FileRegion | None, log_start_offset: int, log_end_offset: int,
+                 high_watermark: int):
+        self.file_region = file_region
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.high_watermark = high_watermark
+
+    def __repr__(self) -> str:
+        return (f"FetchData(file_region={self.file_region!r}, log_start_offset={self.log_start_offset}, "
+                f"log_end_offset={self.log_end_offset}, high_watermark={self.high_watermark})")
 
 
 @dataclasses.dataclass(slots=True)
@@ -787,9 +795,8 @@ class Log:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"offset {offset} is outside [{log_start}, {log_end}] of {self.name}")
         limit = log_end if max_offset is None else min(max_offset, log_end)
-        empty = FetchData(None, log_start, log_end, high_watermark)
         if offset >= limit or (max_bytes <= 0 and not min_one_message):
-            return empty
+            return FetchData(None, log_start, log_end, high_watermark)
         i = bisect.bisect_right(view.base_offsets, offset) - 1
         while i < len(view.segments):
             seg = view.segments[i]
@@ -804,7 +811,7 @@ class Log:
                 return FetchData(FileRegion(seg.fileno(), position, size, seg), log_start, log_end,
                                  high_watermark)
             i += 1
-        return empty
+        return FetchData(None, log_start, log_end, high_watermark)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """ListOffsets: the first offset of the first batch with a timestamp at or after

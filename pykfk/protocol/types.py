@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pykfk._core.regions import FileRegion
+from pykfk._core.structs import Struct
 
-__all__ = ["FileRegion"]  # re-exported: the codec sizes regions, the server sends them
+# Re-exported: the codec sizes regions, the server sends them; decoders build Structs.
+__all__ = ["FileRegion", "Struct"]
 
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
 Writer = Callable[[bytearray, Any, list[Any]], None]
@@ -43,33 +45,6 @@ class ProtocolError(ValueError):
 
 class UnsupportedVersionError(ProtocolError):
     """An api key or version this protocol layer has no declaration for."""
-
-
-class Struct(dict[str, Any]):
-    """A decoded message or nested struct: a dict of snake_case field names with
-    attribute access (``req.topic_data[0].name``). Decoded structs hold every field the
-    declaration knows, with defaults for fields absent in the decoded version. Plain
-    dicts are accepted wherever a Struct is expected for encoding."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-    def __delattr__(self, name: str) -> None:
-        try:
-            del self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __repr__(self) -> str:
-        return f"Struct({dict.__repr__(self)})"
 
 
 # Record data at least this large is passed through as its own chunk instead of being

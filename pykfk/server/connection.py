@@ -48,6 +48,7 @@ from collections.abc import Awaitable
 from time import perf_counter
 from typing import Any, TypeAlias, cast
 
+from pykfk._core.sendfile import gather as _gather
 from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk.protocol.types import FileRegion
 from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed, RequestContext
@@ -86,38 +87,6 @@ SlotWork: TypeAlias = "asyncio.Future[Chunks | None] | Chunks | Failed | None"
 
 def _is_file_region(chunk: Any) -> bool:
     return type(chunk) is FileRegion
-
-
-def _gathered(chunks: Chunks) -> bytearray | None:
-    """A response holding FileRegions and at most GATHER_BYTES_MAX bytes, in one buffer
-    (its record bytes read from the segment files); None for any other response."""
-    total = 0
-    regions = 0
-    for chunk in chunks:
-        if type(chunk) is FileRegion:
-            total += chunk.size
-            regions += 1
-        else:
-            total += chunk.nbytes if type(chunk) is memoryview else len(chunk)
-        if total > GATHER_BYTES_MAX:
-            return None
-    if not regions:
-        return None
-    buffer = bytearray(total)
-    view = memoryview(buffer)
-    position = 0
-    for chunk in chunks:
-        if type(chunk) is FileRegion:
-            size = chunk.size
-            if size and os.preadv(chunk.fd, [view[position:position + size]], chunk.position) != size:
-                # As sendfile would: a file cut under a pending answer is not a short send.
-                raise EOFError(f"file descriptor {chunk.fd} ends before {chunk.position + size}")
-        else:
-            data = memoryview(chunk).cast("B")
-            size = len(data)
-            view[position:position + size] = data
-        position += size
-    return buffer
 
 
 class _Slot:
@@ -539,7 +508,7 @@ class Connection(asyncio.BufferedProtocol):
             await self._send_via_transport(chunks)
             return
         if len(chunks) > 1:
-            gathered = _gathered(chunks)
+            gathered = _gather(chunks, GATHER_BYTES_MAX)
             if gathered is not None:
                 await self._send_buffers([gathered])
                 return

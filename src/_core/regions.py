@@ -7,7 +7,6 @@ and the protocol codec (which sizes them) use it, and neither may import the oth
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -19,19 +18,35 @@ class PinnableFile(Protocol):
     def unpin(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
 class FileRegion:
     """``size`` bytes of ``fd`` from ``position``.
 
     The codec only uses ``size`` (for length prefixes); the connection sends the bytes
     with sendfile. With a ``source``, ``fd`` is only valid at once (the source may close
     it later): a reader that keeps the region across an await pins it (``pinned``).
+    Treated as immutable. A plain class with slots, not a frozen dataclass: a Fetch
+    makes two per partition it answers, and a frozen dataclass's ``__init__`` costs
+    several times more.
     """
 
-    fd: int
-    position: int
-    size: int
-    source: PinnableFile | None = None
+    __slots__ = ("fd", "position", "size", "source")
+
+    def __init__(self, fd: int, position: int, size: int, source: PinnableFile | None = None):
+        self.fd = fd
+        self.position = position
+        self.size = size
+        self.source = source
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not FileRegion:
+            return NotImplemented
+        return (self.fd, self.position, self.size, self.source) == (other.fd, other.position, other.size, other.source)
+
+    def __hash__(self) -> int:
+        return hash((self.fd, self.position, self.size, id(self.source)))
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, size={self.size}, source={self.source!r})"
 
     def pinned(self) -> FileRegion:
         """This region on a descriptor kept open until ``release()``."""

@@ -1,4 +1,7 @@
-"""Zero-copy file-to-socket transfer with sendfile(2) (Linux)."""
+"""Zero-copy file-to-socket transfer with sendfile(2) (Linux), and gathering small
+responses into one buffer."""
+
+from typing import Any
 
 def sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
     """Sends count bytes of in_fd from offset to out_fd; returns the bytes sent.
@@ -12,3 +15,9 @@ def sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
     ValueError for a negative offset or count. The file offset of in_fd is not used or
     changed; the GIL is released around the system calls.
     """
+
+def gather(chunks: list[Any], max_bytes: int) -> bytearray | None:
+    """The chunks of a response (bytes-like buffers and FileRegions) in one bytearray,
+    the regions' bytes read with pread; None when there is no FileRegion among them or
+    they hold more than ``max_bytes``. EOFError when a region's file ends inside it;
+    OSError for other read failures."""

@@ -1,12 +1,16 @@
-"""Produce fast path: compiled ProduceRequest walk and ProduceResponse encoder (v0-v9).
+"""Produce and Fetch fast paths: compiled ProduceRequest walk and ProduceResponse
+encoder (v0-v9), compiled FetchResponse encoder (v0-v16).
 
-Both return exactly what the generic codec (``pykfk.protocol``) returns for the same
-input; the differential tests in ``tests/protocol/test_fast_path_wire.py`` enforce it.
+Each returns exactly what the generic codec (``pykfk.protocol``) returns for the same
+input; the differential tests in ``tests/protocol/test_fast_path_wire.py`` and
+``test_fast_path_fetch.py`` enforce it.
 """
 
 from typing import Any
 
 from typing_extensions import Buffer
+
+from pykfk._core.structs import Struct
 
 PRODUCE_MIN_VERSION: int
 PRODUCE_MAX_VERSION: int
@@ -33,3 +37,20 @@ def encode_produce_response(version: int, correlation_id: int, body: Any) -> byt
     """The whole ProduceResponse frame (size prefix, header, body) as one bytes object,
     equal to ``b"".join(pykfk.protocol.framing.encode_response(0, version, cid, body))``.
     ValueError/OverflowError for values that do not fit the declared fields."""
+
+FETCH_MIN_VERSION: int
+FETCH_MAX_VERSION: int
+FETCH_FLEXIBLE_FROM: int
+
+def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[Any] | None:
+    """The whole FetchResponse frame as chunks (bytes, with FileRegions and records
+    buffers of at least INLINE_RECORDS_MAX bytes passed through in place), the bytes and
+    layout of ``pykfk.protocol.framing.encode_response``; None for a body setting a field
+    it leaves to that encoder (tagged fields, records as a list of chunks). ValueError
+    for a version outside 0-16 or a value that does not fit its field."""
+
+def decode_fetch(frame: Buffer, offset: int, version: int) -> Struct:
+    """The FetchRequest body of ``frame`` (no size prefix) from ``offset`` to its end at
+    ``version`` (0-16): the Struct of the generic decoder, every declared field present
+    (defaults for those absent at ``version``). ProtocolError where that decoder fails;
+    ValueError for a version outside 0-16."""

@@ -1,20 +1,25 @@
 # cython: language_level=3
-"""Produce fast path (apache/kafka ProduceRequest.json / ProduceResponse.json, v0-v9):
-a compiled walk of Produce request bodies and a compiled Produce response encoder.
+"""Produce and Fetch fast paths (apache/kafka ProduceRequest.json / ProduceResponse.json,
+v0-v9; FetchRequest.json / FetchResponse.json, v0-v16): compiled walks of Produce and
+Fetch request bodies and compiled Produce and Fetch response encoders.
 
-Both give exactly what the generic table-driven codec (pykfk.protocol.codec) gives for the
-same bytes or the same response body; tests/protocol/test_fast_path_wire.py checks this on
-every version, hostile and truncated input included (ProtocolError in the same cases).
+Each gives exactly what the generic table-driven codec (pykfk.protocol.codec) gives for the
+same bytes or the same response body; tests/protocol/test_fast_path_wire.py and
+test_fast_path_fetch.py check this on every version, hostile and truncated input included
+(ProtocolError in the same cases).
 """
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from pykfk.protocol.types import ProtocolError
+from uuid import UUID
+
+from pykfk._core.regions import FileRegion
+from pykfk.protocol.types import INLINE_RECORDS_MAX, ZERO_UUID, ProtocolError, Struct
 
 # Versions this module walks (ProduceRequest.json "validVersions" as declared in
 # pykfk.protocol.messages.produce) and the first flexible one (KIP-482).
@@ -447,3 +452,416 @@ def encode_produce_response(int version, int32_t correlation_id, body):
         return PyBytes_FromStringAndSize(o.data, size + 4)
     finally:
         PyMem_Free(o.data)
+
+
+# ---------------------------------------------------------------------------------------
+# Fetch response encoder (apache/kafka FetchResponse.json, v0-v16)
+#
+#   frame: int32 size, int32 correlation_id, [tagged fields: one 0 byte]  v12+ (header v1)
+#   FetchResponse body
+#     throttle_time_ms            int32                 v1+
+#     error_code                  int16                 v7+
+#     session_id                  int32                 v7+
+#     responses                   array of
+#       topic                     string                v0-12
+#       topic_id                  uuid (16 bytes)       v13+
+#       partitions                array of
+#         partition_index         int32
+#         error_code              int16
+#         high_watermark          int64
+#         last_stable_offset      int64                 v4+
+#         log_start_offset        int64                 v5+
+#         aborted_transactions    nullable array of     v4+
+#           producer_id           int64
+#           first_offset          int64
+#           [tagged fields]                             v12+
+#         preferred_read_replica  int32                 v11+
+#         records                 nullable records
+#         [tagged fields]         diverging_epoch 0, current_leader 1, snapshot_id 2   v12+
+#       [tagged fields]                                 v12+
+#     [tagged fields]             node_endpoints 0      v16+
+#
+# Record data are not copied when they are a FileRegion or at least INLINE_RECORDS_MAX
+# bytes: the frame comes back as chunks around them, as the generic encoder gives it.
+# A body this encoder does not cover (a tagged field set, records given as a list of
+# chunks) returns None: the caller encodes it with the generic codec.
+
+FETCH_MIN_VERSION = 0
+FETCH_MAX_VERSION = 16
+FETCH_FLEXIBLE_FROM = 12
+
+cdef tuple _FETCH_PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapshot_id")
+
+
+cdef int _put_uuid(_Out* o, object value) except -1:
+    cdef bytes raw = value.bytes
+    _reserve(o, 16)
+    memcpy(o.data + o.len, <const char*>raw, 16)
+    o.len += 16
+    return 0
+
+
+cdef int _put_records(_Out* o, object value, bint compact, list cuts) except -1:
+    """The length prefix, then the bytes inline or, for a FileRegion or a large buffer,
+    a cut: (position in the output, the chunk) to send in place."""
+    cdef Py_ssize_t n
+    cdef Py_buffer pybuf
+    if value is None:
+        if compact:
+            return _put_be(o, 0, 1)
+        return _put_be(o, 0xFFFFFFFF, 4)
+    if type(value) is FileRegion:
+        n = value.size
+    else:
+        PyObject_GetBuffer(value, &pybuf, PyBUF_SIMPLE)
+        n = pybuf.len
+        if n < INLINE_RECORDS_MAX:
+            try:
+                if compact:
+                    _put_uvarint(o, <uint64_t>(n + 1))
+                else:
+                    _put_be(o, <uint64_t><uint32_t>n, 4)
+                _reserve(o, n)
+                memcpy(o.data + o.len, pybuf.buf, <size_t>n)
+                o.len += n
+            finally:
+                PyBuffer_Release(&pybuf)
+            return 0
+        PyBuffer_Release(&pybuf)
+    if compact:
+        _put_uvarint(o, <uint64_t>(n + 1))
+    else:
+        _put_be(o, <uint64_t><uint32_t>n, 4)
+    if n:
+        cuts.append((o.len, value))
+    return 0
+
+
+cdef int _encode_fetch_partition(_Out* o, object part, int version, bint compact, list cuts) except -1:
+    _put_int(o, part.get("partition_index", 0), 4)
+    _put_int(o, part.get("error_code", 0), 2)
+    _put_int(o, part.get("high_watermark", 0), 8)
+    if version >= 4:
+        _put_int(o, part.get("last_stable_offset", -1), 8)
+    if version >= 5:
+        _put_int(o, part.get("log_start_offset", -1), 8)
+    if version >= 4:
+        aborted = part.get("aborted_transactions", None)
+        if aborted is None:
+            if compact:
+                _put_be(o, 0, 1)
+            else:
+                _put_be(o, 0xFFFFFFFF, 4)
+        else:
+            _put_count(o, len(aborted), compact)
+            for txn in aborted:
+                _put_int(o, txn.get("producer_id", 0), 8)
+                _put_int(o, txn.get("first_offset", 0), 8)
+                if compact:
+                    _put_be(o, 0, 1)
+    if version >= 11:
+        _put_int(o, part.get("preferred_read_replica", -1), 4)
+    _put_records(o, part.get("records", None), compact, cuts)
+    if compact:
+        _put_be(o, 0, 1)
+    return 0
+
+
+cdef bint _fetch_body_covered(object body, int version):
+    """False when the body sets a field this encoder does not write (tagged fields,
+    records as a list of chunks)."""
+    if version >= 12:
+        if body.get("node_endpoints"):
+            return False
+        for topic in body.get("responses", ()):
+            for part in topic.get("partitions", ()):
+                for tag in _FETCH_PARTITION_TAGS:
+                    if part.get(tag) is not None:
+                        return False
+                records = part.get("records", None)
+                if type(records) is list or type(records) is tuple:
+                    return False
+        return True
+    for topic in body.get("responses", ()):
+        for part in topic.get("partitions", ()):
+            records = part.get("records", None)
+            if type(records) is list or type(records) is tuple:
+                return False
+    return True
+
+
+def encode_fetch_response(int version, int32_t correlation_id, body):
+    """The whole FetchResponse frame (int32 size prefix, response header, body) as a list
+    of chunks: bytes, with each FileRegion (and each records buffer of at least
+    INLINE_RECORDS_MAX bytes) as its own chunk in place, the same bytes the generic
+    encoder (``pykfk.protocol.framing.encode_response``) gives. None when the body sets
+    a field this encoder does not write (the tagged diverging_epoch, current_leader,
+    snapshot_id or node_endpoints; records given as a list): encode it generically.
+    Raises ValueError for a version outside 0-16 or a value that does not fit its field
+    (OverflowError for out-of-range ints)."""
+    if version < FETCH_MIN_VERSION or version > FETCH_MAX_VERSION:
+        raise ValueError(f"Fetch v{version} is outside {FETCH_MIN_VERSION}-{FETCH_MAX_VERSION}")
+    if not _fetch_body_covered(body, version):
+        return None
+    cdef bint compact = version >= FETCH_FLEXIBLE_FROM
+    cdef list cuts = []
+    cdef _Out o
+    cdef Py_ssize_t total, start, cut_at, i
+    o.cap = 1024
+    o.len = 0
+    o.data = <char*>PyMem_Malloc(<size_t>o.cap)
+    if o.data == NULL:
+        raise MemoryError()
+    try:
+        _put_be(&o, 0, 4)  # size, patched below
+        _put_be(&o, <uint64_t><uint32_t>correlation_id, 4)
+        if compact:
+            _put_be(&o, 0, 1)  # response header v1 tagged fields
+        if version >= 1:
+            _put_int(&o, body.get("throttle_time_ms", 0), 4)
+        if version >= 7:
+            _put_int(&o, body.get("error_code", 0), 2)
+            _put_int(&o, body.get("session_id", 0), 4)
+        responses = body.get("responses", ())
+        if responses is None:
+            raise ValueError("None for a non-nullable array")
+        _put_count(&o, len(responses), compact)
+        for topic in responses:
+            if version >= 13:
+                _put_uuid(&o, topic.get("topic_id"))
+            else:
+                _put_string(&o, topic.get("topic", ""), compact, False)
+            parts = topic.get("partitions", ())
+            if parts is None:
+                raise ValueError("None for a non-nullable array")
+            _put_count(&o, len(parts), compact)
+            for part in parts:
+                _encode_fetch_partition(&o, part, version, compact, cuts)
+            if compact:
+                _put_be(&o, 0, 1)
+        if compact:
+            _put_be(&o, 0, 1)
+        total = o.len - 4
+        for cut in cuts:
+            chunk = cut[1]
+            total += chunk.size if type(chunk) is FileRegion else len(memoryview(chunk).cast("B"))
+        if total > 0x7FFFFFFF:
+            raise ValueError(f"a response of {total} bytes exceeds the int32 size prefix")
+        end = o.len
+        o.len = 0
+        _put_be(&o, <uint64_t><uint32_t>total, 4)
+        o.len = end
+        if not cuts:
+            return [PyBytes_FromStringAndSize(o.data, o.len)]
+        chunks = []
+        start = 0
+        for cut in cuts:
+            cut_at = cut[0]
+            if cut_at > start:
+                chunks.append(PyBytes_FromStringAndSize(o.data + start, cut_at - start))
+            chunks.append(cut[1])
+            start = cut_at
+        if o.len > start:
+            chunks.append(PyBytes_FromStringAndSize(o.data + start, o.len - start))
+        return chunks
+    finally:
+        PyMem_Free(o.data)
+
+
+# ---------------------------------------------------------------------------------------
+# Fetch request walk (apache/kafka FetchRequest.json, v0-v16)
+#
+#   FetchRequest body (after the request header)
+#     replica_id               int32                       v0-14 (default -1)
+#     max_wait_ms              int32
+#     min_bytes                int32
+#     max_bytes                int32                       v3+ (default 2**31-1)
+#     isolation_level          int8                        v4+ (default 0)
+#     session_id               int32                       v7+ (default 0)
+#     session_epoch            int32                       v7+ (default -1)
+#     topics                   array of
+#       topic                  string                      v0-12 (default "")
+#       topic_id               uuid                        v13+ (default zero)
+#       partitions             array of
+#         partition            int32
+#         current_leader_epoch int32                       v9+ (default -1)
+#         fetch_offset         int64
+#         last_fetched_epoch   int32                       v12+ (default -1)
+#         log_start_offset     int64                       v5+ (default -1)
+#         partition_max_bytes  int32
+#         [tagged fields]                                  v12+
+#       [tagged fields]                                    v12+
+#     forgotten_topics_data    array of                    v7+ (default: an empty tuple)
+#       topic                  string                      v7-12
+#       topic_id               uuid                        v13+
+#       partitions             array of int32
+#       [tagged fields]                                    v12+
+#     rack_id                  string                      v11+ (default "")
+#     [tagged fields]          cluster_id 0 (nullable string), replica_state 1 (v15+:
+#                              replica_id int32, replica_epoch int64, tagged fields)
+#
+# The result is the generic decoder's: a Struct holding every declared field, absent
+# ones at their defaults, nested Structs for topics and partitions.
+
+FETCH_REQUEST_MAX_VERSION = 16
+
+
+cdef inline int8_t _int8(_Cursor* c) except? -1:
+    _need(c, 1)
+    cdef int8_t v = <int8_t>c.data[c.pos]
+    c.pos += 1
+    return v
+
+
+cdef inline int64_t _int64(_Cursor* c) except? -1:
+    _need(c, 8)
+    cdef const uint8_t* p = c.data + c.pos
+    c.pos += 8
+    return <int64_t>((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
+                     | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
+                     | (<uint64_t>p[6] << 8) | p[7])
+
+
+cdef object _uuid(_Cursor* c):
+    _need(c, 16)
+    value = UUID(bytes=PyBytes_FromStringAndSize(<const char*>(c.data + c.pos), 16))
+    c.pos += 16
+    return value
+
+
+cdef object _fetch_partitions(_Cursor* c, int version, bint compact):
+    # Least bytes of a partition: partition 4 + fetch_offset 8 + partition_max_bytes 4.
+    cdef Py_ssize_t n = _count(c, compact, 16)
+    cdef Py_ssize_t i
+    partitions = []
+    for i in range(n):
+        part = Struct()
+        part["partition"] = _int32(c)
+        part["current_leader_epoch"] = _int32(c) if version >= 9 else -1
+        part["fetch_offset"] = _int64(c)
+        part["last_fetched_epoch"] = _int32(c) if version >= 12 else -1
+        part["log_start_offset"] = _int64(c) if version >= 5 else -1
+        part["partition_max_bytes"] = _int32(c)
+        if compact:
+            _skip_tagged(c)
+        partitions.append(part)
+    return partitions
+
+
+cdef object _fetch_topics(_Cursor* c, int version, bint compact):
+    # Least bytes of a topic: a name or id (1 compact, 2 classic, 16 as a uuid) and a count.
+    cdef Py_ssize_t n = _count(c, compact, 17 if version >= 13 else (2 if compact else 6))
+    cdef Py_ssize_t i
+    topics = []
+    for i in range(n):
+        topic = Struct()
+        if version >= 13:
+            topic["topic"] = ""
+            topic["topic_id"] = _uuid(c)
+        else:
+            topic["topic"] = _string(c, compact, False)
+            topic["topic_id"] = ZERO_UUID
+        topic["partitions"] = _fetch_partitions(c, version, compact)
+        if compact:
+            _skip_tagged(c)
+        topics.append(topic)
+    return topics
+
+
+cdef object _forgotten_topics(_Cursor* c, int version, bint compact):
+    cdef Py_ssize_t n = _count(c, compact, 17 if version >= 13 else (2 if compact else 6))
+    cdef Py_ssize_t i, j, m
+    forgotten = []
+    for i in range(n):
+        topic = Struct()
+        if version >= 13:
+            topic["topic"] = ""
+            topic["topic_id"] = _uuid(c)
+        else:
+            topic["topic"] = _string(c, compact, False)
+            topic["topic_id"] = ZERO_UUID
+        m = _count(c, compact, 4)
+        topic["partitions"] = [_int32(c) for j in range(m)]
+        if compact:
+            _skip_tagged(c)
+        forgotten.append(topic)
+    return forgotten
+
+
+cdef object _replica_state(_Cursor* c):
+    state = Struct()
+    state["replica_id"] = _int32(c)
+    state["replica_epoch"] = _int64(c)
+    _skip_tagged(c)
+    return state
+
+
+cdef int _fetch_tagged(_Cursor* c, object request, int version) except -1:
+    """The request's tagged section: cluster_id (tag 0) and, v15+, replica_state (tag 1),
+    each decoded within its declared size; other tags skipped."""
+    cdef int64_t count = _uvarint(c)
+    cdef int64_t i, tag, size
+    cdef Py_ssize_t end, saved_end
+    if count * 2 > c.end - c.pos:
+        raise ProtocolError(f"tagged field count {count} at byte {c.pos} exceeds the bytes left")
+    for i in range(count):
+        tag = _uvarint(c)
+        size = _uvarint(c)
+        if size > c.end - c.pos:
+            raise ProtocolError(f"tagged field {tag} of {size} bytes runs past the frame")
+        end = c.pos + <Py_ssize_t>size
+        if tag == 0 or (tag == 1 and version >= 15):
+            saved_end = c.end
+            c.end = end
+            if tag == 0:
+                request["cluster_id"] = _string(c, True, True)
+            else:
+                request["replica_state"] = _replica_state(c)
+            c.end = saved_end
+            if c.pos != end:
+                raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {c.pos - (end - size)}")
+        c.pos = end
+    return 0
+
+
+def decode_fetch(frame, Py_ssize_t offset, int version):
+    """Decode the FetchRequest body of ``frame`` (a request without its size prefix; the
+    body runs from ``offset`` to the end) at ``version`` (0-16): the Struct the generic
+    decoder (``pykfk.protocol.messages.fetch.SPEC.decode_request``) gives. Raises
+    ProtocolError where that decoder does (truncation, bad lengths or counts, invalid
+    UTF-8, trailing bytes) and ValueError for a version outside 0-16."""
+    if version < FETCH_MIN_VERSION or version > FETCH_REQUEST_MAX_VERSION:
+        raise ValueError(f"Fetch v{version} is outside {FETCH_MIN_VERSION}-{FETCH_REQUEST_MAX_VERSION}")
+    cdef Py_buffer pybuf
+    cdef _Cursor c
+    cdef bint compact = version >= FETCH_FLEXIBLE_FROM
+    PyObject_GetBuffer(frame, &pybuf, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset > pybuf.len:
+            raise ValueError(f"body offset {offset} outside a frame of {pybuf.len} bytes")
+        c.data = <const uint8_t*>pybuf.buf
+        c.pos = offset
+        c.end = pybuf.len
+        request = Struct()
+        request["cluster_id"] = None
+        try:
+            request["replica_id"] = _int32(&c) if version <= 14 else -1
+            request["replica_state"] = None
+            request["max_wait_ms"] = _int32(&c)
+            request["min_bytes"] = _int32(&c)
+            request["max_bytes"] = _int32(&c) if version >= 3 else 2147483647
+            request["isolation_level"] = _int8(&c) if version >= 4 else 0
+            request["session_id"] = _int32(&c) if version >= 7 else 0
+            request["session_epoch"] = _int32(&c) if version >= 7 else -1
+            request["topics"] = _fetch_topics(&c, version, compact)
+            request["forgotten_topics_data"] = _forgotten_topics(&c, version, compact) if version >= 7 else ()
+            request["rack_id"] = _string(&c, compact, False) if version >= 11 else ""
+            if compact:
+                _fetch_tagged(&c, request, version)
+        except ProtocolError as exc:
+            raise ProtocolError(f"Fetch v{version} request: {exc}") from None
+        if c.pos != c.end:
+            raise ProtocolError(f"Fetch v{version} request has {c.end - c.pos} trailing bytes")
+        return request
+    finally:
+        PyBuffer_Release(&pybuf)

@@ -8,9 +8,10 @@ import os
 import pytest
 
 from pykfk._core.records import build_batch
+from pykfk._core.sendfile import gather
 from pykfk.protocol.types import FileRegion
 from pykfk.server import connection
-from pykfk.server.connection import GATHER_BYTES_MAX, _gathered
+from pykfk.server.connection import GATHER_BYTES_MAX
 
 from .test_handlers import FETCH, PRODUCE, create_topic
 
@@ -30,17 +31,17 @@ def test_a_small_answer_is_one_buffer_with_the_region_bytes_in_place(segment_fil
     chunks = [b"head", FileRegion(segment_file, 10, 20), memoryview(b"mid"),
               FileRegion(segment_file, 300, 0), bytearray(b"x"), FileRegion(segment_file, 1000, 500), b"tail"]
     expected = b"head" + (bytes(range(256)) * 64)[10:30] + b"mid" + b"x" + (bytes(range(256)) * 64)[1000:1500] + b"tail"
-    assert bytes(_gathered(chunks)) == expected
+    assert bytes(gather(chunks, GATHER_BYTES_MAX)) == expected
 
 
 def test_answers_without_regions_or_over_the_limit_are_left_alone(segment_file):
-    assert _gathered([b"a", b"b"]) is None
-    assert _gathered([b"a" * GATHER_BYTES_MAX, FileRegion(segment_file, 0, 1)]) is None
+    assert gather([b"a", b"b"], GATHER_BYTES_MAX) is None
+    assert gather([b"a" * GATHER_BYTES_MAX, FileRegion(segment_file, 0, 1)], GATHER_BYTES_MAX) is None
 
 
 def test_a_region_past_the_end_of_its_file_is_an_error_not_short_data(segment_file):
     with pytest.raises(EOFError):
-        _gathered([b"h", FileRegion(segment_file, 16 * 1024 - 10, 20)])
+        gather([b"h", FileRegion(segment_file, 16 * 1024 - 10, 20)], GATHER_BYTES_MAX)
 
 
 def _produce(raw, partition: int, values: list[bytes]) -> None:

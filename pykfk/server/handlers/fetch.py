@@ -37,8 +37,10 @@ import uuid
 import weakref
 from typing import Any
 
+from pykfk._core.wire import decode_fetch, encode_fetch_response
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.metrics.stats import BrokerTopicStats
+from pykfk.protocol import framing
 from pykfk.protocol.types import ZERO_UUID, FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import CONSUMER_BYTE_RATE
@@ -58,6 +60,20 @@ VERSIONS = (0, 16)
 log = logging.getLogger("pykfk.server")
 
 INT32_MAX = 2**31 - 1
+
+
+def decode_request(view: memoryview, offset: int, version: int) -> Struct:
+    """The request body, compiled (``pykfk._core.wire``): the generic decoder's Struct."""
+    return decode_fetch(view, offset, version)
+
+
+def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> list[Any]:
+    """The response frame as chunks, compiled (``pykfk._core.wire``); a body with a field
+    that encoder leaves out (tagged fields) goes through the generic encoder."""
+    chunks = encode_fetch_response(version, correlation_id, body)
+    if chunks is None:
+        return framing.encode_response(API_KEY, version, correlation_id, body)
+    return chunks
 
 
 def _partition_error(partition: int, code: int) -> dict[str, Any]:
