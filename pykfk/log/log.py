@@ -288,15 +288,37 @@ class Log:
             self._high_watermark = None
         else:
             self._high_watermark = min(max(value, self._log_start_offset), self._log_end_offset)
+        if self.producer_state.unreplicated:  # (rare: a marker the last value was not past)
+            with self._lock:
+                self._settle_transactions(self.producer_state)
+
+    def _settle_transactions(self, state: ProducerStateManager) -> None:
+        """Ended transactions whose marker is below the high watermark stop holding the
+        last stable offset (all of them when the high watermark follows the log end)."""
+        if self._high_watermark is None:
+            state.unreplicated.clear()
+        else:
+            state.on_high_watermark_updated(self._high_watermark)
 
     @property
     def last_stable_offset(self) -> int:
         """The offset up to which read_committed consumers may read: the first offset of
-        the earliest open transaction, else the high watermark."""
-        if not self.producer_state.ongoing:  # (the common case, read per fetched partition)
+        the earliest transaction that is open or whose marker the high watermark has not
+        passed yet (a leader that dies before its followers have the marker hands over a
+        log where the transaction is open: the last stable offset must not have moved past
+        its start), else the high watermark. The Fetch and ListOffsets answers and the log
+        cleaner all stop here."""
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:  # (the common case, per fetch)
             return self._log_end_offset if self._high_watermark is None else self._high_watermark
-        first = self.producer_state.first_unstable_offset()
-        high_watermark = self.high_watermark
+        high_watermark = self._high_watermark
+        if high_watermark is None:
+            # The high watermark follows the log end: every marker is below it (ended
+            # transactions a load found wait for the first high watermark set).
+            high_watermark = self._log_end_offset
+            first = state.first_ongoing_offset()
+        else:
+            first = state.first_unstable_offset()
         return high_watermark if first is None or first > high_watermark else first
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
@@ -657,6 +679,8 @@ class Log:
             if producers is not None:  # markers carry a producer id too
                 for header, kind, coordinator_epoch in control_marker_records(buf, headers):
                     self._complete_txn(state, header, kind == ABORT, coordinator_epoch)
+                if state.unreplicated and self._high_watermark is None:
+                    state.unreplicated.clear()
         if flush_now:
             self.flush()
         return info
@@ -666,7 +690,9 @@ class Log:
                       now_ms: int | None = None) -> AppendInfo:
         """Ends the producer's transaction in this partition with a COMMIT or ABORT
         marker (a leader, on the transaction coordinator's word). The last stable offset
-        moves past the transaction; an abort is added to the aborted-transactions index.
+        moves past the transaction once the high watermark passes the marker (at once when
+        the high watermark follows the log end); an abort is added to the
+        aborted-transactions index.
         Raises KafkaError(INVALID_PRODUCER_EPOCH) for an epoch older than the producer's."""
         now = time_ms() if now_ms is None else now_ms
         with self._lock:
@@ -674,20 +700,25 @@ class Log:
         batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
         info = self.append(batch, leader_epoch=leader_epoch, now_ms=now)
         with self._lock:
-            self._complete_txn(self.producer_state, info.headers[0], not commit, coordinator_epoch)
+            state = self.producer_state
+            self._complete_txn(state, info.headers[0], not commit, coordinator_epoch)
+            if self._high_watermark is None:
+                state.unreplicated.clear()
         return info
 
     def _complete_txn(self, state: ProducerStateManager, marker: Any, aborted: bool,
                       coordinator_epoch: int) -> None:
         """The marker ``marker`` (its batch header, final offsets; written by the
-        transaction coordinator of ``coordinator_epoch``) ends a transaction in ``state``;
-        an abort goes into the index of the segment holding the marker."""
+        transaction coordinator of ``coordinator_epoch``) ends a transaction in ``state``
+        (unstable until the high watermark passes the marker); an abort goes into the
+        index of the segment holding the marker, with the last stable offset it leaves
+        as Kafka records it (the next open transaction's start, else past the marker)."""
         offset = marker.base_offset
         first = state.complete_txn(marker.producer_id, marker.producer_epoch, offset,
                                    marker.max_timestamp, coordinator_epoch)
         if not aborted or first is None:
             return
-        unstable = state.first_unstable_offset()
+        unstable = state.first_ongoing_offset()
         view = self._view
         segment_base = view.base_offsets[max(bisect.bisect_right(view.base_offsets, offset) - 1, 0)]
         self.aborted_txns.add(AbortedTxn(marker.producer_id, first, offset,
@@ -952,6 +983,7 @@ class Log:
                 os.unlink(snapshot_path(self.dir, base))
         self.aborted_txns.truncate(self._log_end_offset, self._view.base_offsets)
         self._load_producer_state()
+        self._settle_transactions(self.producer_state)
 
     # -- compaction ---------------------------------------------------------------------------
 
@@ -1100,7 +1132,9 @@ class Log:
 
     def _load_producer_state(self) -> None:
         """Latest usable snapshot at or below the log end offset, then the batch headers
-        after it; without a snapshot, the headers of the last segments."""
+        after it; without a snapshot, the headers of the last segments. Transactions
+        whose markers the replay finds stay unstable until a high watermark past them is
+        set (Kafka's load: the replica manager sets the checkpointed one next)."""
         state = ProducerStateManager()
         start = None
         for offset in reversed(list_snapshots(self.dir)):

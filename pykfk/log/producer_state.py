@@ -25,8 +25,13 @@ callers holding a few batches, and as the reference the header path is tested ag
 
 Transactions: the first offset of each producer's open transaction (``ongoing``) is
 noted at its first transactional batch and dropped by the marker that ends it
-(``complete_txn``); the smallest one is the partition's first unstable offset, below
-which the last stable offset stays. Each producer also keeps the coordinator epoch of
+(``complete_txn``). The ended transaction stays unstable until the high watermark passes
+its marker (``unreplicated``, Kafka's ``unreplicatedTxns``: a leader that dies before its
+followers have the marker hands over a log where the transaction is still open, and the
+last stable offset must not have moved past its start meanwhile);
+``on_high_watermark_updated`` drops it then. The smallest first offset among both is the
+partition's first unstable offset, below which the last stable offset stays. Each
+producer also keeps the coordinator epoch of
 the last marker written for it (Kafka's ``ProducerStateEntry.coordinatorEpoch``, what
 DescribeProducers reports): leader, follower and recovery appends all note it through
 ``complete_txn``, and the snapshot keeps it.
@@ -270,11 +275,31 @@ class ProducerStateManager:
         self.map_end_offset = 0
         # producer id -> first offset of its open transaction in this partition
         self.ongoing: dict[int, int] = {}
+        # (marker offset, first offset) of the ended transactions whose marker the high
+        # watermark has not passed yet, in marker order
+        self.unreplicated: deque[tuple[int, int]] = deque()
 
     def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction that is open or whose marker is
+        not below the high watermark yet; None when there is none."""
+        ongoing, unreplicated = self.ongoing, self.unreplicated
+        if not unreplicated:
+            return min(ongoing.values()) if ongoing else None
+        # (a copy: the log cleaner reads this from its own thread)
+        first = min(txn_first for _marker, txn_first in tuple(unreplicated))
+        return min(first, min(ongoing.values())) if ongoing else first
+
+    def first_ongoing_offset(self) -> int | None:
         """The first offset of the earliest open transaction; None when none is open."""
         ongoing = self.ongoing
         return min(ongoing.values()) if ongoing else None
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Ended transactions whose marker is below ``high_watermark`` are stable now
+        (Kafka's ``ProducerStateManager.onHighWatermarkUpdated``)."""
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0][0] < high_watermark:
+            unreplicated.popleft()
 
     def check_marker(self, producer_id: int, producer_epoch: int) -> None:
         """A coordinator's marker may not come from an epoch older than the producer's
@@ -289,9 +314,12 @@ class ProducerStateManager:
                      timestamp: int, coordinator_epoch: int = NO_COORDINATOR_EPOCH) -> int | None:
         """The marker at ``marker_offset``, written by the transaction coordinator of
         ``coordinator_epoch``, ends the producer's transaction here: returns the first
-        offset it had (None when it wrote nothing to this partition). A marker of a newer
-        epoch (the coordinator fencing a producer) moves the producer to it."""
+        offset it had (None when it wrote nothing to this partition). The transaction
+        stays unstable until ``on_high_watermark_updated`` passes the marker. A marker of
+        a newer epoch (the coordinator fencing a producer) moves the producer to it."""
         first = self.ongoing.pop(producer_id, None)
+        if first is not None:
+            self.unreplicated.append((marker_offset, first))
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
@@ -497,6 +525,7 @@ class ProducerStateManager:
         """Forget everything (before a rebuild after the log was truncated)."""
         self.producers.clear()
         self.ongoing.clear()
+        self.unreplicated.clear()
         self.map_end_offset = 0
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
@@ -585,6 +614,7 @@ class ProducerStateManager:
             raise SnapshotError(f"{len(data) - pos} unexpected bytes after the last entry")
         self.producers = producers
         self.ongoing = ongoing
+        self.unreplicated.clear()
         self.map_end_offset = offset
 
 

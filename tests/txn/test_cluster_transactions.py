@@ -3,7 +3,8 @@ from the coordinator to partition leaders), and brokers are killed with SIGKILL 
 middle of a transaction: a partition's leader right after a commit moved its last stable
 offset, then the coordinator's broker (``__transaction_state`` leadership moves, the new
 coordinator replays it). Each transaction commits whole, and the last stable offset each
-partition's leader reports meanwhile never goes back."""
+partition's leader reports meanwhile never goes back, nor past a transaction's start
+before the high watermark is past its marker."""
 
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ def test_coordinator_broker_killed_mid_transaction(tmp_path: Any, zookeeper_serv
         samples = sampler.stop()
         assert not sampler.failures, sampler.failures
         assert not sampler.regressions(), f"the LSO went back: {sampler.regressions()}"
+        # Each partition's first transaction is offsets 0-9 with its marker at 10: the LSO is
+        # 0 until the high watermark passes the marker, then 11, never in between (a leader
+        # that answered 10 before its followers had the marker could hand over an LSO of 0).
+        inside = [s for s in samples if s.error == 0 and 0 < s.lso < 11]
+        assert not inside, f"an LSO inside the first transaction: {inside}"
         for p in range(3):  # every partition answered to the end, from whoever leads it
             assert any(s.at > samples[-1].at - 2 for s in sampler.good(p)), f"orders-{p} stopped answering"
     finally:
