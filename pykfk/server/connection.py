@@ -19,6 +19,8 @@ Writing bypasses the transport: the writer owns a duplicate of the socket's fd, 
 header bytes with ``sendmsg`` and record bytes (FileRegion chunks) with
 ``pykfk._core.sendfile.sendfile`` straight from the segment file, and waits for
 writability with ``loop.add_writer`` on that duplicate when the socket buffer is full.
+A response of at most ``GATHER_BYTES_MAX`` bytes goes out whole in one send instead, its
+record bytes read into the buffer (``pykfk._core.sendfile.gather``).
 Over TLS (and for transports without a real socket) responses go through
 ``transport.write``, record bytes read with ``os.pread`` in 256 KiB chunks as the
 transport drains: encryption needs the bytes in memory, a whole response never is.
