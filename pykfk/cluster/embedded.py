@@ -77,6 +77,7 @@ class EmbeddedMetadataStore:
         self.path = os.path.join(directory, METADATA_FILE)
         self._directory = directory
         self._broker = broker
+        self._leader = _leader_state(broker.node_id)
         self._listeners: list[Callable[[str, Any], None]] = []
         self._topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
@@ -131,7 +132,19 @@ class EmbeddedMetadataStore:
         info = self._topics.get(topic)
         if info is None or not 0 <= partition < info.partitions:
             return None
-        return _leader_state(self._broker.node_id)
+        return self._leader
+
+    def topic_states(self, topic: str, start: int, end: int) -> list[PartitionState | None]:
+        """Every partition of a topic shares the one leader state: a 10,000-partition
+        topic's states are one list of 10,000 references to it, made in microseconds."""
+        info = self._topics.get(topic)
+        count = max(end - start, 0)
+        if info is None:
+            return [None] * count
+        low, high = max(start, 0), min(end, info.partitions)
+        if low >= high:
+            return [None] * count
+        return [None] * (low - start) + [self._leader] * (high - low) + [None] * (end - high)
 
     # -- membership (a cluster of one) ----------------------------------------------
 
@@ -140,6 +153,7 @@ class EmbeddedMetadataStore:
         asks for port 0. Nobody else can hold this broker id."""
         if broker is not None:
             self._broker = broker
+            self._leader = _leader_state(broker.node_id)
 
     def registration_lost(self) -> bool:
         return False

@@ -200,6 +200,11 @@ class MetadataStore(Protocol):
         controller has not elected a leader yet)."""
         ...
 
+    def topic_states(self, topic: str, start: int, end: int) -> list[PartitionState | None]:
+        """``partition_state(topic, p)`` for each p in ``range(start, end)``, as one list:
+        what a Metadata of a whole topic reads, in one call rather than one per partition."""
+        ...
+
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicInfo: ...

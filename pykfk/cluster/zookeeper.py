@@ -646,6 +646,10 @@ class ZooKeeperMetadataStore:
     def partition_states(self) -> dict[tuple[str, int], PartitionState]:
         return dict(self._states)
 
+    def topic_states(self, topic: str, start: int, end: int) -> list[PartitionState | None]:
+        get = self._states.get
+        return [get((topic, p)) for p in range(start, end)]
+
     def delete_requests(self) -> set[str]:
         return set(self._delete_requests)
 

@@ -2,15 +2,20 @@
 """Metadata partitions encoder (apache/kafka MetadataResponse.json, v0-v12): the
 ``topics[].partitions`` array of a MetadataResponse, compiled.
 
-A topic of thousands of partitions is encoded in one pass over plain tuples of ints,
-byte for byte what the generic table-driven codec (pykfk.protocol.codec) writes for the
+A topic of thousands of partitions is encoded in one pass, over plain tuples of ints
+(``encode_partitions``) or straight from the metadata store's partition states
+(``encode_partition_states``: no Python object made per partition), byte for byte what the generic table-driven codec (pykfk.protocol.codec) writes for the
 same partitions; tests/protocol/test_fast_path_metadata.py checks this on every version.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
+from cpython.dict cimport PyDict_GetItem
+from cpython.long cimport PyLong_FromSsize_t
+from cpython.set cimport PyAnySet_Check, PySet_Contains
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 
 cdef extern from "Python.h":
@@ -210,3 +215,149 @@ def encode_partitions(int version, partitions):
         return PyBytes_FromStringAndSize(<const char*>o.data, o.len)
     finally:
         PyMem_Free(o.data)
+
+
+# Kafka's error codes of a partition entry (pykfk.errors.ErrorCode.NONE and
+# LEADER_NOT_AVAILABLE), and the leader id of a partition without one (NO_LEADER).
+cdef int _NONE = 0
+cdef int _LEADER_NOT_AVAILABLE = 5
+cdef long long _NO_LEADER = -1
+
+
+cdef int _put_offline(_Out* o, tuple replicas, object live, bint live_is_set, Py_ssize_t entry,
+                      bint compact) except -1:
+    """The replicas not in ``live``, in replica order, as a non-nullable int32 array."""
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(replicas)
+    cdef Py_ssize_t i, count = 0
+    cdef int found
+    cdef uint8_t* flags = <uint8_t*>PyMem_Malloc(<size_t>(n if n > 0 else 1))
+    if flags == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = <object>PyTuple_GET_ITEM(replicas, i)
+            found = PySet_Contains(live, item) if live_is_set else (item in live)
+            flags[i] = found == 0
+            count += flags[i]
+        _reserve(o, 5 + 4 * count)
+        if compact:
+            o.len += _uvarint(o.data + o.len, <uint64_t>(count + 1))
+        else:
+            _be32(o.data + o.len, <uint32_t>count)
+            o.len += 4
+        for i in range(n):
+            if flags[i]:
+                _be32(o.data + o.len, <uint32_t>_int(<object>PyTuple_GET_ITEM(replicas, i),
+                                                     "offline_replicas", entry, 32))
+                o.len += 4
+    finally:
+        PyMem_Free(flags)
+    return 0
+
+
+def encode_partition_states(int version, states, assignment, default_replicas, live):
+    """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-12), with
+    its count prefix, as ``bytes``, read straight from a metadata store's view of the
+    topic: entry ``p`` is partition ``p``, whose state is ``states[p]`` (a
+    ``PartitionState`` or None) and whose replicas are ``assignment.get(p,
+    default_replicas)``; offline replicas are those not in ``live``.
+
+    The same bytes as ``encode_partitions`` given the tuples
+    ``pykfk.server.handlers.metadata.partition_entries`` builds, without building them:
+    a partition without a state, or with leader -1, is LEADER_NOT_AVAILABLE (leader -1,
+    leader epoch -1 and an empty ISR without a state). A state or a replica tuple shared
+    with the previous partition (the embedded store shares one state by all) is read
+    once. Errors as ``encode_partitions``, naming the partition's entry.
+    """
+    if version < METADATA_MIN_VERSION or version > METADATA_MAX_VERSION:
+        raise ValueError(f"Metadata v{version} is outside {METADATA_MIN_VERSION}-{METADATA_MAX_VERSION}")
+    cdef bint compact = version >= METADATA_FLEXIBLE_FROM
+    cdef tuple seq = _fast_sequence(states, "states", -1)
+    cdef tuple default = _fast_sequence(default_replicas, "default_replicas", -1)
+    cdef Py_ssize_t n = PyTuple_GET_SIZE(seq)
+    if n > 0x7FFFFFFE:
+        raise ValueError("partitions longer than 2**31-2 entries")
+    if live is None:
+        raise TypeError("live must be a set of broker ids")
+    cdef bint live_is_set = PyAnySet_Check(live)
+    cdef bint assignment_is_dict = type(assignment) is dict
+    cdef bint no_assignment = len(assignment) == 0
+    cdef object get_replicas = None if assignment_is_dict or no_assignment else assignment.get
+    cdef Py_ssize_t i
+    cdef PyObject* found
+    cdef object state, key, value
+    cdef object last_state = None          # the state whose fields are below
+    cdef bint have_state = False
+    cdef int error_code = _LEADER_NOT_AVAILABLE
+    cdef long long leader = _NO_LEADER, epoch = -1
+    cdef tuple isr = ()
+    cdef object last_replicas = None       # the replica tuple whose offline array is below
+    cdef tuple replicas
+    cdef _Out o
+    cdef _Out offline                      # the encoded offline array of last_replicas
+    o.cap = 64 + 28 * n
+    o.len = 0
+    o.data = <uint8_t*>PyMem_Malloc(<size_t>o.cap)
+    offline.cap = 64
+    offline.len = 0
+    offline.data = <uint8_t*>PyMem_Malloc(<size_t>offline.cap)
+    if o.data == NULL or offline.data == NULL:
+        PyMem_Free(o.data)
+        PyMem_Free(offline.data)
+        raise MemoryError()
+    try:
+        if compact:
+            o.len += _uvarint(o.data, <uint64_t>(n + 1))
+        else:
+            _be32(o.data, <uint32_t>n)
+            o.len = 4
+        for i in range(n):
+            state = <object>PyTuple_GET_ITEM(seq, i)
+            if not have_state or state is not last_state:
+                if state is None:
+                    error_code, leader, epoch, isr = _LEADER_NOT_AVAILABLE, _NO_LEADER, -1, ()
+                else:
+                    leader = _int(state.leader, "leader_id", i, 32)
+                    epoch = _int(state.leader_epoch, "leader_epoch", i, 32)
+                    isr = _fast_sequence(state.isr, "isr_nodes", i)
+                    error_code = _LEADER_NOT_AVAILABLE if leader == _NO_LEADER else _NONE
+                last_state = state
+                have_state = True
+            if no_assignment:
+                value = default
+            else:
+                key = PyLong_FromSsize_t(i)
+                if assignment_is_dict:
+                    found = PyDict_GetItem(assignment, key)  # an int key: no error to miss
+                    value = default if found == NULL else <object>found
+                else:
+                    value = get_replicas(key, default)
+            if value is not last_replicas:
+                if value is None:
+                    raise ValueError(f"partition entry {i}: None for the non-nullable array replica_nodes")
+                replicas = _fast_sequence(value, "replica_nodes", i)
+                offline.len = 0
+                _put_offline(&offline, replicas, live, live_is_set, i, compact)
+                last_replicas = value
+            _reserve(&o, 14)
+            _be16(o.data + o.len, <uint32_t>error_code)
+            _be32(o.data + o.len + 2, <uint32_t>i)
+            _be32(o.data + o.len + 6, <uint32_t>leader)
+            o.len += 10
+            if version >= 7:
+                _be32(o.data + o.len, <uint32_t>epoch)
+                o.len += 4
+            _put_nodes(&o, replicas, "replica_nodes", i, compact)
+            _put_nodes(&o, isr, "isr_nodes", i, compact)
+            if version >= 5:
+                _reserve(&o, offline.len)
+                memcpy(o.data + o.len, offline.data, <size_t>offline.len)
+                o.len += offline.len
+            if compact:
+                _reserve(&o, 1)
+                o.data[o.len] = 0
+                o.len += 1
+        return PyBytes_FromStringAndSize(<const char*>o.data, o.len)
+    finally:
+        PyMem_Free(o.data)
+        PyMem_Free(offline.data)

@@ -180,6 +180,9 @@ class FakeStore:
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         return self._states.get((topic, partition))
 
+    def topic_states(self, topic: str, start: int, end: int) -> list[PartitionState | None]:
+        return [self._states.get((topic, p)) for p in range(start, end)]
+
     async def update_isr(self, topic: str, partition: int, state: PartitionState, expected_version: int) -> PartitionState:
         current = self._states[(topic, partition)]
         if current.version != expected_version:
