@@ -35,6 +35,7 @@ import asyncio
 import logging
 import uuid
 import weakref
+from collections.abc import Coroutine
 from typing import Any
 
 from pykfk._core.wire import decode_fetch, encode_fetch_response
@@ -212,7 +213,10 @@ def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
     return pinned
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Struct) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    """The answer at once when the first read has it (data, an error, no wait asked);
+    otherwise a coroutine that parks until an append or ``max_wait_ms``. A fetch
+    answered at once costs no task."""
     broker = ctx.broker
     if ctx.api_version >= 15:  # the replica id moved into the tagged replica state
         state = request.replica_state
@@ -236,36 +240,68 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             if known_as is not None:
                 topics, stale = _split_stale(broker.metadata, topics, known_as)
                 unknown += stale
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
-    first_pass = True
-    read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
-    denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None else frozenset()
-    client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
-        broker.config["replica.selector.class"] else None
-    while True:
-        responses, available, error = _read_all(ctx, topics, request.replica_id, request.max_bytes, first_pass,
-                                                denied, read_committed, client_rack)
-        first_pass = False
-        remaining = deadline - loop.time()
-        if available >= request.min_bytes or error or remaining <= 0 or broker.stopping:
-            throttle_ms = 0
-            if request.replica_id < 0 and broker.quotas.active:
-                throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
-            if available:
-                _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
-            if session is not None:
-                responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
-            if known_as is not None:
-                responses = [{**topic, "topic_id": known_as.get(topic["topic"], ZERO_UUID)} for topic in responses]
-                responses += unknown
-            return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
-                    "session_id": session.session_id if session is not None else NO_SESSION,
-                    "responses": responses}
-        _release_regions(ctx)
-        keys = [(t.topic, p.partition) for t in topics for p in t.partitions]
+    fetch = _Fetch(ctx, request, topics, session, known_as, unknown)
+    body = fetch.answer(first_pass=True)
+    if body is not None:
+        return body
+    return fetch.parked()
+
+
+class _Fetch:
+    """One Fetch request's reads: ``answer`` reads every partition once and gives the
+    response body when the request is done (enough bytes, an error, its wait over);
+    ``parked`` waits for appends between reads until then."""
+
+    def __init__(self, ctx: RequestContext, request: Struct, topics: Any, session: FetchSession | None,
+                 known_as: dict[str, uuid.UUID] | None, unknown: list[dict[str, Any]]):
+        broker = ctx.broker
+        self.ctx = ctx
+        self.request = request
+        self.topics = topics
+        self.session = session
+        self.known_as = known_as
+        self.unknown = unknown
+        self.loop = asyncio.get_running_loop()
+        self.deadline = self.loop.time() + max(request.max_wait_ms, 0) / 1000
+        self.read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
+        self.denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None \
+            else frozenset()
+        self.client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
+            broker.config["replica.selector.class"] else None
+
+    def answer(self, first_pass: bool) -> dict[str, Any] | None:
+        ctx, request, broker = self.ctx, self.request, self.ctx.broker
+        responses, available, error = _read_all(ctx, self.topics, request.replica_id, request.max_bytes, first_pass,
+                                                self.denied, self.read_committed, self.client_rack)
+        if not (available >= request.min_bytes or error or self.deadline - self.loop.time() <= 0
+                or broker.stopping):
+            _release_regions(ctx)
+            return None
+        throttle_ms = 0
+        if request.replica_id < 0 and broker.quotas.active:
+            throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
+        if available:
+            _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
+        session, known_as = self.session, self.known_as
+        if session is not None:
+            responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
+        if known_as is not None:
+            responses = [{**topic, "topic_id": known_as.get(topic["topic"], ZERO_UUID)} for topic in responses]
+            responses += self.unknown
+        return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
+                "session_id": session.session_id if session is not None else NO_SESSION,
+                "responses": responses}
+
+    async def parked(self) -> dict[str, Any]:
+        request = self.request
+        keys = [(t.topic, p.partition) for t in self.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
-        await broker.replica_manager.fetch_waiters(request.replica_id).wait(keys, remaining)
+        waiters = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id)
+        while True:
+            await waiters.wait(keys, self.deadline - self.loop.time())
+            body = self.answer(first_pass=False)
+            if body is not None:
+                return body
 
 
 def _named_by_id(store: Any, request: Struct) -> tuple[dict[str, uuid.UUID], list[dict[str, Any]]]:
