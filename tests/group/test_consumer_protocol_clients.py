@@ -158,7 +158,7 @@ def run_scenario(bootstrap: str, protocol: str, topic: str) -> dict[str, float]:
         window_end = settled_at + 1.0
         gaps = kept_partition_gaps(survivors, held, killed_at, window_end, protocol)
         check_duplicates([*members, newcomer])
-        return {"longest_gap_s": max(gaps.values()), "kept_partitions": float(len(gaps))}
+        return {"longest_gap_s": max(gaps.values(), default=float("nan")), "kept_partitions": float(len(gaps))}
     finally:
         for m in [*members, *(locals().get("live") or [])]:
             if m.process.poll() is None:
@@ -184,7 +184,10 @@ def kept_partition_gaps(survivors: list[MemberLog], held: dict[int, set[int]], s
             times = [start] + sorted(at for at, p, _ in member.records if p == partition and start <= at <= end)
             times.append(end)
             gaps[(index, partition)] = max(b - a for a, b in itertools.pairwise(times))
-    assert gaps, "no member kept a partition"
+    # The classic protocol's eager range assignment may give every survivor new
+    # partitions (it depends on the member ids' order): nothing kept is a valid outcome
+    # there. The consumer protocol keeps what a member holds.
+    assert gaps or protocol == "classic", "no member kept a partition"
     return gaps
 
 
