@@ -22,7 +22,7 @@ testinstalled:      ## build a wheel, install it in a fresh venv, import from ou
 	$(PYTHON) -m venv build/testinstalled/venv
 	build/testinstalled/venv/bin/pip install -q build/testinstalled/wheel/*.whl
 	cd /tmp && $(CURDIR)/build/testinstalled/venv/bin/python -c \
-	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile, pykfk._core.wire, pykfk._core.metadata, pykfk._core.structs; \
+	  "import pykfk._core as c, pykfk._core.records, pykfk._core.segment, pykfk._core.sendfile, pykfk._core.wire, pykfk._core.metadata, pykfk._core.structs, pykfk._core.regions; \
 	   assert c.crc32c(b'123456789') == 0xE3069283; print('installed wheel OK:', c.__file__)"
 
 wheel:              ## the sdist and a manylinux wheel built from it, in dist/ (tools/build_wheels.sh)

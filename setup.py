@@ -39,6 +39,7 @@ extensions = [
     core_extension("sendfile"),
     core_extension("wire"),
     core_extension("structs"),
+    core_extension("regions"),
     core_extension("metadata"),
 ]
 

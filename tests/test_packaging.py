@@ -111,7 +111,7 @@ def test_wheel_works_from_outside_the_checkout(bare_venv: Path, tmp_path: Path) 
     python = bare_venv / "bin" / "python"
     code = (
         "import pykfk, pykfk._core as core, pykfk.broker, pykfk_spark\n"
-        "from pykfk._core import metadata, records, segment, sendfile, structs, wire\n"
+        "from pykfk._core import metadata, records, regions, segment, sendfile, structs, wire\n"
         "assert core.crc32c(b'123456789') == 0xE3069283\n"
         "assert pykfk.__file__.startswith(sys.prefix), pykfk.__file__\n"
         "batch = records.build_batch([(b'k', b'v', 1, [])])\n"

@@ -825,16 +825,20 @@ class Log:
         if offset < log_start or offset > log_end or offset < view.base_offsets[0]:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"offset {offset} is outside [{log_start}, {log_end}] of {self.name}")
-        limit = log_end if max_offset is None else min(max_offset, log_end)
+        # Conditionals, not min()/max(): this runs for every partition a Fetch reads.
+        limit = log_end if max_offset is None or max_offset > log_end else max_offset
         if offset >= limit or (max_bytes <= 0 and not min_one_message):
             return FetchData(None, log_start, log_end, high_watermark)
+        if max_bytes < 0:  # noqa: PLR1730 (a max() call costs more)
+            max_bytes = 0
         i = bisect.bisect_right(view.base_offsets, offset) - 1
         while i < len(view.segments):
             seg = view.segments[i]
-            if seg.base_offset >= limit:
+            base = seg.base_offset
+            if base >= limit:
                 break
             max_position = seg.position_of(limit) if limit < seg.next_offset else -1
-            found = seg.read(max(offset, seg.base_offset), max(max_bytes, 0), max_position)
+            found = seg.read(offset if offset > base else base, max_bytes, max_position)  # noqa: FURB136
             if found is not None and found[1] > 0:
                 position, size = found
                 if not min_one_message and size > max_bytes:

@@ -11,6 +11,8 @@ test_fast_path_fetch.py check this on every version, hostile and truncated input
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Check, PyDict_GetItemWithError, PyDict_SetItem
+from cpython.object cimport PyObject
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -383,25 +385,37 @@ cdef inline int _put_int(_Out* o, object value, int width) except -1:
     return _put_be(o, <uint64_t>v, width)
 
 
+cdef inline object _get(object mapping, str key, object default):
+    """``mapping.get(key, default)``, through the dict's C lookup for a dict (the
+    handlers' bodies and decoded Structs), a method call for any other mapping."""
+    cdef PyObject* found
+    if PyDict_Check(mapping):
+        found = PyDict_GetItemWithError(mapping, key)
+        if found == NULL:
+            return default
+        return <object>found
+    return mapping.get(key, default)
+
+
 cdef int _encode_partition(_Out* o, object part, int version, bint compact) except -1:
-    _put_int(o, part.get("index", 0), 4)
-    _put_int(o, part.get("error_code", 0), 2)
-    _put_int(o, part.get("base_offset", 0), 8)
+    _put_int(o, _get(part, "index", 0), 4)
+    _put_int(o, _get(part, "error_code", 0), 2)
+    _put_int(o, _get(part, "base_offset", 0), 8)
     if version >= 2:
-        _put_int(o, part.get("log_append_time_ms", -1), 8)
+        _put_int(o, _get(part, "log_append_time_ms", -1), 8)
     if version >= 5:
-        _put_int(o, part.get("log_start_offset", -1), 8)
+        _put_int(o, _get(part, "log_start_offset", -1), 8)
     if version >= 8:
-        record_errors = part.get("record_errors", ())
+        record_errors = _get(part, "record_errors", ())
         if record_errors is None:
             raise ValueError("None for a non-nullable array")
         _put_count(o, len(record_errors), compact)
         for entry in record_errors:
-            _put_int(o, entry.get("batch_index", 0), 4)
-            _put_string(o, entry.get("batch_index_error_message", None), compact, True)
+            _put_int(o, _get(entry, "batch_index", 0), 4)
+            _put_string(o, _get(entry, "batch_index_error_message", None), compact, True)
             if compact:
                 _put_be(o, 0, 1)
-        _put_string(o, part.get("error_message", None), compact, True)
+        _put_string(o, _get(part, "error_message", None), compact, True)
     if compact:
         _put_be(o, 0, 1)
     return 0
@@ -428,13 +442,13 @@ def encode_produce_response(int version, int32_t correlation_id, body):
         _put_be(&o, <uint64_t><uint32_t>correlation_id, 4)
         if compact:
             _put_be(&o, 0, 1)  # response header v1 tagged fields
-        responses = body.get("responses", ())
+        responses = _get(body, "responses", ())
         if responses is None:
             raise ValueError("None for a non-nullable array")
         _put_count(&o, len(responses), compact)
         for topic in responses:
-            _put_string(&o, topic.get("name", ""), compact, False)
-            parts = topic.get("partition_responses", ())
+            _put_string(&o, _get(topic, "name", ""), compact, False)
+            parts = _get(topic, "partition_responses", ())
             if parts is None:
                 raise ValueError("None for a non-nullable array")
             _put_count(&o, len(parts), compact)
@@ -443,7 +457,7 @@ def encode_produce_response(int version, int32_t correlation_id, body):
             if compact:
                 _put_be(&o, 0, 1)
         if version >= 1:
-            _put_int(&o, body.get("throttle_time_ms", 0), 4)
+            _put_int(&o, _get(body, "throttle_time_ms", 0), 4)
         if compact:
             _put_be(&o, 0, 1)
         size = o.len - 4
@@ -538,15 +552,15 @@ cdef int _put_records(_Out* o, object value, bint compact, list cuts) except -1:
 
 
 cdef int _encode_fetch_partition(_Out* o, object part, int version, bint compact, list cuts) except -1:
-    _put_int(o, part.get("partition_index", 0), 4)
-    _put_int(o, part.get("error_code", 0), 2)
-    _put_int(o, part.get("high_watermark", 0), 8)
+    _put_int(o, _get(part, "partition_index", 0), 4)
+    _put_int(o, _get(part, "error_code", 0), 2)
+    _put_int(o, _get(part, "high_watermark", 0), 8)
     if version >= 4:
-        _put_int(o, part.get("last_stable_offset", -1), 8)
+        _put_int(o, _get(part, "last_stable_offset", -1), 8)
     if version >= 5:
-        _put_int(o, part.get("log_start_offset", -1), 8)
+        _put_int(o, _get(part, "log_start_offset", -1), 8)
     if version >= 4:
-        aborted = part.get("aborted_transactions", None)
+        aborted = _get(part, "aborted_transactions", None)
         if aborted is None:
             if compact:
                 _put_be(o, 0, 1)
@@ -555,13 +569,13 @@ cdef int _encode_fetch_partition(_Out* o, object part, int version, bint compact
         else:
             _put_count(o, len(aborted), compact)
             for txn in aborted:
-                _put_int(o, txn.get("producer_id", 0), 8)
-                _put_int(o, txn.get("first_offset", 0), 8)
+                _put_int(o, _get(txn, "producer_id", 0), 8)
+                _put_int(o, _get(txn, "first_offset", 0), 8)
                 if compact:
                     _put_be(o, 0, 1)
     if version >= 11:
-        _put_int(o, part.get("preferred_read_replica", -1), 4)
-    _put_records(o, part.get("records", None), compact, cuts)
+        _put_int(o, _get(part, "preferred_read_replica", -1), 4)
+    _put_records(o, _get(part, "records", None), compact, cuts)
     if compact:
         _put_be(o, 0, 1)
     return 0
@@ -571,20 +585,20 @@ cdef bint _fetch_body_covered(object body, int version):
     """False when the body sets a field this encoder does not write (tagged fields,
     records as a list of chunks)."""
     if version >= 12:
-        if body.get("node_endpoints"):
+        if _get(body, "node_endpoints", None):
             return False
-        for topic in body.get("responses", ()):
-            for part in topic.get("partitions", ()):
+        for topic in _get(body, "responses", ()):
+            for part in _get(topic, "partitions", ()):
                 for tag in _FETCH_PARTITION_TAGS:
-                    if part.get(tag) is not None:
+                    if _get(part, tag, None) is not None:
                         return False
-                records = part.get("records", None)
+                records = _get(part, "records", None)
                 if type(records) is list or type(records) is tuple:
                     return False
         return True
-    for topic in body.get("responses", ()):
-        for part in topic.get("partitions", ()):
-            records = part.get("records", None)
+    for topic in _get(body, "responses", ()):
+        for part in _get(topic, "partitions", ()):
+            records = _get(part, "records", None)
             if type(records) is list or type(records) is tuple:
                 return False
     return True
@@ -618,20 +632,20 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
         if compact:
             _put_be(&o, 0, 1)  # response header v1 tagged fields
         if version >= 1:
-            _put_int(&o, body.get("throttle_time_ms", 0), 4)
+            _put_int(&o, _get(body, "throttle_time_ms", 0), 4)
         if version >= 7:
-            _put_int(&o, body.get("error_code", 0), 2)
-            _put_int(&o, body.get("session_id", 0), 4)
-        responses = body.get("responses", ())
+            _put_int(&o, _get(body, "error_code", 0), 2)
+            _put_int(&o, _get(body, "session_id", 0), 4)
+        responses = _get(body, "responses", ())
         if responses is None:
             raise ValueError("None for a non-nullable array")
         _put_count(&o, len(responses), compact)
         for topic in responses:
             if version >= 13:
-                _put_uuid(&o, topic.get("topic_id"))
+                _put_uuid(&o, _get(topic, "topic_id", None))
             else:
-                _put_string(&o, topic.get("topic", ""), compact, False)
-            parts = topic.get("partitions", ())
+                _put_string(&o, _get(topic, "topic", ""), compact, False)
+            parts = _get(topic, "partitions", ())
             if parts is None:
                 raise ValueError("None for a non-nullable array")
             _put_count(&o, len(parts), compact)
@@ -736,12 +750,12 @@ cdef object _fetch_partitions(_Cursor* c, int version, bint compact):
     partitions = []
     for i in range(n):
         part = Struct()
-        part["partition"] = _int32(c)
-        part["current_leader_epoch"] = _int32(c) if version >= 9 else -1
-        part["fetch_offset"] = _int64(c)
-        part["last_fetched_epoch"] = _int32(c) if version >= 12 else -1
-        part["log_start_offset"] = _int64(c) if version >= 5 else -1
-        part["partition_max_bytes"] = _int32(c)
+        PyDict_SetItem(part, "partition", _int32(c))
+        PyDict_SetItem(part, "current_leader_epoch", _int32(c) if version >= 9 else -1)
+        PyDict_SetItem(part, "fetch_offset", _int64(c))
+        PyDict_SetItem(part, "last_fetched_epoch", _int32(c) if version >= 12 else -1)
+        PyDict_SetItem(part, "log_start_offset", _int64(c) if version >= 5 else -1)
+        PyDict_SetItem(part, "partition_max_bytes", _int32(c))
         if compact:
             _skip_tagged(c)
         partitions.append(part)
@@ -756,12 +770,12 @@ cdef object _fetch_topics(_Cursor* c, int version, bint compact):
     for i in range(n):
         topic = Struct()
         if version >= 13:
-            topic["topic"] = ""
-            topic["topic_id"] = _uuid(c)
+            PyDict_SetItem(topic, "topic", "")
+            PyDict_SetItem(topic, "topic_id", _uuid(c))
         else:
-            topic["topic"] = _string(c, compact, False)
-            topic["topic_id"] = ZERO_UUID
-        topic["partitions"] = _fetch_partitions(c, version, compact)
+            PyDict_SetItem(topic, "topic", _string(c, compact, False))
+            PyDict_SetItem(topic, "topic_id", ZERO_UUID)
+        PyDict_SetItem(topic, "partitions", _fetch_partitions(c, version, compact))
         if compact:
             _skip_tagged(c)
         topics.append(topic)
@@ -775,13 +789,13 @@ cdef object _forgotten_topics(_Cursor* c, int version, bint compact):
     for i in range(n):
         topic = Struct()
         if version >= 13:
-            topic["topic"] = ""
-            topic["topic_id"] = _uuid(c)
+            PyDict_SetItem(topic, "topic", "")
+            PyDict_SetItem(topic, "topic_id", _uuid(c))
         else:
-            topic["topic"] = _string(c, compact, False)
-            topic["topic_id"] = ZERO_UUID
+            PyDict_SetItem(topic, "topic", _string(c, compact, False))
+            PyDict_SetItem(topic, "topic_id", ZERO_UUID)
         m = _count(c, compact, 4)
-        topic["partitions"] = [_int32(c) for j in range(m)]
+        PyDict_SetItem(topic, "partitions", [_int32(c) for j in range(m)])
         if compact:
             _skip_tagged(c)
         forgotten.append(topic)
@@ -790,8 +804,8 @@ cdef object _forgotten_topics(_Cursor* c, int version, bint compact):
 
 cdef object _replica_state(_Cursor* c):
     state = Struct()
-    state["replica_id"] = _int32(c)
-    state["replica_epoch"] = _int64(c)
+    PyDict_SetItem(state, "replica_id", _int32(c))
+    PyDict_SetItem(state, "replica_epoch", _int64(c))
     _skip_tagged(c)
     return state
 
@@ -814,9 +828,9 @@ cdef int _fetch_tagged(_Cursor* c, object request, int version) except -1:
             saved_end = c.end
             c.end = end
             if tag == 0:
-                request["cluster_id"] = _string(c, True, True)
+                PyDict_SetItem(request, "cluster_id", _string(c, True, True))
             else:
-                request["replica_state"] = _replica_state(c)
+                PyDict_SetItem(request, "replica_state", _replica_state(c))
             c.end = saved_end
             if c.pos != end:
                 raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {c.pos - (end - size)}")
@@ -843,19 +857,19 @@ def decode_fetch(frame, Py_ssize_t offset, int version):
         c.pos = offset
         c.end = pybuf.len
         request = Struct()
-        request["cluster_id"] = None
+        PyDict_SetItem(request, "cluster_id", None)
         try:
-            request["replica_id"] = _int32(&c) if version <= 14 else -1
-            request["replica_state"] = None
-            request["max_wait_ms"] = _int32(&c)
-            request["min_bytes"] = _int32(&c)
-            request["max_bytes"] = _int32(&c) if version >= 3 else 2147483647
-            request["isolation_level"] = _int8(&c) if version >= 4 else 0
-            request["session_id"] = _int32(&c) if version >= 7 else 0
-            request["session_epoch"] = _int32(&c) if version >= 7 else -1
-            request["topics"] = _fetch_topics(&c, version, compact)
-            request["forgotten_topics_data"] = _forgotten_topics(&c, version, compact) if version >= 7 else ()
-            request["rack_id"] = _string(&c, compact, False) if version >= 11 else ""
+            PyDict_SetItem(request, "replica_id", _int32(&c) if version <= 14 else -1)
+            PyDict_SetItem(request, "replica_state", None)
+            PyDict_SetItem(request, "max_wait_ms", _int32(&c))
+            PyDict_SetItem(request, "min_bytes", _int32(&c))
+            PyDict_SetItem(request, "max_bytes", _int32(&c) if version >= 3 else 2147483647)
+            PyDict_SetItem(request, "isolation_level", _int8(&c) if version >= 4 else 0)
+            PyDict_SetItem(request, "session_id", _int32(&c) if version >= 7 else 0)
+            PyDict_SetItem(request, "session_epoch", _int32(&c) if version >= 7 else -1)
+            PyDict_SetItem(request, "topics", _fetch_topics(&c, version, compact))
+            PyDict_SetItem(request, "forgotten_topics_data", _forgotten_topics(&c, version, compact) if version >= 7 else ())
+            PyDict_SetItem(request, "rack_id", _string(&c, compact, False) if version >= 11 else "")
             if compact:
                 _fetch_tagged(&c, request, version)
         except ProtocolError as exc:

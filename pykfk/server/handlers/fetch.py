@@ -137,7 +137,10 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
             last_stable = plog.last_stable_offset
             if read_committed:
                 max_offset = last_stable
-            limit = min(part.partition_max_bytes, remaining)
+            # Conditionals, not min()/max(): this runs for every partition a Fetch reads.
+            limit = part.partition_max_bytes
+            if limit > remaining:  # noqa: PLR1730
+                limit = remaining
             records: Any = b""
             try:
                 if part.fetch_offset == max_offset and plog.log_start_offset <= max_offset:
@@ -147,7 +150,8 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
                     # Only the first partition with data may exceed the limits (one whole
                     # batch); later ones are cut, and clients drop a partial last batch.
                     data = plog.read(
-                        part.fetch_offset, max(limit, 0), max_offset=max_offset, min_one_message=total == 0
+                        part.fetch_offset, limit if limit > 0 else 0, max_offset=max_offset,  # noqa: FURB136
+                        min_one_message=total == 0
                     )
                     region = data.file_region
                     log_start = data.log_start_offset
