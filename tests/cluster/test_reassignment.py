@@ -56,6 +56,24 @@ def admin_client(bootstrap: str) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
 
 
+def listed_reassignments(bootstrap: str, timeout_s: float = 30.0) -> Any:
+    """ListPartitionReassignments from a fresh admin client, asked again while the
+    client's first view of the cluster is behind: just after a controller change it may
+    name a controller whose registration that view does not hold yet (UnknownBrokerIdError),
+    which a user retries."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        admin = admin_client(bootstrap)
+        try:
+            return admin.list_partition_reassignments()
+        except kafka_errors.UnknownBrokerIdError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        finally:
+            admin.close()
+
+
 def reassignment_done(cluster: Cluster, topic: str, target: list[int]) -> bool:
     data, _stat = cluster.zk.get(cluster.path(f"/brokers/topics/{topic}"))
     doc = json.loads(data)
@@ -196,11 +214,7 @@ def test_a_waiting_move_is_listed_cancelled_and_finished_by_the_next_controller(
         admin.close()
 
     wait_until(lambda: reassignment_done(cluster, topic, target), 90, "the move finished by the new controller")
-    survivors = admin_client(cluster.brokers[others[0]].bootstrap)
-    try:
-        assert survivors.list_partition_reassignments() == {}
-    finally:
-        survivors.close()
+    assert listed_reassignments(cluster.brokers[others[0]].bootstrap) == {}
     # The old controller was down when its replica was removed: it deletes it when it starts.
     held_copy = os.path.join(cluster.brokers[controller].log_dir, f"{topic}-0")
     assert os.path.isdir(held_copy)
