@@ -294,3 +294,64 @@ def test_fetch_request(benchmark, report, tmp_path) -> None:  # type: ignore[no-
         benchmark.pedantic(lambda: harness.run(_fetch_all(harness, frames)), rounds=1, iterations=1)
     finally:
         harness.close()
+
+
+# -- the latency workload's Fetch -----------------------------------------------------------
+
+WIDE_TOPIC = "wide"
+WIDE_PARTITIONS = 8
+WIDE_RECORDS = 5  # records of 1 KiB per batch, one batch per partition per round
+
+
+def _wide_produce_frames(rounds: int) -> list[bytes]:
+    """Produce v9 (what librdkafka sends), acks=all, one batch of five 1 KiB records per
+    request, the partitions in turn."""
+    frames = []
+    for i in range(rounds * WIDE_PARTITIONS):
+        batch = build_batch([(b"k", bytes(1024), 1_700_000_000_000 + i, [])] * WIDE_RECORDS)
+        body = {"transactional_id": None, "acks": -1, "timeout_ms": 30000,
+                "topic_data": [{"name": WIDE_TOPIC, "partition_data": [
+                    {"index": i % WIDE_PARTITIONS, "records": batch}]}]}
+        frames.append(framing.encode_request(PRODUCE, 9, i, "rdkafka", body))
+    return frames
+
+
+def _wide_fetch_frame(correlation_id: int, topic_id: Any, offset: int) -> bytes:
+    """Fetch v16 (what librdkafka sends) naming every partition by topic id, each from
+    ``offset``: one 5 KiB batch comes back from each, answered at once."""
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": p, "current_leader_epoch": 0, "fetch_offset": offset, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": WIDE_RECORDS * 1024} for p in range(WIDE_PARTITIONS)]}]}
+    return framing.encode_request(FETCH, 16, correlation_id, "rdkafka", body)
+
+
+@pytest.mark.benchmark(group="fetch-request")
+def test_fetch_request_wide(benchmark, report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The consumer's Fetch of bench.latency: v16 over 8 partitions, a 5 KiB batch from
+    each (about 42 KiB in one answer)."""
+    from pykfk.server.handlers.metadata import topic_ids
+
+    disabled = getattr(benchmark, "disabled", False)
+    rounds, repeats = (20, 2) if disabled else (400, 15)
+    harness = _Harness(str(tmp_path / "data"))
+    try:
+        harness.run(harness.broker.topics.create_topic(WIDE_TOPIC, WIDE_PARTITIONS, 1, {}))
+        topic_id = topic_ids(harness.broker.metadata).id_of(WIDE_TOPIC)
+        harness.send_kept(_wide_produce_frames(rounds))
+        frames = [_wide_fetch_frame(i, topic_id, (i % rounds) * WIDE_RECORDS) for i in range(rounds)]
+        received = harness.run(_fetch_all(harness, frames[:4]))
+        assert received > 4 * WIDE_PARTITIONS * WIDE_RECORDS * 1024  # every partition's batch came back
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            harness.run(_fetch_all(harness, frames))
+            times.append((time.perf_counter() - start) / rounds)
+        best, median = min(times) * 1e6, statistics.median(times) * 1e6
+        benchmark.extra_info["us_per_request"] = round(best, 3)
+        report(f"Fetch v16, 8 partitions, a 5 KiB batch from each: {best:.2f} us/request best-of-{repeats}, "
+               f"{median:.2f} us median")
+        benchmark.pedantic(lambda: harness.run(_fetch_all(harness, frames)), rounds=1, iterations=1)
+    finally:
+        harness.close()
