@@ -8,7 +8,7 @@ A topic of thousands of partitions is encoded in one pass, over plain tuples of 
 same partitions; tests/protocol/test_fast_path_metadata.py checks this on every version.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.dict cimport PyDict_GetItem
 from cpython.long cimport PyLong_FromSsize_t
@@ -16,6 +16,8 @@ from cpython.set cimport PyAnySet_Check, PySet_Contains
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+
+from _out cimport Out as _Out, reserve as _reserve
 
 
 cdef extern from "Python.h":
@@ -46,28 +48,6 @@ METADATA_FLEXIBLE_FROM = 9
 #
 # None of the arrays is nullable. Fixed part of one entry: 2 + 4 + 4 (+ 4 from v7) bytes,
 # then the three arrays (4-byte counts classic, 1-byte counts compact below 127 nodes).
-
-cdef struct _Out:
-    uint8_t* data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
-cdef int _reserve(_Out* o, Py_ssize_t n) except -1:
-    cdef Py_ssize_t cap
-    cdef uint8_t* grown
-    if o.len + n <= o.cap:
-        return 0
-    cap = o.cap * 2
-    while cap < o.len + n:
-        cap *= 2
-    grown = <uint8_t*>PyMem_Realloc(o.data, <size_t>cap)
-    if grown == NULL:
-        raise MemoryError()
-    o.data = grown
-    o.cap = cap
-    return 0
-
 
 cdef inline void _be16(uint8_t* p, uint32_t v) noexcept nogil:
     p[0] = <uint8_t>(v >> 8)

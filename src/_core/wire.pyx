@@ -13,10 +13,12 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Check, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+
+from _out cimport Out as _Out, reserve as _reserve
 
 from uuid import UUID
 
@@ -296,33 +298,11 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
 #     [tagged fields]                                  v9+
 # No tagged field is declared for v0-v9, so every tagged section is the single byte 0.
 
-cdef struct _Out:
-    char* data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
-cdef int _reserve(_Out* o, Py_ssize_t n) except -1:
-    cdef Py_ssize_t cap
-    cdef char* grown
-    if o.len + n <= o.cap:
-        return 0
-    cap = o.cap * 2
-    while cap < o.len + n:
-        cap *= 2
-    grown = <char*>PyMem_Realloc(o.data, <size_t>cap)
-    if grown == NULL:
-        raise MemoryError()
-    o.data = grown
-    o.cap = cap
-    return 0
-
-
 cdef inline int _put_be(_Out* o, uint64_t value, int width) except -1:
     _reserve(o, width)
     cdef int i
     for i in range(width):
-        o.data[o.len + i] = <char>((value >> (8 * (width - 1 - i))) & 0xFF)
+        o.data[o.len + i] = <uint8_t>((value >> (8 * (width - 1 - i))) & 0xFF)
     o.len += width
     return 0
 
@@ -332,10 +312,10 @@ cdef int _put_uvarint(_Out* o, uint64_t value) except -1:
         raise ValueError(f"unsigned varint out of range: {value}")
     _reserve(o, 5)
     while value >= 0x80:
-        o.data[o.len] = <char>((value & 0x7F) | 0x80)
+        o.data[o.len] = <uint8_t>((value & 0x7F) | 0x80)
         o.len += 1
         value >>= 7
-    o.data[o.len] = <char>value
+    o.data[o.len] = <uint8_t>value
     o.len += 1
     return 0
 
@@ -385,6 +365,33 @@ cdef inline int _put_int(_Out* o, object value, int width) except -1:
     return _put_be(o, <uint64_t>v, width)
 
 
+cdef int _open_frame(_Out* o, Py_ssize_t cap, int32_t correlation_id, bint compact) except -1:
+    """A response frame's start in a fresh buffer of ``cap`` bytes: the size (patched by
+    ``_close_frame``), the correlation id and, for flexible versions, the response header
+    v1's empty tagged section. The caller frees ``o.data``."""
+    o.cap = cap
+    o.len = 0
+    o.data = <uint8_t*>PyMem_Malloc(<size_t>o.cap)
+    if o.data == NULL:
+        raise MemoryError()
+    _put_be(o, 0, 4)
+    _put_be(o, <uint64_t><uint32_t>correlation_id, 4)
+    if compact:
+        _put_be(o, 0, 1)
+    return 0
+
+
+cdef int _close_frame(_Out* o, Py_ssize_t size) except -1:
+    """Writes the frame's size (the bytes after the prefix, pass-through chunks included)."""
+    if size > 0x7FFFFFFF:
+        raise ValueError(f"a response of {size} bytes exceeds the int32 size prefix")
+    cdef Py_ssize_t end = o.len
+    o.len = 0
+    _put_be(o, <uint64_t><uint32_t>size, 4)
+    o.len = end
+    return 0
+
+
 cdef inline object _get(object mapping, str key, object default):
     """``mapping.get(key, default)``, through the dict's C lookup for a dict (the
     handlers' bodies and decoded Structs), a method call for any other mapping."""
@@ -432,16 +439,10 @@ def encode_produce_response(int version, int32_t correlation_id, body):
         raise ValueError(f"Produce v{version} is outside {PRODUCE_MIN_VERSION}-{PRODUCE_MAX_VERSION}")
     cdef bint compact = version >= PRODUCE_FLEXIBLE_FROM
     cdef _Out o
-    o.cap = 256  # one topic with one partition (the common answer) fits with room to spare
-    o.len = 0
-    o.data = <char*>PyMem_Malloc(<size_t>o.cap)
-    if o.data == NULL:
-        raise MemoryError()
+    o.data = NULL
     try:
-        _put_be(&o, 0, 4)  # size, patched below
-        _put_be(&o, <uint64_t><uint32_t>correlation_id, 4)
-        if compact:
-            _put_be(&o, 0, 1)  # response header v1 tagged fields
+        # 256 bytes: one topic with one partition (the common answer) fits with room to spare.
+        _open_frame(&o, 256, correlation_id, compact)
         responses = _get(body, "responses", ())
         if responses is None:
             raise ValueError("None for a non-nullable array")
@@ -460,10 +461,8 @@ def encode_produce_response(int version, int32_t correlation_id, body):
             _put_int(&o, _get(body, "throttle_time_ms", 0), 4)
         if compact:
             _put_be(&o, 0, 1)
-        size = o.len - 4
-        o.len = 0
-        _put_be(&o, <uint64_t><uint32_t>size, 4)
-        return PyBytes_FromStringAndSize(o.data, size + 4)
+        _close_frame(&o, o.len - 4)
+        return PyBytes_FromStringAndSize(<char*>o.data, o.len)
     finally:
         PyMem_Free(o.data)
 
@@ -552,6 +551,15 @@ cdef int _put_records(_Out* o, object value, bint compact, list cuts) except -1:
 
 
 cdef int _encode_fetch_partition(_Out* o, object part, int version, bint compact, list cuts) except -1:
+    """Writes one partition entry; returns 1, having written nothing, for an entry this
+    encoder does not cover (a tagged field set, records as a list of chunks)."""
+    records = _get(part, "records", None)
+    if type(records) is list or type(records) is tuple:
+        return 1
+    if compact:
+        for tag in _FETCH_PARTITION_TAGS:
+            if _get(part, tag, None) is not None:
+                return 1
     _put_int(o, _get(part, "partition_index", 0), 4)
     _put_int(o, _get(part, "error_code", 0), 2)
     _put_int(o, _get(part, "high_watermark", 0), 8)
@@ -575,33 +583,10 @@ cdef int _encode_fetch_partition(_Out* o, object part, int version, bint compact
                     _put_be(o, 0, 1)
     if version >= 11:
         _put_int(o, _get(part, "preferred_read_replica", -1), 4)
-    _put_records(o, _get(part, "records", None), compact, cuts)
+    _put_records(o, records, compact, cuts)
     if compact:
         _put_be(o, 0, 1)
     return 0
-
-
-cdef bint _fetch_body_covered(object body, int version):
-    """False when the body sets a field this encoder does not write (tagged fields,
-    records as a list of chunks)."""
-    if version >= 12:
-        if _get(body, "node_endpoints", None):
-            return False
-        for topic in _get(body, "responses", ()):
-            for part in _get(topic, "partitions", ()):
-                for tag in _FETCH_PARTITION_TAGS:
-                    if _get(part, tag, None) is not None:
-                        return False
-                records = _get(part, "records", None)
-                if type(records) is list or type(records) is tuple:
-                    return False
-        return True
-    for topic in _get(body, "responses", ()):
-        for part in _get(topic, "partitions", ()):
-            records = _get(part, "records", None)
-            if type(records) is list or type(records) is tuple:
-                return False
-    return True
 
 
 def encode_fetch_response(int version, int32_t correlation_id, body):
@@ -615,22 +600,15 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
     (OverflowError for out-of-range ints)."""
     if version < FETCH_MIN_VERSION or version > FETCH_MAX_VERSION:
         raise ValueError(f"Fetch v{version} is outside {FETCH_MIN_VERSION}-{FETCH_MAX_VERSION}")
-    if not _fetch_body_covered(body, version):
-        return None
+    if version >= FETCH_FLEXIBLE_FROM and _get(body, "node_endpoints", None):
+        return None  # a tagged field this encoder does not write
     cdef bint compact = version >= FETCH_FLEXIBLE_FROM
     cdef list cuts = []
     cdef _Out o
-    cdef Py_ssize_t total, start, cut_at, i
-    o.cap = 1024
-    o.len = 0
-    o.data = <char*>PyMem_Malloc(<size_t>o.cap)
-    if o.data == NULL:
-        raise MemoryError()
+    cdef Py_ssize_t total, start, cut_at
+    o.data = NULL
     try:
-        _put_be(&o, 0, 4)  # size, patched below
-        _put_be(&o, <uint64_t><uint32_t>correlation_id, 4)
-        if compact:
-            _put_be(&o, 0, 1)  # response header v1 tagged fields
+        _open_frame(&o, 1024, correlation_id, compact)
         if version >= 1:
             _put_int(&o, _get(body, "throttle_time_ms", 0), 4)
         if version >= 7:
@@ -650,7 +628,8 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
                 raise ValueError("None for a non-nullable array")
             _put_count(&o, len(parts), compact)
             for part in parts:
-                _encode_fetch_partition(&o, part, version, compact, cuts)
+                if _encode_fetch_partition(&o, part, version, compact, cuts):
+                    return None
             if compact:
                 _put_be(&o, 0, 1)
         if compact:
@@ -659,24 +638,19 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
         for cut in cuts:
             chunk = cut[1]
             total += chunk.size if type(chunk) is FileRegion else len(memoryview(chunk).cast("B"))
-        if total > 0x7FFFFFFF:
-            raise ValueError(f"a response of {total} bytes exceeds the int32 size prefix")
-        end = o.len
-        o.len = 0
-        _put_be(&o, <uint64_t><uint32_t>total, 4)
-        o.len = end
+        _close_frame(&o, total)
         if not cuts:
-            return [PyBytes_FromStringAndSize(o.data, o.len)]
+            return [PyBytes_FromStringAndSize(<char*>o.data, o.len)]
         chunks = []
         start = 0
         for cut in cuts:
             cut_at = cut[0]
             if cut_at > start:
-                chunks.append(PyBytes_FromStringAndSize(o.data + start, cut_at - start))
+                chunks.append(PyBytes_FromStringAndSize(<char*>o.data + start, cut_at - start))
             chunks.append(cut[1])
             start = cut_at
         if o.len > start:
-            chunks.append(PyBytes_FromStringAndSize(o.data + start, o.len - start))
+            chunks.append(PyBytes_FromStringAndSize(<char*>o.data + start, o.len - start))
         return chunks
     finally:
         PyMem_Free(o.data)
@@ -762,10 +736,12 @@ cdef object _fetch_partitions(_Cursor* c, int version, bint compact):
     return partitions
 
 
-cdef object _fetch_topics(_Cursor* c, int version, bint compact):
+cdef object _fetch_topics(_Cursor* c, int version, bint compact, bint forgotten):
+    """The topics array (``forgotten``: forgotten_topics_data, whose partitions are bare
+    int32s), each topic named by its name (v0-12) or its id (v13+)."""
     # Least bytes of a topic: a name or id (1 compact, 2 classic, 16 as a uuid) and a count.
     cdef Py_ssize_t n = _count(c, compact, 17 if version >= 13 else (2 if compact else 6))
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, j, m
     topics = []
     for i in range(n):
         topic = Struct()
@@ -775,31 +751,15 @@ cdef object _fetch_topics(_Cursor* c, int version, bint compact):
         else:
             PyDict_SetItem(topic, "topic", _string(c, compact, False))
             PyDict_SetItem(topic, "topic_id", ZERO_UUID)
-        PyDict_SetItem(topic, "partitions", _fetch_partitions(c, version, compact))
+        if forgotten:
+            m = _count(c, compact, 4)
+            PyDict_SetItem(topic, "partitions", [_int32(c) for j in range(m)])
+        else:
+            PyDict_SetItem(topic, "partitions", _fetch_partitions(c, version, compact))
         if compact:
             _skip_tagged(c)
         topics.append(topic)
     return topics
-
-
-cdef object _forgotten_topics(_Cursor* c, int version, bint compact):
-    cdef Py_ssize_t n = _count(c, compact, 17 if version >= 13 else (2 if compact else 6))
-    cdef Py_ssize_t i, j, m
-    forgotten = []
-    for i in range(n):
-        topic = Struct()
-        if version >= 13:
-            PyDict_SetItem(topic, "topic", "")
-            PyDict_SetItem(topic, "topic_id", _uuid(c))
-        else:
-            PyDict_SetItem(topic, "topic", _string(c, compact, False))
-            PyDict_SetItem(topic, "topic_id", ZERO_UUID)
-        m = _count(c, compact, 4)
-        PyDict_SetItem(topic, "partitions", [_int32(c) for j in range(m)])
-        if compact:
-            _skip_tagged(c)
-        forgotten.append(topic)
-    return forgotten
 
 
 cdef object _replica_state(_Cursor* c):
@@ -867,8 +827,8 @@ def decode_fetch(frame, Py_ssize_t offset, int version):
             PyDict_SetItem(request, "isolation_level", _int8(&c) if version >= 4 else 0)
             PyDict_SetItem(request, "session_id", _int32(&c) if version >= 7 else 0)
             PyDict_SetItem(request, "session_epoch", _int32(&c) if version >= 7 else -1)
-            PyDict_SetItem(request, "topics", _fetch_topics(&c, version, compact))
-            PyDict_SetItem(request, "forgotten_topics_data", _forgotten_topics(&c, version, compact) if version >= 7 else ())
+            PyDict_SetItem(request, "topics", _fetch_topics(&c, version, compact, False))
+            PyDict_SetItem(request, "forgotten_topics_data", _fetch_topics(&c, version, compact, True) if version >= 7 else ())
             PyDict_SetItem(request, "rack_id", _string(&c, compact, False) if version >= 11 else "")
             if compact:
                 _fetch_tagged(&c, request, version)
