@@ -14,6 +14,7 @@ pykfk.broker`` runs it too.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -137,6 +138,11 @@ class Broker:
 
             self.metrics_endpoint = await start_endpoint(self, cfg["metrics.listener"])
         await self.cluster.join()
+        # What start made (logs, replicas, segments) lives as long as the broker: one
+        # collection now, then out of the collector's walks, so a broker of thousands of
+        # partitions does not pause its clients for full collections of them later.
+        gc.collect()
+        gc.freeze()
         for server in self.servers:
             await server.serve()
         self._started = True
@@ -174,6 +180,7 @@ class Broker:
             return
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
+        gc.unfreeze()  # what start froze (see start) may be garbage once this broker is gone
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         await self.cluster.controlled_shutdown()

@@ -42,7 +42,7 @@ from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.checkpoints import fsync_dir, write_atomic
-from pykfk.log.config import LogConfig
+from pykfk.log.config import NEVER, LogConfig
 from pykfk.log.producer_state import (
     ProducerStateManager,
     SnapshotError,
@@ -117,6 +117,7 @@ class Scheduler(Protocol):
 _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
 _RECORDS_COUNT = attrgetter("records_count")
+_CONFIG_CHANGES_LOCK = threading.Lock()  # Log.config_changes
 
 
 def _has_producers(headers: list[Any]) -> bool:
@@ -213,6 +214,10 @@ class Log:
     nothing to load; an existing directory is loaded as usual).
     """
 
+    # Configs set on any log of the process (lets the log manager cache which logs have
+    # a flush.ms). Counted under a lock: logs are made on worker threads too.
+    config_changes = 0
+
     # Decompress compressed batches on leader appends to check their records (Kafka does).
     validate_compressed = True
     # Where flushes report their time (the log manager's, for the broker metrics).
@@ -275,6 +280,12 @@ class Log:
     def recovery_point(self) -> int:
         """Offsets below this are flushed to disk (recovery starts here after a crash)."""
         return self._recovery_point
+
+    def checkpointed_offsets(self) -> tuple[int, int, int]:
+        """(recovery point, log start offset, high watermark): what the log manager's
+        checkpoint files keep, read in one call for thousands of logs every few seconds."""
+        hw = self._high_watermark
+        return self._recovery_point, self._log_start_offset, self._log_end_offset if hw is None else hw
 
     @property
     def high_watermark(self) -> int:
@@ -364,6 +375,10 @@ class Log:
         self._config = config
         self._compacts = config.compacts
         self._log_append_time = config.log_append_time
+        # Whether the log manager's flush scheduler need ask this log (flush.ms set).
+        self.flushes_on_time = config.flush_interval_ms < NEVER
+        with _CONFIG_CHANGES_LOCK:
+            Log.config_changes += 1
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from the next append (index sizes from the next segment)."""

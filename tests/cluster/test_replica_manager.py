@@ -5,6 +5,8 @@ dir, an in-memory store (tests/cluster/fakes.py), time moved by a ManualClock.""
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 from typing import Any
 
@@ -239,6 +241,29 @@ async def test_many_new_partitions_are_created_in_the_background_in_chunks(tmp_p
         assert wait is None and info.last_offset == 1
     finally:
         ticker.cancel()
+        await harness.close()
+
+
+async def test_a_bulk_creation_logs_one_line_and_keeps_its_replicas_out_of_collections(tmp_path, caplog):
+    """10,000 INFO lines, and full collections walking every new replica again, paused
+    the loop for tens of ms during a creation: one line per topic, and the new state
+    frozen out of the collector until partitions are deleted."""
+    store, harness = _cluster_of_one(tmp_path)
+    count = 2 * CREATE_CHUNK + 3
+    gc.unfreeze()
+    try:
+        with caplog.at_level(logging.INFO, logger="pykfk.cluster"):
+            await store.create_topic("wide", count, 1, {})
+            await harness.manager.created("wide")
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("wide")]
+        assert lines == [f"wide: {count} new partitions, this broker leading {count} of them"]
+        assert gc.get_freeze_count() > 0
+        await store.delete_topic("wide")
+        harness.manager.apply_topic("wide", range(count))  # as ClusterNode does for a deleted topic
+        assert not harness.manager.partitions
+        assert gc.get_freeze_count() == 0  # a deleted partition's objects can be collected
+    finally:
+        gc.unfreeze()
         await harness.close()
 
 

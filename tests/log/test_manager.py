@@ -202,6 +202,52 @@ def test_delete_log_waits_for_the_delay_and_restarts_finish_it(tmp_path):
     m2.shutdown()
 
 
+def test_flush_scheduler_follows_config_changes_and_new_logs(tmp_path):
+    m = manager([tmp_path / "a"], config_for=lambda topic: LogConfig(flush_interval_ms=0) if topic == "timed" else LogConfig())
+    plain = m.create_log("plain", 0)
+    plain.append(batch(2))
+    assert m.flush_dirty() == 0 and plain.recovery_point == 0  # no flush.ms: never asked
+    plain.update_config(LogConfig(flush_interval_ms=0))
+    assert m.flush_dirty() == 1 and plain.recovery_point == 2
+    timed = m.create_log("timed", 0)
+    timed.append(batch(3))
+    plain.append(batch(1))
+    assert m.flush_dirty() == 2 and (plain.recovery_point, timed.recovery_point) == (3, 3)
+    plain.update_config(LogConfig())
+    plain.append(batch(1))
+    m.delete_log("timed", 0)
+    assert m.flush_dirty() == 0 and plain.recovery_point == 3
+    m.shutdown()
+
+
+def test_checkpoints_are_rewritten_only_when_an_offset_changed(tmp_path):
+    m = manager([tmp_path / "a"])
+    log = m.create_log("t", 0)
+    log.append(batch(2))
+    m.write_checkpoints()
+    files = {name: tmp_path / "a" / name for name in
+             ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "replication-offset-checkpoint")}
+    inodes = {name: path.stat().st_ino for name, path in files.items()}
+    m.write_checkpoints()
+    assert {name: path.stat().st_ino for name, path in files.items()} == inodes  # nothing rewritten
+    log.append(batch(1))
+    m.write_checkpoints()
+    assert read_offset_checkpoint(str(files["replication-offset-checkpoint"])) == {("t", 0): 3}
+    assert files["recovery-point-offset-checkpoint"].stat().st_ino == inodes["recovery-point-offset-checkpoint"]
+    # Retention writes the log start checkpoint alone; the next full pass still writes
+    # every file whose offsets moved since its own last write.
+    log.flush()
+    log.advance_log_start_offset(1)
+    m.write_log_start_offset_checkpoints()
+    assert read_offset_checkpoint(str(files["log-start-offset-checkpoint"])) == {("t", 0): 1}
+    m.write_checkpoints()
+    assert read_offset_checkpoint(str(files["recovery-point-offset-checkpoint"])) == {("t", 0): 3}
+    m.create_log("t", 1)
+    m.write_checkpoints()
+    assert read_offset_checkpoint(str(files["replication-offset-checkpoint"])) == {("t", 0): 3, ("t", 1): 0}
+    m.shutdown()
+
+
 async def test_background_retention_and_flush_run_off_the_loop(tmp_path):
     one = len(batch(1))
     config = LogConfig(segment_bytes=2 * one, retention_bytes=4 * one, retention_ms=-1,
