@@ -38,13 +38,17 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomic(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data``: tmp file, fsync, rename, fsync of the directory."""
+    """Replace ``path`` with ``data``: tmp file, fsync, rename, fsync of the directory.
+
+    Unsynced, a file that does not exist yet is written in place: a crash can leave it
+    torn where the rename would have left none, and its readers take the two alike (a
+    new partition's files, two per partition, whose rename was a tenth of a creation)."""
+    if not sync and _write_new(path, data):
+        return
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:
@@ -52,6 +56,25 @@ def write_atomic(path: str, data: bytes, *, sync: bool = True) -> None:
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def _write_new(path: str, data: bytes) -> bool:
+    """Writes ``data`` to ``path`` if no such file exists; False if one does."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # Offset checkpoint (recovery-point-offset-checkpoint, replication-offset-checkpoint,

@@ -393,7 +393,7 @@ class Log:
             os.mkdir(self.dir)
         except FileExistsError:
             return False
-        self._view = _View([self._open_segment(self._log_start_offset)])
+        self._view = _View([self._open_segment(self._log_start_offset, new_dir=True)])
         self._log_end_offset = self._recovery_point = self._log_start_offset
         return True
 
@@ -540,11 +540,11 @@ class Log:
     def _file(self, base_offset: int, suffix: str) -> str:
         return os.path.join(self.dir, segment_file_name(base_offset, suffix))
 
-    def _open_segment(self, base_offset: int, now_ms: int | None = None) -> Segment:
+    def _open_segment(self, base_offset: int, now_ms: int | None = None, *, new_dir: bool = False) -> Segment:
         seg = Segment(self.dir, base_offset,
                       index_interval_bytes=self.config.index_interval_bytes,
                       max_index_bytes=self.config.max_index_bytes,
-                      preallocate=self.config.preallocate)
+                      preallocate=self.config.preallocate, new=new_dir)
         self._created_ms[base_offset] = time_ms() if now_ms is None else now_ms
         return seg
 

@@ -29,6 +29,9 @@ log rolled past it) is one of a process-wide LRU of at most
 reopens it by path as needed. ``pin()`` keeps it open across a send (until ``unpin()``),
 even past ``close()``.
 
+``new=True`` says the directory was just made: no index file is looked for (each is
+created at its first entry).
+
 Damaged files, defined behaviour:
 
 * Index file missing while the .log has data, index length not a whole number of
@@ -120,7 +123,7 @@ class Segment:
 
     def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_bytes: int = 10485760, preallocate: bool = False,
-                 rebuild_bad_indexes: bool = True) -> None: ...
+                 rebuild_bad_indexes: bool = True, new: bool = False) -> None: ...
     @property
     def index_entries(self) -> int: ...
     @property

@@ -614,7 +614,7 @@ cdef class Segment:
 
     def __init__(self, directory, int64_t base_offset, *, int64_t index_interval_bytes=4096,
                  int64_t max_index_bytes=10 * 1024 * 1024, bint preallocate=False,
-                 bint rebuild_bad_indexes=True):
+                 bint rebuild_bad_indexes=True, bint new=False):
         # defaults are Kafka's index.interval.bytes and segment.index.bytes
         if not self._closed or self._log_fd >= 0:
             raise RuntimeError("Segment.__init__ called twice")
@@ -641,8 +641,10 @@ cdef class Segment:
         self._log_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self.size = _file_size(self._log_fd)
-            partial_oi = self._open_index(&self._oi, self.index_path, preallocate)
-            partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate)
+            # In a directory just made there is no index to look for (two failed opens
+            # per partition were a tenth of a 10,000-partition creation).
+            partial_oi = self._open_index(&self._oi, self.index_path, preallocate, not new)
+            partial_ti = self._open_index(&self._ti, self.timeindex_path, preallocate, not new)
             missing = [os.path.basename(path) for path, exists in
                        ((self.index_path, self._oi.exists), (self.timeindex_path, self._ti.exists))
                        if not exists]
@@ -669,15 +671,16 @@ cdef class Segment:
             self._abandon()   # a failed open leaves the files as they were
             raise
 
-    cdef bint _open_index(self, _Index *ix, str path, bint preallocate) except -1:
+    cdef bint _open_index(self, _Index *ix, str path, bint preallocate, bint look) except -1:
         """Maps one index file and counts its used entries; True when its length is not a
-        whole number of entries. A missing file is created at the first entry."""
+        whole number of entries. A missing file (or any, unless ``look``) is created at
+        the first entry."""
         cdef int64_t fsize
         cdef size_t usable, data_end
         cdef int rc, fd
         ix.preallocate = preallocate
         ix.max_entries = <Py_ssize_t>(self.max_index_bytes // ix.entry_size)
-        fd = _index_open(ix, False)
+        fd = _index_open(ix, False) if look else -ENOENT
         if fd == -ENOENT:
             ix.exists = False
             return False

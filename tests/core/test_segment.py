@@ -135,6 +135,20 @@ def test_new_segment_creates_its_log_at_once_and_its_indexes_at_close(tmp_path):
     assert os.path.getsize(seg.index_path) == 0 and os.path.getsize(seg.timeindex_path) == 0
 
 
+def test_a_segment_in_a_new_directory_looks_for_no_index_and_indexes_as_usual(tmp_path):
+    seg = Segment(str(tmp_path), 0, index_interval_bytes=1, max_index_bytes=1000, new=True)
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.log"]
+    seg.append(make_batch(0, 2))
+    seg.append(make_batch(2, 2))
+    entry = seg.index_lookup(3)
+    assert seg.index_entries == 1 and entry[1] == seg.size // 2  # the second batch's
+    seg.close()
+    reopened = Segment(str(tmp_path), 0, index_interval_bytes=1, max_index_bytes=1000)
+    assert (reopened.index_entries, reopened.next_offset, reopened.indexes_rebuilt) == (1, 4, False)
+    assert reopened.index_lookup(3) == entry
+    reopened.close()
+
+
 def test_first_index_entry_extends_the_indexes_to_max_index_bytes(tmp_path):
     seg = Segment(str(tmp_path), 0, index_interval_bytes=1, max_index_bytes=1000)
     seg.append(make_batch(0, 2))

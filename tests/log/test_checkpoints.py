@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pykfk.log.checkpoints import (
     CheckpointError,
     read_meta_properties,
     read_offset_checkpoint,
+    write_atomic,
     write_meta_properties,
     write_offset_checkpoint,
 )
@@ -61,3 +64,16 @@ def test_meta_properties(tmp_path):
     (tmp_path / "meta.properties").write_text("# comment\nbroker.id = 7\n\nno equals\n")
     with pytest.raises(CheckpointError):
         read_meta_properties(path)
+
+
+def test_unsynced_writes_make_a_new_file_in_place_and_replace_an_old_one_whole(tmp_path, monkeypatch):
+    path = tmp_path / "leader-epoch-checkpoint"
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append(b), real_replace(a, b)))
+    write_atomic(str(path), b"0\n1\n0 0\n", sync=False)
+    assert path.read_bytes() == b"0\n1\n0 0\n" and renames == []  # no file yet: written in place
+    write_atomic(str(path), b"0\n1\n3 7\n", sync=False)
+    assert path.read_bytes() == b"0\n1\n3 7\n" and renames == [str(path)]  # replaced through a tmp file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leader-epoch-checkpoint"]
+
