@@ -377,6 +377,15 @@ class LogManager:
         logger.debug("Created log %s-%d in %s", topic, partition, log_dir)
         return log
 
+    def in_current_log_dir(self, log: Log, write: Callable[[str], Any]) -> bool:
+        """Calls ``write(log.dir)`` if ``log`` is still its partition's log (neither
+        deleted nor replaced, which wait meanwhile); False if it is not."""
+        with self._lock:
+            if self._logs.get((log.topic, log.partition)) is not log:
+                return False
+            write(log.dir)
+            return True
+
     def delete_log(self, topic: str, partition: int) -> bool:
         """Removes a partition's log: renamed to ``*-delete`` now, files removed after
         file.delete.delay.ms (readers may still hold regions). False if there was none."""

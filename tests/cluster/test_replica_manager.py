@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from pykfk.cluster.metadata import BrokerInfo
 from pykfk.cluster.replica import CREATE_CHUNK, ReplicaManager, ReplicaSettings
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
+from pykfk.log.partition_metadata import read_partition_metadata
 
 from .fakes import FakeStore
 
@@ -234,9 +236,16 @@ async def test_many_new_partitions_are_created_in_the_background_in_chunks(tmp_p
         assert len(manager.partitions) == count
         assert {p.role for p in manager.partitions.values()} == {"leader"}
         last = harness.partition("wide", count - 1)
+        assert LeaderEpochCache(last.log.dir).entries == [(0, 0)]
+        # The topic id files follow the creation (as Kafka writes them from its scheduler).
+        topic_id = uuid.UUID(hex=store.get_topic("wide").topic_id)
+        for _ in range(500):
+            if all(read_partition_metadata(p.log.dir) == topic_id for p in manager.partitions.values()):
+                break
+            await asyncio.sleep(0.01)
         assert sorted(os.listdir(last.log.dir)) == ["00000000000000000000.log", "leader-epoch-checkpoint",
                                                     "partition.metadata"]
-        assert LeaderEpochCache(last.log.dir).entries == [(0, 0)]
+        assert {read_partition_metadata(p.log.dir) for p in manager.partitions.values()} == {topic_id}
         info, wait = last.append_records(batch(2), -1, 1_000)
         assert wait is None and info.last_offset == 1
     finally:

@@ -220,6 +220,20 @@ def test_flush_scheduler_follows_config_changes_and_new_logs(tmp_path):
     m.shutdown()
 
 
+def test_writes_in_a_log_dir_reach_only_the_partitions_current_log(tmp_path):
+    m = manager([tmp_path / "a"], LogConfig(file_delete_delay_ms=3_600_000))
+    old = m.create_log("t", 0)
+    path = old.dir
+    written = []
+    assert m.in_current_log_dir(old, written.append) and written == [path]
+    m.delete_log("t", 0)
+    assert not m.in_current_log_dir(old, written.append)
+    new = m.create_log("t", 0)  # the same directory name, another log
+    assert new.dir == path
+    assert not m.in_current_log_dir(old, written.append) and written == [path]
+    m.shutdown()
+
+
 def test_checkpoints_are_rewritten_only_when_an_offset_changed(tmp_path):
     m = manager([tmp_path / "a"])
     log = m.create_log("t", 0)
