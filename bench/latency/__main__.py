@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.latency.report import plot, print_table, summarize
-from bench.scale.probes import cpu_seconds
+from bench.scale.probes import user_and_kernel_cpu_seconds
 from pykfk.testing import BrokerProcess
 
 TOPIC = "latency"
@@ -83,17 +83,18 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
     return summarize(target, args, producer, consumer, cpu)
 
 
-def _broker_cpu_in_window(broker: BrokerProcess, start: int, args: argparse.Namespace) -> float:
-    """Broker CPU seconds per second over the measured window."""
+def _broker_cpu_in_window(broker: BrokerProcess, start: int, args: argparse.Namespace) -> tuple[float, float]:
+    """Broker CPU seconds per second over the measured window: in all, and in the kernel."""
     window_start = start + int(args.warmup * 1e9)
     time.sleep(max(window_start - time.monotonic_ns(), 0) / 1e9)
-    before, t0 = cpu_seconds(broker.pid), time.monotonic()
+    (user, kernel), t0 = user_and_kernel_cpu_seconds(broker.pid), time.monotonic()
     profiler = _start_profiler(broker.pid, args) if args.profile else None
     time.sleep(args.seconds)
-    cpu = (cpu_seconds(broker.pid) - before) / (time.monotonic() - t0)
+    user_after, kernel_after = user_and_kernel_cpu_seconds(broker.pid)
+    seconds = time.monotonic() - t0
     if profiler is not None:
         profiler.wait(60)
-    return cpu
+    return (user_after - user + kernel_after - kernel) / seconds, (kernel_after - kernel) / seconds
 
 
 def _start_profiler(pid: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:

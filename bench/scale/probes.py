@@ -18,9 +18,14 @@ def open_fds(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
+    return sum(user_and_kernel_cpu_seconds(pid))
+
+
+def user_and_kernel_cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds the process has spent in its own code and in the kernel (utime, stime)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
 
 
 def rss_mb(pid: int) -> float:

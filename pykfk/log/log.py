@@ -117,7 +117,28 @@ class Scheduler(Protocol):
 _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
 _RECORDS_COUNT = attrgetter("records_count")
-_CONFIG_CHANGES_LOCK = threading.Lock()  # Log.config_changes
+
+
+class Count:
+    """A count kept in an instance: incrementing a class attribute would change the class
+    and undo the interpreter's attribute caches for every Log on the append path."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# Configs set on any log of the process (lets the log manager cache which logs have a
+# flush.ms). Counted under a lock: logs are made on worker threads too.
+CONFIG_CHANGES = Count()
+_CONFIG_CHANGES_LOCK = threading.Lock()
+# Moves of any log's recovery point, log start offset, log end offset or high watermark
+# in the process, counted after each move: the log manager passes over its checkpoints
+# while the count stays where it was (an idle broker of 10,000 partitions then reads
+# none of them). Unlocked: the interpreter does not switch threads inside an increment,
+# and a move is counted after it is made, so a pass that reads the count sees the move.
+OFFSET_MOVES = Count()
 
 
 def _has_producers(headers: list[Any]) -> bool:
@@ -214,9 +235,6 @@ class Log:
     nothing to load; an existing directory is loaded as usual).
     """
 
-    # Configs set on any log of the process (lets the log manager cache which logs have
-    # a flush.ms). Counted under a lock: logs are made on worker threads too.
-    config_changes = 0
 
     # Decompress compressed batches on leader appends to check their records (Kafka does).
     validate_compressed = True
@@ -299,6 +317,7 @@ class Log:
             self._high_watermark = None
         else:
             self._high_watermark = min(max(value, self._log_start_offset), self._log_end_offset)
+        OFFSET_MOVES.count += 1
         if self.producer_state.unreplicated:  # (rare: a marker the last value was not past)
             with self._lock:
                 self._settle_transactions(self.producer_state)
@@ -378,7 +397,7 @@ class Log:
         # Whether the log manager's flush scheduler need ask this log (flush.ms set).
         self.flushes_on_time = config.flush_interval_ms < NEVER
         with _CONFIG_CHANGES_LOCK:
-            Log.config_changes += 1
+            CONFIG_CHANGES.count += 1
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from the next append (index sizes from the next segment)."""
@@ -568,6 +587,7 @@ class Log:
             seg = self._open_segment(new_base, now_ms)
             self._view = _View(self._view.segments + [seg])
             self._log_end_offset = new_base
+            OFFSET_MOVES.count += 1
             self._seal(active)
             logger.info("%s Rolled new log segment at offset %d (%s) in %.1f ms",
                         self._prefix(), new_base, reason, (time.monotonic() - start) * 1000)
@@ -768,6 +788,7 @@ class Log:
         except (OSError, ValueError) as exc:
             self._append_failed(segment, exc, leader)
         self._log_end_offset = next_offset
+        OFFSET_MOVES.count += 1
         state = self.producer_state
         if producers is None:
             # commit_append's whole work for an append without producer batches.
@@ -926,6 +947,7 @@ class Log:
                     self.flush_stats.observe(time.perf_counter() - began)
             with self._lock:
                 self._recovery_point = max(self._recovery_point, min(end, self._log_end_offset))
+                OFFSET_MOVES.count += 1
                 self._last_flush_ms = time_ms()
                 self._seal_inactive()
 
@@ -997,6 +1019,7 @@ class Log:
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         if self._high_watermark is not None:
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
+        OFFSET_MOVES.count += 1
         for base in list_snapshots(self.dir):
             if base > self._log_end_offset:
                 os.unlink(snapshot_path(self.dir, base))
@@ -1063,6 +1086,7 @@ class Log:
                 self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
                 self._view = _View(remaining)
                 self._recovery_point = max(self._recovery_point, self._log_start_offset)
+                OFFSET_MOVES.count += 1
                 self.aborted_txns.drop_before(self._log_start_offset)
                 logger.info("%s Deleting %d segments (%s), log start offset now %d",
                             self._prefix(), count, reason, self._log_start_offset)
@@ -1082,6 +1106,7 @@ class Log:
                                  f"{offset} is past the high watermark of {self.name}")
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
+                OFFSET_MOVES.count += 1
                 logger.info("%s Log start offset advanced to %d", self._prefix(), offset)
 
     def _schedule_delete(self, segments: list[Segment]) -> None:

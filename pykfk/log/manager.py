@@ -48,7 +48,14 @@ from pykfk.log.checkpoints import (
 )
 from pykfk.log.cleaner import DEFAULT_DEDUPE_BUFFER_SIZE, CleanStats, LogCleaner
 from pykfk.log.config import LogConfig
-from pykfk.log.log import DELETE_DIR_SUFFIX, Log, parse_partition_dir, time_ms
+from pykfk.log.log import (
+    CONFIG_CHANGES,
+    DELETE_DIR_SUFFIX,
+    OFFSET_MOVES,
+    Log,
+    parse_partition_dir,
+    time_ms,
+)
 from pykfk.log.naming import topic_name_error
 from pykfk.metrics.stats import FlushStats
 
@@ -166,7 +173,7 @@ class LogManager:
                         if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
         self._logs_changes = 0  # logs added or removed: the count keys caches of _logs
-        # The logs with a flush.ms, as of (_logs_changes, Log.config_changes).
+        # The logs with a flush.ms, as of (_logs_changes, CONFIG_CHANGES.count).
         self._flushed_on_time: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
         self.flush_stats = FlushStats()  # every log's flushes (the broker metrics)
         # Logs per dir, kept as logs come and go: choosing a dir for a new partition is
@@ -177,6 +184,7 @@ class LogManager:
         # Per log dir, its logs and their (recovery point, log start, high watermark) at
         # the last write of all three checkpoints.
         self._checkpointed_rows: dict[str, tuple[list[TopicPartition], list[tuple[int, int, int]]]] = {}
+        self._checkpointed_moves = (-1, -1)  # (OFFSET_MOVES.count, _logs_changes) at the last pass
         self._lock = threading.RLock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="pykfk-log")
@@ -464,7 +472,7 @@ class LogManager:
         configs have changed: asking each log every second was half of an idle broker's
         CPU at 10,000 partitions."""
         with self._lock:
-            changes = (self._logs_changes, Log.config_changes)
+            changes = (self._logs_changes, CONFIG_CHANGES.count)
             if self._flushed_on_time[0] != changes:
                 self._flushed_on_time = (changes, [log for log in self._logs.values() if log.flushes_on_time])
             return self._flushed_on_time[1]
@@ -473,8 +481,15 @@ class LogManager:
         for log in list(self._logs.values()):
             log.flush()
 
-    def write_checkpoints(self) -> None:
+    def write_checkpoints(self, *, every_log: bool = False) -> None:
+        """The three offset checkpoints of every log dir; unless ``every_log``, nothing at
+        all is read when no log was added or removed and no log's offsets moved since
+        the last pass."""
+        moves = (OFFSET_MOVES.count, self._logs_changes)  # read before the pass, which then sees them
+        if moves == self._checkpointed_moves and not every_log:
+            return
         self._write_per_dir(_CHECKPOINT_FILES)
+        self._checkpointed_moves = moves
 
     def _write_per_dir(self, names: tuple[str, ...]) -> None:
         """Writes the checkpoints ``names`` in every log dir whose content changed since
@@ -536,7 +551,7 @@ class LogManager:
                 failed_dirs.add(os.path.dirname(log.dir))
         self._sweep_deleted_logs(force=True)
         if self._opened:
-            self.write_checkpoints()
+            self.write_checkpoints(every_log=True)
             for log_dir in self.log_dirs:
                 if log_dir not in failed_dirs:
                     write_clean_shutdown_marker(log_dir)

@@ -16,6 +16,7 @@ import pytest
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
 from pykfk.log.checkpoints import read_offset_checkpoint
+from pykfk.log.log import Log
 from pykfk.log.manager import InconsistentBrokerMetadataError, LogDirInUseError
 
 from .helpers import batch, read_records
@@ -234,28 +235,48 @@ def test_writes_in_a_log_dir_reach_only_the_partitions_current_log(tmp_path):
     m.shutdown()
 
 
-def test_checkpoints_are_rewritten_only_when_an_offset_changed(tmp_path):
-    m = manager([tmp_path / "a"])
+def test_checkpoints_are_rewritten_only_when_an_offset_changed(tmp_path, monkeypatch):
+    m = manager([tmp_path / "a"], LogConfig(file_delete_delay_ms=0))
     log = m.create_log("t", 0)
     log.append(batch(2))
     m.write_checkpoints()
     files = {name: tmp_path / "a" / name for name in
              ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "replication-offset-checkpoint")}
     inodes = {name: path.stat().st_ino for name, path in files.items()}
+    reads = []
+    original = Log.checkpointed_offsets
+    monkeypatch.setattr(Log, "checkpointed_offsets", lambda self: reads.append(self) or original(self))
     m.write_checkpoints()
-    assert {name: path.stat().st_ino for name, path in files.items()} == inodes  # nothing rewritten
+    assert reads == []  # no offset moved: no log read, no file rewritten
+    assert {name: path.stat().st_ino for name, path in files.items()} == inodes
+
+    def checkpointed() -> tuple[int, int, int]:
+        m.write_checkpoints()
+        return tuple(read_offset_checkpoint(str(path))[("t", 0)] for path in files.values())
+
     log.append(batch(1))
-    m.write_checkpoints()
-    assert read_offset_checkpoint(str(files["replication-offset-checkpoint"])) == {("t", 0): 3}
+    assert checkpointed() == (0, 0, 3) and reads == [log]
     assert files["recovery-point-offset-checkpoint"].stat().st_ino == inodes["recovery-point-offset-checkpoint"]
+    log.flush()
+    assert checkpointed() == (3, 0, 3)
+    log.high_watermark = 2  # each kind of move is seen on its own
+    assert checkpointed() == (3, 0, 2)
+    log.high_watermark = None
+    log.advance_log_start_offset(1)
+    assert checkpointed() == (3, 1, 3)
+    log.truncate_to(2)
+    assert checkpointed() == (2, 1, 2)
+    log.roll()
+    log.append(batch(1))
+    log.flush()
+    assert checkpointed() == (3, 1, 3)
     # Retention writes the log start checkpoint alone; the next full pass still writes
     # every file whose offsets moved since its own last write.
-    log.flush()
-    log.advance_log_start_offset(1)
+    log.advance_log_start_offset(3)
     m.write_log_start_offset_checkpoints()
-    assert read_offset_checkpoint(str(files["log-start-offset-checkpoint"])) == {("t", 0): 1}
-    m.write_checkpoints()
-    assert read_offset_checkpoint(str(files["recovery-point-offset-checkpoint"])) == {("t", 0): 3}
+    assert read_offset_checkpoint(str(files["log-start-offset-checkpoint"])) == {("t", 0): 3}
+    assert m.run_retention() == 1  # the segment below the new start
+    assert checkpointed() == (3, 3, 3)
     m.create_log("t", 1)
     m.write_checkpoints()
     assert read_offset_checkpoint(str(files["replication-offset-checkpoint"])) == {("t", 0): 3, ("t", 1): 0}
