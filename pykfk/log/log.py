@@ -235,7 +235,6 @@ class Log:
     nothing to load; an existing directory is loaded as usual).
     """
 
-
     # Decompress compressed batches on leader appends to check their records (Kafka does).
     validate_compressed = True
     # Where flushes report their time (the log manager's, for the broker metrics).

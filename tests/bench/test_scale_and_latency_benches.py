@@ -51,3 +51,12 @@ def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None
         assert 0 < result["ack"]["p50_ms"] <= result["ack"]["max_ms"]
     assert results["pykfk"]["broker_cpu_us_per_request"] > results["pykfk"]["broker_kernel_us_per_request"] >= 0
     assert (out / "latency-500.png").stat().st_size > 1000
+
+
+def test_syscall_floor_bench_serves_every_round_trip(tmp_path: Path) -> None:
+    run = _run("bench.latency.floor", "--rate", "400", "--seconds", "1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    # "<rate> requests/s; server CPU <x> us a request, <p>% of it in the kernel"
+    rate, _, rest = run.stdout.strip().partition(" requests/s; server CPU ")
+    assert 300 <= float(rate.replace(",", "")) <= 500 and 0 <= float(rest.split()[0]) < 10_000
+    assert rest.endswith("of it in the kernel")
