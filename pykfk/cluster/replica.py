@@ -140,6 +140,11 @@ def _collect_frozen() -> None:
         gc.unfreeze()
 
 
+# After partitions are deleted: the delay before one full collection of what they left,
+# and what stays is frozen again (a deletion of many partitions is one collection).
+REFREEZE_DELAY_S = 1.0
+
+
 class _PreparedReplica:
     """A new partition's log and leader epoch cache, made off the loop."""
 
@@ -582,6 +587,7 @@ class ReplicaManager:
         self.shutting_down = False
         # Level of the one line a partition's change of role logs (lower in a bulk creation).
         self.transition_log_level = logging.INFO
+        self._refreeze: asyncio.TimerHandle | None = None  # see remove_partition
         self._tasks: set[asyncio.Task[Any]] = set()
         self._isr_task: asyncio.Task[None] | None = None
         # Topics whose new partitions are being created in the background (see apply_topic)
@@ -618,6 +624,9 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         self.shutting_down = True
+        if self._refreeze is not None:
+            self._refreeze.cancel()
+            self._refreeze = None
         if self._isr_task is not None:
             self._isr_task.cancel()
             await asyncio.gather(self._isr_task, return_exceptions=True)
@@ -712,6 +721,20 @@ class ReplicaManager:
         self.log_manager.delete_log(topic, partition)
         return None
 
+    def _refreeze_later(self) -> None:
+        if self._refreeze is not None:
+            return
+        try:
+            self._refreeze = asyncio.get_running_loop().call_later(REFREEZE_DELAY_S, self._collect_and_freeze)
+        except RuntimeError:  # no loop (a stopped broker): nothing to keep out of collections
+            pass
+
+    def _collect_and_freeze(self) -> None:
+        self._refreeze = None
+        if not self.shutting_down:
+            gc.collect()
+            gc.freeze()
+
     def _unfollow(self, partition: Partition) -> None:
         for fetcher in self.fetchers.values():
             fetcher.remove(partition)
@@ -723,6 +746,7 @@ class ReplicaManager:
             current.stop()
         if delete:
             _collect_frozen()
+            self._refreeze_later()
             self.log_manager.delete_log(topic, partition)
             self.high_watermark_waiters.notify(topic, partition)
 

@@ -9,6 +9,7 @@ import gc
 import logging
 import os
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from pykfk.clock import ManualClock
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.leader_epoch import LeaderEpochCache
 from pykfk.cluster.metadata import BrokerInfo
-from pykfk.cluster.replica import CREATE_CHUNK, ReplicaManager, ReplicaSettings
+from pykfk.cluster.replica import CREATE_CHUNK, REFREEZE_DELAY_S, ReplicaManager, ReplicaSettings
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
 from pykfk.log.partition_metadata import read_partition_metadata
@@ -253,6 +254,11 @@ async def test_many_new_partitions_are_created_in_the_background_in_chunks(tmp_p
         await harness.close()
 
 
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
 async def test_a_bulk_creation_logs_one_line_and_keeps_its_replicas_out_of_collections(tmp_path, caplog):
     """10,000 INFO lines, and full collections walking every new replica again, paused
     the loop for tens of ms during a creation: one line per topic, and the new state
@@ -267,10 +273,16 @@ async def test_a_bulk_creation_logs_one_line_and_keeps_its_replicas_out_of_colle
         lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("wide")]
         assert lines == [f"wide: {count} new partitions, this broker leading {count} of them"]
         assert gc.get_freeze_count() > 0
+        garbage = _Cycle()  # garbage only the collector can free, frozen as a deleted replica would be
+        left = weakref.ref(garbage)
+        gc.freeze()
+        del garbage
         await store.delete_topic("wide")
         harness.manager.apply_topic("wide", range(count))  # as ClusterNode does for a deleted topic
         assert not harness.manager.partitions
         assert gc.get_freeze_count() == 0  # a deleted partition's objects can be collected
+        await asyncio.sleep(REFREEZE_DELAY_S + 0.5)  # then one full collection, and the rest frozen again
+        assert left() is None and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
         await harness.close()
