@@ -17,7 +17,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from _out cimport Out as _Out, reserve as _reserve
+from _out cimport Out as _Out, put_count as _put_count, reserve as _reserve
 
 
 cdef extern from "Python.h":
@@ -156,6 +156,13 @@ cdef int _put_partition(_Out* o, object partition, Py_ssize_t entry, int version
     return 0
 
 
+cdef bint _compact_arrays(int version) except -1:
+    """Whether Metadata ``version`` writes compact arrays; ValueError for one not served."""
+    if version < METADATA_MIN_VERSION or version > METADATA_MAX_VERSION:
+        raise ValueError(f"Metadata v{version} is outside {METADATA_MIN_VERSION}-{METADATA_MAX_VERSION}")
+    return version >= METADATA_FLEXIBLE_FROM
+
+
 def encode_partitions(int version, partitions):
     """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-12), with
     its count prefix, as ``bytes``: what the generic encoder writes for the field
@@ -168,9 +175,7 @@ def encode_partitions(int version, partitions):
     version outside 0-12, an entry that is not a 7-tuple or a None array, OverflowError
     for an int that does not fit its field and TypeError for a value that is not an int.
     """
-    if version < METADATA_MIN_VERSION or version > METADATA_MAX_VERSION:
-        raise ValueError(f"Metadata v{version} is outside {METADATA_MIN_VERSION}-{METADATA_MAX_VERSION}")
-    cdef bint compact = version >= METADATA_FLEXIBLE_FROM
+    cdef bint compact = _compact_arrays(version)
     cdef tuple seq = _fast_sequence(partitions, "partitions", -1)
     cdef Py_ssize_t n = PyTuple_GET_SIZE(seq)
     cdef Py_ssize_t i
@@ -185,11 +190,7 @@ def encode_partitions(int version, partitions):
     if o.data == NULL:
         raise MemoryError()
     try:
-        if compact:
-            o.len += _uvarint(o.data, <uint64_t>(n + 1))
-        else:
-            _be32(o.data, <uint32_t>n)
-            o.len = 4
+        _put_count(&o, n, compact)
         for i in range(n):
             _put_partition(&o, <object>PyTuple_GET_ITEM(seq, i), i, version, compact)
         return PyBytes_FromStringAndSize(<const char*>o.data, o.len)
@@ -249,9 +250,7 @@ def encode_partition_states(int version, states, assignment, default_replicas, l
     with the previous partition (the embedded store shares one state by all) is read
     once. Errors as ``encode_partitions``, naming the partition's entry.
     """
-    if version < METADATA_MIN_VERSION or version > METADATA_MAX_VERSION:
-        raise ValueError(f"Metadata v{version} is outside {METADATA_MIN_VERSION}-{METADATA_MAX_VERSION}")
-    cdef bint compact = version >= METADATA_FLEXIBLE_FROM
+    cdef bint compact = _compact_arrays(version)
     cdef tuple seq = _fast_sequence(states, "states", -1)
     cdef tuple default = _fast_sequence(default_replicas, "default_replicas", -1)
     cdef Py_ssize_t n = PyTuple_GET_SIZE(seq)
@@ -286,11 +285,7 @@ def encode_partition_states(int version, states, assignment, default_replicas, l
         PyMem_Free(offline.data)
         raise MemoryError()
     try:
-        if compact:
-            o.len += _uvarint(o.data, <uint64_t>(n + 1))
-        else:
-            _be32(o.data, <uint32_t>n)
-            o.len = 4
+        _put_count(&o, n, compact)
         for i in range(n):
             state = <object>PyTuple_GET_ITEM(seq, i)
             if not have_state or state is not last_state:

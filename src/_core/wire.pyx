@@ -18,7 +18,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from _out cimport Out as _Out, reserve as _reserve
+from _out cimport Out as _Out, put_be as _put_be, put_count as _put_count, put_uvarint as _put_uvarint, reserve as _reserve
 
 from uuid import UUID
 
@@ -297,36 +297,6 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
 #     throttle_time_ms          int32                 v1+ (default 0)
 #     [tagged fields]                                  v9+
 # No tagged field is declared for v0-v9, so every tagged section is the single byte 0.
-
-cdef inline int _put_be(_Out* o, uint64_t value, int width) except -1:
-    _reserve(o, width)
-    cdef int i
-    for i in range(width):
-        o.data[o.len + i] = <uint8_t>((value >> (8 * (width - 1 - i))) & 0xFF)
-    o.len += width
-    return 0
-
-
-cdef int _put_uvarint(_Out* o, uint64_t value) except -1:
-    if value > 0xFFFFFFFF:
-        raise ValueError(f"unsigned varint out of range: {value}")
-    _reserve(o, 5)
-    while value >= 0x80:
-        o.data[o.len] = <uint8_t>((value & 0x7F) | 0x80)
-        o.len += 1
-        value >>= 7
-    o.data[o.len] = <uint8_t>value
-    o.len += 1
-    return 0
-
-
-cdef int _put_count(_Out* o, Py_ssize_t n, bint compact) except -1:
-    if compact:
-        return _put_uvarint(o, <uint64_t>(n + 1))
-    if n > 0x7FFFFFFF:
-        raise ValueError("array longer than 2**31-1 elements")
-    return _put_be(o, <uint64_t><uint32_t>n, 4)
-
 
 cdef int _put_string(_Out* o, object value, bint compact, bint nullable) except -1:
     cdef bytes raw
