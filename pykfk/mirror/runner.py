@@ -29,6 +29,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import (
@@ -70,6 +71,9 @@ TRANSACTION_TIMEOUT_S = 60
 BATCH_HEADER_MARGIN = 1024
 
 SourcePartition = tuple[str, int]
+# Sends through the producer of a source partition's records: sender(partition, send)
+# calls send(producer).
+Sender = Callable[[SourcePartition, Callable[[Producer], None]], None]
 
 
 class AuditSink(Protocol):
@@ -134,6 +138,7 @@ class Mirror:
         self._producer = Producer(self._producer_config())
         self.transactions = (PartitionTransactions(self._transactional_config(), config.transactional_id_prefix)
                              if config.exactly_once else None)
+        self._sender: Sender = self._send_plain if self.transactions is None else self.transactions.send
         self.progress = ProgressStore(config.target.client("consumer"), config.progress_topic)
         self._metrics: MirrorMetricsServer | None = None
 
@@ -375,11 +380,11 @@ class Mirror:
     def _copy_one(self, message: Message, topic: str, partition: int, headers: Headers | None) -> int:
         """Send one record to its remote topic; returns its key + value bytes."""
         route = self._route(topic, partition)
-        producer = (self._producer if self.transactions is None
-                    else self.transactions.producer((topic, partition)))
         key, value = message.key(), message.value()
-        self._produce(producer, route.remote, value, key, partition if route.same_partition else -1,
-                      max(0, message.timestamp()[1]), headers)
+        send = partial(self._produce, topic=route.remote, value=value, key=key,
+                       partition=partition if route.same_partition else -1,
+                       timestamp=max(0, message.timestamp()[1]), headers=headers)
+        self._sender((topic, partition), send)
         return (len(key) if key else 0) + (len(value) if value else 0)
 
     def _poll_producers(self) -> None:
@@ -398,6 +403,13 @@ class Mirror:
             self.stats.bytes += size
             self._since_progress += records
 
+    def _send_plain(self, partition: SourcePartition, send: Callable[[Producer], None]) -> None:
+        """At least once: every partition's records go through the one producer."""
+        try:
+            send(self._producer)
+        except KafkaException as exc:
+            raise MirrorError(f"the target refused records of {partition[0]}[{partition[1]}]: {exc}") from exc
+
     @staticmethod
     def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
                  timestamp: int, headers: Headers | None) -> None:
@@ -406,8 +418,6 @@ class Mirror:
             try:
                 producer.produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
                 return
-            except KafkaException as exc:  # a failed transaction takes no more records
-                raise MirrorError(f"the target refused records of {topic}: {exc}") from exc
             except BufferError:
                 # The local queue is full: let librdkafka send, for a bounded time.
                 deadline = deadline or time.monotonic() + FLUSH_TIMEOUT_S
@@ -452,7 +462,7 @@ class Mirror:
             return
         if self.transactions is None:
             self._flush()
-            self._write_entries(changed, lambda _partition: self._producer)
+            self._write_entries(changed, self._send_plain)
             self._flush()
         else:
             self._commit_transactions(changed)
@@ -463,24 +473,20 @@ class Mirror:
         transactions = self.transactions
         assert transactions is not None
         transactions.flush([tp for tp in changed if transactions.has_open(tp)])
-        try:
-            self._write_entries(changed, transactions.producer)
-        except KafkaException as exc:  # a transaction that failed takes no progress entry
-            raise MirrorError(f"the target refused progress entries: {exc}") from exc
+        self._write_entries(changed, transactions.send)  # a failed transaction takes no entry
         for partition in changed:
             transactions.commit(partition)
 
-    def _write_entries(self, changed: dict[SourcePartition, int],
-                       producer_of: Callable[[SourcePartition], Producer]) -> None:
+    def _write_entries(self, changed: dict[SourcePartition, int], sender: Sender) -> None:
         """Queue the progress entries (the target acknowledged the records before them),
-        each on the producer its partition's records went through."""
+        each through the sender its partition's records went through."""
         for (topic, partition), offset in changed.items():
             route = self._route(topic, partition)
             target_partition = partition if route.same_partition else -1
             target_offset = (self.progress.target_end(route.remote, partition)
                              if route.same_partition else -1)
             entry = ProgressEntry(offset, route.remote, target_partition, target_offset)
-            self.progress.write(producer_of((topic, partition)), topic, partition, entry)
+            sender((topic, partition), partial(self.progress.write, topic=topic, partition=partition, entry=entry))
             if route.same_partition:
                 self._syncs[(topic, partition)].add(offset, target_offset)
             self._written[(topic, partition)] = offset

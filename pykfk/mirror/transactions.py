@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -27,6 +28,7 @@ __all__ = ["PartitionTransactions"]
 log = logging.getLogger("pykfk.mirror")
 
 SourcePartition = tuple[str, int]
+T = TypeVar("T")
 
 # Longest one transactional call (init, flush, commit, abort) may take, in seconds: the
 # same bound as the at-least-once flush.
@@ -35,11 +37,20 @@ TRANSACTION_CALL_TIMEOUT_S = 60
 ABORT_ON_CLOSE_TIMEOUT_S = 10
 
 
-def _describe(exc: KafkaException) -> str:
+def _error_of(exc: KafkaException) -> KafkaError | None:
     error = exc.args[0] if exc.args else None
-    if isinstance(error, KafkaError):
-        return f"{error.name()}: {error.str()}"
-    return str(exc)
+    return error if isinstance(error, KafkaError) else None
+
+
+def _describe(exc: KafkaException) -> str:
+    error = _error_of(exc)
+    return f"{error.name()}: {error.str()}" if error is not None else str(exc)
+
+
+# What a newer holder of the transactional id does to a producer, as librdkafka reports
+# it: its own fatal error, or the broker's (KIP-588 PRODUCER_FENCED, or the older
+# INVALID_PRODUCER_EPOCH).
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
 class PartitionTransactions:
@@ -58,6 +69,8 @@ class PartitionTransactions:
         self.id_prefix = id_prefix
         self._producers: dict[SourcePartition, Producer] = {}
         self._open: set[SourcePartition] = set()
+        # The fatal error each failed producer raised (once; later calls say _FATAL).
+        self._fatal: dict[SourcePartition, KafkaError] = {}
         self.committed = 0  # transactions committed, for the metrics
 
     def transactional_id(self, partition: SourcePartition) -> str:
@@ -93,7 +106,7 @@ class PartitionTransactions:
     def flush(self, partitions: list[SourcePartition]) -> None:
         """Wait until the target acknowledged everything sent for ``partitions``."""
         for partition in partitions:
-            remaining = self._producers[partition].flush(TRANSACTION_CALL_TIMEOUT_S)
+            remaining = self._call(partition, partial(self._producers[partition].flush, TRANSACTION_CALL_TIMEOUT_S))
             if remaining:
                 raise MirrorError(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged "
                                   f"by the target in {TRANSACTION_CALL_TIMEOUT_S} s")
@@ -106,8 +119,13 @@ class PartitionTransactions:
 
     def poll(self) -> None:
         """Serve the producers' callbacks (librdkafka queues them until polled)."""
-        for producer in self._producers.values():
-            producer.poll(0)
+        for partition, producer in self._producers.items():
+            self._call(partition, partial(producer.poll, 0))
+
+    def send(self, partition: SourcePartition, send: Callable[[Producer], None]) -> None:
+        """Queue records on the partition's producer, inside a transaction."""
+        producer = self.producer(partition)
+        self._call(partition, partial(send, producer))
 
     def release(self, partition: SourcePartition) -> None:
         """Drop a partition given up after its progress was committed."""
@@ -115,6 +133,7 @@ class PartitionTransactions:
         if producer is not None and partition in self._open:
             self._abort(partition, producer)
         self._open.discard(partition)
+        self._fatal.pop(partition, None)
 
     def close(self) -> None:
         for partition in list(self._producers):
@@ -126,12 +145,33 @@ class PartitionTransactions:
         except KafkaException as exc:
             log.warning("aborting the transaction of %s[%d]: %s", partition[0], partition[1], _describe(exc))
 
-    def _call(self, partition: SourcePartition, call: Callable[[], object]) -> None:
+    def _call(self, partition: SourcePartition, call: Callable[[], T]) -> T:
         try:
-            call()
+            return call()
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            fenced = isinstance(error, KafkaError) and error.fatal()
-            what = ("another process took it over (fenced)" if fenced
-                    else "the transaction failed and was not committed")
-            raise MirrorError(f"{partition[0]}[{partition[1]}]: {what}: {_describe(exc)}") from exc
+            raise self._failure(partition, exc) from exc
+
+    def _failure(self, partition: SourcePartition, exc: KafkaException) -> MirrorError:
+        error = _error_of(exc)
+        if error is not None and error.code() == KafkaError._FATAL:
+            # A failed producer answers every call _FATAL; the error itself is raised
+            # once, by whichever call serves it (poll, flush), maybe none yet.
+            error = self._fatal.get(partition) or self._serve_fatal_error(partition) or error
+        elif error is not None and error.fatal():
+            self._fatal[partition] = error
+        text = f"{error.name()}: {error.str()}" if error is not None else str(exc)
+        what = ("another process took it over (fenced)" if error is not None and error.code() in _FENCED_CODES
+                else "the transaction failed and was not committed")
+        return MirrorError(f"{partition[0]}[{partition[1]}]: {what}: {text}")
+
+    def _serve_fatal_error(self, partition: SourcePartition) -> KafkaError | None:
+        producer = self._producers.get(partition)
+        try:
+            if producer is not None:
+                producer.poll(0)
+        except KafkaException as exc:
+            error = _error_of(exc)
+            if error is not None:
+                self._fatal[partition] = error
+            return error
+        return None

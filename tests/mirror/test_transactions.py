@@ -1,0 +1,59 @@
+"""The transactional producers of a mirror process against a real broker: a holder
+fenced by a newer process gets the mirror's own error, whichever call meets the fence."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+
+from pykfk.mirror.errors import MirrorError
+from pykfk.mirror.runner import Mirror
+from pykfk.mirror.transactions import PartitionTransactions
+from tests.mirror.helpers import create_topic
+
+PARTITION = ("trades", 0)
+
+
+def _fenced_holder(bootstrap: str) -> tuple[PartitionTransactions, PartitionTransactions]:
+    """A holder with a transaction open, and the newer process that fenced it."""
+    create_topic(bootstrap, "a.trades", 1)
+    config = {"bootstrap.servers": bootstrap}
+    holder = PartitionTransactions(config, "mirror-a-b")
+    holder.open(PARTITION)
+    holder.producer(PARTITION).produce("a.trades", b"before", partition=0)
+    holder.flush([PARTITION])
+    successor = PartitionTransactions(config, "mirror-a-b")
+    successor.open(PARTITION)
+    return holder, successor
+
+
+def _produce_and_poll(holder: PartitionTransactions) -> None:
+    """Send through the mirror's produce path and serve callbacks, as its loop does,
+    until the producer learns it was fenced (a failed send is reported asynchronously)."""
+    for _ in range(100):
+        holder.send(PARTITION, partial(Mirror._produce, topic="a.trades", value=b"more", key=None, partition=0,
+                                       timestamp=0, headers=None))
+        holder.poll()
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("meets_the_fence", [
+    pytest.param(lambda holder: holder.flush([PARTITION]), id="flush"),
+    pytest.param(lambda holder: holder.commit(PARTITION), id="commit"),
+    pytest.param(_produce_and_poll, id="produce-and-poll"),
+])
+def test_a_fenced_holder_is_told_another_process_took_over(
+        standalone_factory: Any, meets_the_fence: Callable[[PartitionTransactions], None]) -> None:
+    holder, successor = _fenced_holder(standalone_factory("b").bootstrap)
+    try:
+        holder.producer(PARTITION).produce("a.trades", b"after", partition=0)
+        with pytest.raises(MirrorError, match=r"trades.*: another process took it over \(fenced\)"):
+            meets_the_fence(holder)
+    finally:
+        holder.close()
+        successor.close()
