@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -71,6 +71,7 @@ TRANSACTION_TIMEOUT_S = 60
 BATCH_HEADER_MARGIN = 1024
 
 SourcePartition = tuple[str, int]
+T = TypeVar("T")
 # Sends through the producer of a source partition's records: sender(partition, send)
 # calls send(producer).
 Sender = Callable[[SourcePartition, Callable[[Producer], None]], None]
@@ -388,7 +389,7 @@ class Mirror:
         return (len(key) if key else 0) + (len(value) if value else 0)
 
     def _poll_producers(self) -> None:
-        self._producer.poll(0)
+        self._plain(lambda producer: producer.poll(0))
         if self.transactions is not None:
             self.transactions.poll()
 
@@ -405,10 +406,15 @@ class Mirror:
 
     def _send_plain(self, partition: SourcePartition, send: Callable[[Producer], None]) -> None:
         """At least once: every partition's records go through the one producer."""
+        self._plain(send)
+
+    def _plain(self, call: Callable[[Producer], T]) -> T:
+        """``call(producer)`` on the idempotent producer; MirrorError if it raises (a
+        fatal error of the producer is raised by whichever call meets it)."""
         try:
-            send(self._producer)
+            return call(self._producer)
         except KafkaException as exc:
-            raise MirrorError(f"the target refused records of {partition[0]}[{partition[1]}]: {exc}") from exc
+            raise MirrorError(f"the target refused records: {exc}") from exc
 
     @staticmethod
     def _produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
@@ -445,7 +451,7 @@ class Mirror:
     # ------------------------------------------------------------------ progress
 
     def _flush(self) -> None:
-        remaining = self._producer.flush(FLUSH_TIMEOUT_S)
+        remaining = self._plain(lambda producer: producer.flush(FLUSH_TIMEOUT_S))
         if remaining:
             raise MirrorError(f"{remaining} records not acknowledged by the target in {FLUSH_TIMEOUT_S} s")
         if self._delivery_errors:
