@@ -29,7 +29,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from confluent_kafka import (
@@ -72,9 +71,6 @@ BATCH_HEADER_MARGIN = 1024
 
 SourcePartition = tuple[str, int]
 T = TypeVar("T")
-# Sends through the producer of a source partition's records: sender(partition, send)
-# calls send(producer).
-Sender = Callable[[SourcePartition, Callable[[Producer], None]], None]
 
 
 class AuditSink(Protocol):
@@ -139,7 +135,6 @@ class Mirror:
         self._producer = Producer(self._producer_config())
         self.transactions = (PartitionTransactions(self._transactional_config(), config.transactional_id_prefix)
                              if config.exactly_once else None)
-        self._sender: Sender = self._send_plain if self.transactions is None else self.transactions.send
         self.progress = ProgressStore(config.target.client("consumer"), config.progress_topic)
         self._metrics: MirrorMetricsServer | None = None
 
@@ -381,11 +376,13 @@ class Mirror:
     def _copy_one(self, message: Message, topic: str, partition: int, headers: Headers | None) -> int:
         """Send one record to its remote topic; returns its key + value bytes."""
         route = self._route(topic, partition)
+        producer = self._producer_of((topic, partition))
         key, value = message.key(), message.value()
-        send = partial(self._produce, topic=route.remote, value=value, key=key,
-                       partition=partition if route.same_partition else -1,
-                       timestamp=max(0, message.timestamp()[1]), headers=headers)
-        self._sender((topic, partition), send)
+        try:
+            self._produce(producer, route.remote, value, key, partition if route.same_partition else -1,
+                          max(0, message.timestamp()[1]), headers)
+        except KafkaException as exc:  # a failed producer takes no more records
+            raise self._refusal((topic, partition), exc) from exc
         return (len(key) if key else 0) + (len(value) if value else 0)
 
     def _poll_producers(self) -> None:
@@ -404,13 +401,20 @@ class Mirror:
             self.stats.bytes += size
             self._since_progress += records
 
-    def _send_plain(self, partition: SourcePartition, send: Callable[[Producer], None]) -> None:
-        """At least once: every partition's records go through the one producer."""
-        self._plain(send)
+    def _producer_of(self, partition: SourcePartition) -> Producer:
+        """The producer a source partition's records go through: the one idempotent
+        producer at least once, the partition's own inside a transaction exactly once."""
+        return self._producer if self.transactions is None else self.transactions.producer(partition)
+
+    def _refusal(self, partition: SourcePartition, exc: KafkaException) -> MirrorError:
+        """The error that stops the mirror when a producer raised ``exc`` (a fatal error
+        of a producer is raised by whichever call meets it)."""
+        if self.transactions is not None:
+            return self.transactions.failure(partition, exc)
+        return MirrorError(f"the target refused records: {exc}")
 
     def _plain(self, call: Callable[[Producer], T]) -> T:
-        """``call(producer)`` on the idempotent producer; MirrorError if it raises (a
-        fatal error of the producer is raised by whichever call meets it)."""
+        """``call(producer)`` on the idempotent producer; MirrorError if it raises."""
         try:
             return call(self._producer)
         except KafkaException as exc:
@@ -468,7 +472,7 @@ class Mirror:
             return
         if self.transactions is None:
             self._flush()
-            self._write_entries(changed, self._send_plain)
+            self._write_entries(changed)
             self._flush()
         else:
             self._commit_transactions(changed)
@@ -479,20 +483,23 @@ class Mirror:
         transactions = self.transactions
         assert transactions is not None
         transactions.flush([tp for tp in changed if transactions.has_open(tp)])
-        self._write_entries(changed, transactions.send)  # a failed transaction takes no entry
+        self._write_entries(changed)
         for partition in changed:
             transactions.commit(partition)
 
-    def _write_entries(self, changed: dict[SourcePartition, int], sender: Sender) -> None:
+    def _write_entries(self, changed: dict[SourcePartition, int]) -> None:
         """Queue the progress entries (the target acknowledged the records before them),
-        each through the sender its partition's records went through."""
+        each on the producer its partition's records went through."""
         for (topic, partition), offset in changed.items():
             route = self._route(topic, partition)
             target_partition = partition if route.same_partition else -1
             target_offset = (self.progress.target_end(route.remote, partition)
                              if route.same_partition else -1)
             entry = ProgressEntry(offset, route.remote, target_partition, target_offset)
-            sender((topic, partition), partial(self.progress.write, topic=topic, partition=partition, entry=entry))
+            try:
+                self.progress.write(self._producer_of((topic, partition)), topic, partition, entry)
+            except KafkaException as exc:  # a failed transaction takes no progress entry
+                raise self._refusal((topic, partition), exc) from exc
             if route.same_partition:
                 self._syncs[(topic, partition)].add(offset, target_offset)
             self._written[(topic, partition)] = offset

@@ -122,11 +122,6 @@ class PartitionTransactions:
         for partition, producer in self._producers.items():
             self._call(partition, partial(producer.poll, 0))
 
-    def send(self, partition: SourcePartition, send: Callable[[Producer], None]) -> None:
-        """Queue records on the partition's producer, inside a transaction."""
-        producer = self.producer(partition)
-        self._call(partition, partial(send, producer))
-
     def release(self, partition: SourcePartition) -> None:
         """Drop a partition given up after its progress was committed."""
         producer = self._producers.pop(partition, None)
@@ -149,9 +144,10 @@ class PartitionTransactions:
         try:
             return call()
         except KafkaException as exc:
-            raise self._failure(partition, exc) from exc
+            raise self.failure(partition, exc) from exc
 
-    def _failure(self, partition: SourcePartition, exc: KafkaException) -> MirrorError:
+    def failure(self, partition: SourcePartition, exc: KafkaException) -> MirrorError:
+        """The MirrorError for ``exc``, raised by a call on the partition's producer."""
         error = _error_of(exc)
         if error is not None and error.code() == KafkaError._FATAL:
             # A failed producer answers every call _FATAL; the error itself is raised

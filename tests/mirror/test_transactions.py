@@ -7,10 +7,10 @@ import gc
 import re
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 from pykfk.mirror.errors import MirrorError
 from pykfk.mirror.runner import Mirror
@@ -34,11 +34,14 @@ def _fenced_holder(bootstrap: str) -> tuple[PartitionTransactions, PartitionTran
 
 
 def _produce_and_poll(holder: PartitionTransactions) -> None:
-    """Send through the mirror's produce path and serve callbacks, as its loop does,
-    until the producer learns it was fenced (a failed send is reported asynchronously)."""
+    """Send and serve callbacks as the mirror's loop does (a refused send raises
+    ``failure``'s error), until the producer learns it was fenced: a failed send is
+    reported asynchronously."""
     for _ in range(100):
-        holder.send(PARTITION, partial(Mirror._produce, topic="a.trades", value=b"more", key=None, partition=0,
-                                       timestamp=0, headers=None))
+        try:
+            Mirror._produce(holder.producer(PARTITION), "a.trades", b"more", None, 0, 0, None)
+        except KafkaException as exc:
+            raise holder.failure(PARTITION, exc) from exc
         holder.poll()
         time.sleep(0.1)
 
