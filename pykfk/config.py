@@ -239,6 +239,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.interval.messages", _at_least(1, big=True), INT64_MAX, "messages between fsyncs", "long"),
         _key("log.flush.interval.ms", LONG, None, "ms between fsyncs", "long"),
         _key("log.flush.scheduler.interval.ms", LONG, INT64_MAX, "how often the flusher checks logs", "long"),
+        # Log dir health (pykfk.log.manager): produce is refused on a dir with less free
+        # space than the floor, so checkpoints, snapshots and metadata always have room.
+        _key("log.dir.free.bytes.min", _at_least(0, big=True), 4194304,
+             "free bytes below which a log dir refuses produce (KAFKA_STORAGE_ERROR)", "long"),
+        _key("log.dir.free.bytes.alert", _at_least(0, big=True), 67108864,
+             "free bytes below which a log dir raises its low-space alert", "long"),
+        _key("log.dir.check.interval.ms", _at_least(1, big=True), 1000,
+             "how often free space is measured and offline log dirs are probed", "long"),
         _key("log.retention.ms", LONG, None, "retention time (ms, -1 = unlimited)", "long"),
         _key("log.retention.minutes", INT, None, "retention time (minutes)", "int"),
         _key("log.retention.hours", INT, 168, "retention time (hours)", "int"),
