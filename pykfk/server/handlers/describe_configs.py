@@ -97,12 +97,29 @@ def topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) 
             if keys is None or name in keys]
 
 
+# Broker settings that are one setting in several units (log.retention.ms / .minutes /
+# .hours): each names the whole chain as its synonyms, as Kafka's brokerConfigSynonyms.
+_UNIT_CHAINS = {name: [n for n, _factor in key.synonyms]
+                for key in TOPIC_KEYS.values() if len({f for _n, f in key.synonyms}) > 1
+                for name, _f in key.synonyms}
+
+
+def _broker_synonyms(config: BrokerConfig, name: str) -> list[dict[str, Any]]:
+    """Where the setting was given, every unit of it, then the defaults that have a value
+    (Kafka leaves out a null default: log.retention.ms's synonym is log.retention.hours=168)."""
+    chain = _UNIT_CHAINS.get(name, [name])
+    synonyms = [layer for n in chain for layer in _set_layers(config, n)]
+    synonyms += [_synonym(n, BROKER_DEFAULTS[n], DEFAULT_CONFIG) for n in chain
+                 if BROKER_DEFAULTS.get(n) is not None]
+    return synonyms or [_synonym(name, None, DEFAULT_CONFIG)]
+
+
 def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[str, Any]]:
     out = []
     for name, key in BROKER_KEYS.items():
         if keys is not None and name not in keys:
             continue
-        synonyms = [*_set_layers(config, name), _synonym(name, BROKER_DEFAULTS[name], DEFAULT_CONFIG)]
+        synonyms = _broker_synonyms(config, name)
         source = synonyms[0]["source"]
         value = format_config_value(config[name])
         out.append(_entry(name, value, source, not key.dynamic, synonyms, key.kind, key.doc))
