@@ -2,7 +2,10 @@
 
 The file lives in the first log dir as ``pykfk-metadata.json`` and is rewritten whole on
 every change, atomically (write a temp file, fsync, rename, fsync the dir), so a crash
-leaves either the old or the new version. Layout::
+leaves either the old or the new version. Memory takes a change only once the file with
+it is durable: a write that fails (a full disk, an I/O error) leaves the store as it was
+and raises MetadataWriteError (KAFKA_STORAGE_ERROR), so the request is refused and
+nothing is half made. Layout::
 
     {"version": 1,
      "cluster_id": "<22 chars, base64 of a UUID as Kafka writes it>",
@@ -21,14 +24,17 @@ topic change at once (synchronously), before the changing call returns.
 
 Producer ids are handed out from blocks (Kafka's ProducerIdManager does the same): the
 end of the current block is persisted before any id of it is used, so ids are never
-reused after a restart, at the cost of skipping the rest of a block.
+reused after a restart, at the cost of skipping the rest of a block. A block that could
+not be saved is not used: no id is handed out until one is.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -36,18 +42,24 @@ from typing import Any
 
 from pykfk.cluster.metadata import (
     BrokerInfo,
+    MetadataWriteError,
     PartitionState,
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
     notify_listeners,
 )
+from pykfk.errors import ErrorCode
 from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from pykfk.security.quotas import Entity
+
+log = logging.getLogger("pykfk.cluster")
 
 METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
+# The attributes the file holds: a change names the new values of those it alters.
+_PERSISTED = ("_cluster_id", "_producer_id_block_end", "_topics", "_users", "_quotas", "_broker_configs", "_acls")
 
 
 class MetadataFileError(Exception):
@@ -187,30 +199,28 @@ class EmbeddedMetadataStore:
         if name in self._topics:
             raise TopicExistsError(name)
         info = TopicInfo(name, partitions, replication_factor, dict(configs), uuid.uuid4().hex)
-        self._replace(info)
+        self._replace(info, f"create topic {name}")
         return info
 
     async def delete_topic(self, name: str) -> None:
-        if self._topics.pop(name, None) is None:
-            raise UnknownTopicError(name)
-        self._save()
+        self._require(name)
+        self._commit(f"delete topic {name}", _topics={n: t for n, t in self._topics.items() if n != name})
         self._notify("topic", name)
 
     async def create_partitions(self, name: str, total: int) -> TopicInfo:
         info = self._require(name)
         info = TopicInfo(name, total, info.replication_factor, info.configs, info.topic_id)
-        self._replace(info)
+        self._replace(info, f"add partitions to {name}")
         return info
 
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         info = self._require(name)
         info = TopicInfo(name, info.partitions, info.replication_factor, dict(configs), info.topic_id)
-        self._replace(info)
+        self._replace(info, f"alter configs of topic {name}")
         return info
 
-    def _replace(self, info: TopicInfo) -> None:
-        self._topics[info.name] = info
-        self._save()
+    def _replace(self, info: TopicInfo, change: str) -> None:
+        self._commit(change, _topics={**self._topics, info.name: info})
         self._notify("topic", info.name)
 
     async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
@@ -218,60 +228,57 @@ class EmbeddedMetadataStore:
         return {name: dict(self._users[name]) for name in names}
 
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
-        credentials = self._users.setdefault(user, {})
-        for mechanism in deletions:
-            credentials.pop(mechanism, None)
+        credentials = {m: c for m, c in self._users.get(user, {}).items() if m not in deletions}
         credentials.update(upserts)
-        if not credentials:
-            del self._users[user]
-        self._save()
+        users = {name: creds for name, creds in self._users.items() if name != user}
+        if credentials:
+            users[user] = credentials
+        self._commit(f"alter credentials of user {user}", _users=users)
 
     def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
         return self._quotas
 
     async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None:
-        values = self._quotas.setdefault(entity, {})
-        for key in removals:
-            values.pop(key, None)
+        values = {k: v for k, v in self._quotas.get(entity, {}).items() if k not in removals}
         values.update(updates)
-        if not values:
-            del self._quotas[entity]
+        quotas = {e: v for e, v in self._quotas.items() if e != entity}
+        if values:
+            quotas[entity] = values
+        self._commit(f"alter quotas of {entity}", _quotas=quotas)
         self.quota_version += 1
-        self._save()
         self._notify("quota", entity)
 
     def broker_configs(self, entity: str) -> Mapping[str, str]:
         return self._broker_configs.get(entity, {})
 
     async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        broker_configs = {e: c for e, c in self._broker_configs.items() if e != entity}
         if configs:
-            self._broker_configs[entity] = dict(configs)
-        else:
-            self._broker_configs.pop(entity, None)
-        self._save()
+            broker_configs[entity] = dict(configs)
+        self._commit(f"alter broker configs of {entity}", _broker_configs=broker_configs)
         self._notify("broker_config", entity)
 
     def acls(self) -> list[AclBinding]:
         return list(self._acls)
 
     async def create_acls(self, bindings: list[AclBinding]) -> None:
-        self._acls += [b for b in dict.fromkeys(bindings) if b not in self._acls]
+        self._commit("create ACLs", _acls=self._acls + [b for b in dict.fromkeys(bindings) if b not in self._acls])
         self.acl_version += 1
-        self._save()
 
     async def delete_acls(self, bindings: list[AclBinding]) -> None:
         gone = set(bindings)
-        self._acls = [b for b in self._acls if b not in gone]
+        self._commit("delete ACLs", _acls=[b for b in self._acls if b not in gone])
         self.acl_version += 1
-        self._save()
 
     async def allocate_producer_id(self) -> int:
         return self.allocate_producer_id_now()
 
     def allocate_producer_id_now(self) -> int:
+        """The next producer id; its block is in the file before any id of it is used
+        (MetadataWriteError when it cannot be saved, and no id is handed out)."""
         if self._next_producer_id >= self._producer_id_block_end:
-            self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
-            self._save()
+            end = self._next_producer_id + PRODUCER_ID_BLOCK_SIZE
+            self._commit("claim a producer id block", _producer_id_block_end=end)
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
@@ -293,7 +300,10 @@ class EmbeddedMetadataStore:
                 data = json.load(f)
         except FileNotFoundError:
             self._cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            self._save()
+            try:
+                self._write(self._persisted())
+            except OSError as exc:
+                raise MetadataFileError(f"{self.path}: cannot write metadata: {exc.strerror or exc}") from None
             return
         except (OSError, ValueError) as exc:
             raise MetadataFileError(f"{self.path}: cannot read metadata: {exc}") from exc
@@ -324,11 +334,35 @@ class EmbeddedMetadataStore:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MetadataFileError(f"{self.path}: malformed metadata: {exc}") from exc
 
-    def _save(self) -> None:
+    def _persisted(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _PERSISTED}
+
+    def _commit(self, change: str, **new: Any) -> None:
+        """Make ``change`` durable, then apply it: ``new`` maps attributes of
+        ``_PERSISTED`` to their new values (new objects: the current ones are not
+        touched). The file is written with them first, and memory takes them only once
+        it is durable, so a failed write leaves the store exactly as it was: one line in
+        the log, and MetadataWriteError (KAFKA_STORAGE_ERROR) for the request."""
+        state = self._persisted()
+        assert set(new) <= set(state), set(new) - set(state)
+        state.update(new)
+        try:
+            self._write(state)
+        except OSError as exc:
+            log.warning("metadata not saved, nothing changed (%s): %s: %s", change, self.path, exc.strerror or exc)
+            raise MetadataWriteError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                     f"the metadata change could not be saved: {exc.strerror or exc}") from None
+        for name, value in new.items():
+            setattr(self, name, value)
+
+    def _write(self, state: Mapping[str, Any]) -> None:
+        """Replace the file with ``state`` (the attributes of ``_PERSISTED``), durably.
+        Raises OSError; a temp file left by a failed write is removed (on a full disk it
+        holds the space the next write needs)."""
         data = {
             "version": FORMAT_VERSION,
-            "cluster_id": self._cluster_id,
-            "producer_id_block_end": self._producer_id_block_end,
+            "cluster_id": state["_cluster_id"],
+            "producer_id_block_end": state["_producer_id_block_end"],
             "topics": {
                 t.name: {
                     "partitions": t.partitions,
@@ -336,20 +370,25 @@ class EmbeddedMetadataStore:
                     "topic_id": t.topic_id,
                     "configs": dict(t.configs),
                 }
-                for t in self._topics.values()
+                for t in state["_topics"].values()
             },
-            "users": self._users,
-            "quotas": [[[list(pair) for pair in entity], values] for entity, values in self._quotas.items()],
-            "broker_configs": self._broker_configs,
+            "users": state["_users"],
+            "quotas": [[[list(pair) for pair in entity], values] for entity, values in state["_quotas"].items()],
+            "broker_configs": state["_broker_configs"],
             "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
-                      int(b.permission)] for b in self._acls],
+                      int(b.permission)] for b in state["_acls"]],
         }
         tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         dir_fd = os.open(self._directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

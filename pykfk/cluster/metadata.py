@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pykfk.errors import KafkaError
+
 if TYPE_CHECKING:
     from pykfk.security.acl import AclBinding
     from pykfk.security.quotas import Entity
@@ -141,6 +143,16 @@ class UnknownTopicError(Exception):
     """A change to a topic that does not exist."""
 
 
+class MetadataWriteError(KafkaError):
+    """A metadata change the store could not make durable: none of it was applied, in
+    memory or in the store, and the store logged why. ``code`` answers the request, as
+    Kafka answers a metadata write that failed: KAFKA_STORAGE_ERROR when the local file
+    could not be written, REQUEST_TIMED_OUT when ZooKeeper could not be reached in time
+    (the change may still be applied once it can), UNKNOWN_SERVER_ERROR when ZooKeeper
+    refused it. InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS instead, as Kafka's
+    brokers do while they have no block of producer ids to hand out (clients retry it)."""
+
+
 # A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
 # "partition" (key: (topic, partition)), "broker", "controller", "session", "quota"
 # (key: the quota entity) or "broker_config" (key: a broker id as text, or "<default>").
@@ -162,7 +174,10 @@ def notify_listeners(listeners: list[StoreListener], kind: str, key: Any) -> Non
 @runtime_checkable
 class MetadataStore(Protocol):
     """Topics, partition counts, per-topic configs, partition states, brokers and the
-    controller id; this broker's registration; change notifications."""
+    controller id; this broker's registration; change notifications.
+
+    A change is durable in the store before memory shows it; a change that cannot be
+    made durable raises MetadataWriteError and leaves memory as it was."""
 
     # True for a cluster of one (the embedded store): the store itself is the controller
     # and leads every partition with ISR = {this broker}. Only ``pykfk.cluster`` reads it.
@@ -225,7 +240,9 @@ class MetadataStore(Protocol):
         ...
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, even across restarts."""
+        """A producer id never handed out before, even across restarts: its block is
+        durable before any id of it is used. MetadataWriteError when a new block could
+        not be saved (no id is handed out then)."""
         ...
 
     async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:

@@ -29,6 +29,14 @@ Listeners (``add_listener``) are called on the loop with ``(kind, key)`` after e
 ZooKeeper versions order the changes of one znode: a state this broker wrote itself is
 applied at once with the version the write returned, and a cache event carrying an older
 version is ignored, so the view never goes backwards.
+
+The view changes only once ZooKeeper has a change (from the write's answer or the
+caches), so a write that fails leaves it as it was. The changes a request asks for
+(topics, configs, ACLs, users, quotas, producer id blocks) raise MetadataWriteError when
+ZooKeeper fails them: REQUEST_TIMED_OUT when it cannot be reached in time (kazoo may
+still send the change once it reconnects, as a Kafka client's timed-out request may
+still be applied), UNKNOWN_SERVER_ERROR when it refuses them (what Kafka's ZooKeeper
+brokers answer for an error of ZooKeeper's).
 """
 
 from __future__ import annotations
@@ -42,14 +50,15 @@ import logging
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from pykfk.cluster.assignment import AssignmentError, assign_replicas
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
     Endpoint,
+    MetadataWriteError,
     PartitionAssignment,
     PartitionState,
     TopicExistsError,
@@ -57,6 +66,7 @@ from pykfk.cluster.metadata import (
     UnknownTopicError,
     notify_listeners,
 )
+from pykfk.errors import ErrorCode
 from pykfk.security.acl import (
     OPERATION_NAMES,
     PERMISSION_NAMES,
@@ -115,6 +125,52 @@ class ZooKeeperError(Exception):
 
 class BrokerIdInUseError(ZooKeeperError):
     """Another live broker is registered under this broker.id."""
+
+
+@contextlib.contextmanager
+def _metadata_call(what: str) -> Iterator[None]:
+    """ZooKeeper's failure of a call a request made, as the Kafka error that answers it
+    (MetadataWriteError), logged in one line."""
+    from kazoo.exceptions import (
+        ConnectionClosedError,
+        ConnectionDropped,
+        ConnectionLoss,
+        KazooException,
+        OperationTimeoutError,
+        SessionExpiredError,
+    )
+
+    try:
+        yield
+    except (ConnectionLoss, ConnectionDropped, SessionExpiredError, ConnectionClosedError, OperationTimeoutError,
+            asyncio.TimeoutError) as exc:
+        log.warning("%s failed, nothing changed: ZooKeeper unreachable (%s)", what, type(exc).__name__)
+        raise MetadataWriteError(ErrorCode.REQUEST_TIMED_OUT,
+                                 f"ZooKeeper could not be reached to {what} ({type(exc).__name__})") from None
+    except (KazooException, ZooKeeperError) as exc:
+        log.warning("%s failed, nothing changed: ZooKeeper refused it (%s)", what, type(exc).__name__)
+        raise MetadataWriteError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"ZooKeeper refused to {what} ({type(exc).__name__})") from None
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Method = Callable[Concatenate[Any, _P], Coroutine[Any, Any, _R]]
+
+
+def _metadata_change(what: str) -> Callable[[_Method[_P, _R]], _Method[_P, _R]]:
+    """A store method a request calls: ZooKeeper's failures of it become the Kafka error
+    that answers the request. ``what`` names the change, formatted with the arguments."""
+
+    def wrap(method: _Method[_P, _R]) -> _Method[_P, _R]:
+        @functools.wraps(method)
+        async def call(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with _metadata_call(what.format(*args)):
+                return await method(self, *args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def state_path(topic: str, partition: int) -> str:
@@ -887,6 +943,7 @@ class ZooKeeperMetadataStore:
             first_partition=first_partition,
         )
 
+    @_metadata_change("create topic {0}")
     async def create_topic(
         self,
         name: str,
@@ -963,6 +1020,7 @@ class ZooKeeperMetadataStore:
         finally:
             self._listeners.remove(listener)
 
+    @_metadata_change("delete topic {0}")
     async def delete_topic(self, name: str, *, wait_s: float = 30.0) -> None:
         """Ask the controller to delete the topic (``/admin/delete_topics/<t>``) and wait
         until it is gone."""
@@ -977,6 +1035,7 @@ class ZooKeeperMetadataStore:
 
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"topic {name} is marked for deletion, not deleted yet")
 
+    @_metadata_change("add partitions to {0}")
     async def create_partitions(self, name: str, total: int, *, wait_s: float = 10.0) -> TopicInfo:
         znode = self._assignments.get(name)
         info = self._topics.get(name)
@@ -995,6 +1054,7 @@ class ZooKeeperMetadataStore:
         await self.wait_for(lambda: self._has_leaders(name, total), wait_s)
         return self._topics.get(name, info)
 
+    @_metadata_change("alter configs of topic {0}")
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
         if name not in self._topics:
             raise UnknownTopicError(name)
@@ -1008,6 +1068,7 @@ class ZooKeeperMetadataStore:
     def broker_configs(self, entity: str) -> Mapping[str, str]:
         return self._broker_configs.get(entity, {})
 
+    @_metadata_change("alter broker configs of {0}")
     async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """The entity's znode is replaced whole (AlterConfigs semantics; the incremental
         form computed the whole set already), then a change notice follows as in Kafka."""
@@ -1039,6 +1100,7 @@ class ZooKeeperMetadataStore:
     def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
         return self._quotas
 
+    @_metadata_change("alter quotas of {0}")
     async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None:
         """Kafka's layout: the entity's config znode keeps its other entries (SCRAM
         credentials) as they are; a change notice follows."""
@@ -1066,10 +1128,12 @@ class ZooKeeperMetadataStore:
     def acls(self) -> list[AclBinding]:
         return [binding for bindings in self._acls.values() for binding in bindings]
 
+    @_metadata_change("create ACLs")
     async def create_acls(self, bindings: list[AclBinding]) -> None:
         for key, group in _by_resource(bindings).items():
             await self._update_acl_znode(key, functools.partial(_with_bindings, group))
 
+    @_metadata_change("delete ACLs")
     async def delete_acls(self, bindings: list[AclBinding]) -> None:
         for key, group in _by_resource(bindings).items():
             await self._update_acl_znode(key, functools.partial(_without_bindings, group))
@@ -1110,6 +1174,7 @@ class ZooKeeperMetadataStore:
 
     # -- SCRAM credentials (read on demand: a login is rare next to a request) ----------
 
+    @_metadata_change("read SCRAM credentials")
     async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
         from kazoo.exceptions import NoNodeError
 
@@ -1131,6 +1196,7 @@ class ZooKeeperMetadataStore:
                 found[user] = credentials
         return found
 
+    @_metadata_change("alter credentials of user {0}")
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
         """Kafka's layout: the user's config znode keeps other entries (quotas) as they
         are; a change notification tells brokers, Kafka's among them, to reload."""
@@ -1168,6 +1234,7 @@ class ZooKeeperMetadataStore:
 
     # -- producer ids ------------------------------------------------------------------
 
+    @_metadata_change("claim a producer id block")
     async def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._producer_id_block_end:
             await self._claim_producer_id_block()

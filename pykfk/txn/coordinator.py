@@ -310,7 +310,10 @@ class TransactionCoordinator:
                 return E.NONE, meta.producer_id, meta.producer_epoch
             producer_id, epoch = meta.producer_id, meta.producer_epoch + 1
             if epoch >= MAX_PRODUCER_EPOCH:
-                producer_id, epoch = await self.allocate_producer_id(), 0
+                new_id = await self._new_producer_id()
+                if new_id is None:
+                    return E.COORDINATOR_LOAD_IN_PROGRESS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+                producer_id, epoch = new_id, 0
             now = self.clock.time_ms()
             error = await self._write(meta, meta.record(
                 producer_id=producer_id, producer_epoch=epoch, transaction_timeout_ms=timeout_ms,
@@ -328,8 +331,19 @@ class TransactionCoordinator:
             return False
         return epoch in (meta.producer_epoch, meta.last_producer_epoch)
 
+    async def _new_producer_id(self) -> int | None:
+        """A producer id never handed out before; None while there is none to hand out
+        (its block could not be saved), which InitProducerId answers as Kafka's brokers
+        do then: COORDINATOR_LOAD_IN_PROGRESS, and the client retries."""
+        try:
+            return await self.allocate_producer_id()
+        except KafkaError:
+            return None
+
     async def _new_transactional_id(self, transactional_id: str, timeout_ms: int) -> tuple[ErrorCode, int, int]:
-        producer_id = await self.allocate_producer_id()
+        producer_id = await self._new_producer_id()
+        if producer_id is None:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if transactional_id in self.txns:  # another request created it meanwhile
             return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         now = self.clock.time_ms()

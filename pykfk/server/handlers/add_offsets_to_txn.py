@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.group.offsets import OFFSETS_TOPIC
 from pykfk.protocol.types import Struct
@@ -30,7 +31,10 @@ async def _add(ctx: RequestContext, request: Struct) -> int:
     coordinator = ctx.broker.transaction_coordinator
     if coordinator is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    await ctx.broker.ensure_offsets_topic()
+    try:
+        await ctx.broker.ensure_offsets_topic()
+    except MetadataWriteError:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     partition = ctx.broker.group_coordinator.partition_for(request.group_id)
     code = await coordinator.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
                                             [(OFFSETS_TOPIC, partition)])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation
@@ -46,8 +47,12 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             continue
         entity: Entity = entity_of({e.entity_type: e.entity_name for e in entry.entity})
         if not request.validate_only:
-            await ctx.broker.metadata.alter_client_quotas(
-                entity, {op.key: op.value for op in entry.ops if not op.remove},
-                [op.key for op in entry.ops if op.remove])
+            try:
+                await ctx.broker.metadata.alter_client_quotas(
+                    entity, {op.key: op.value for op in entry.ops if not op.remove},
+                    [op.key for op in entry.ops if op.remove])
+            except MetadataWriteError as exc:
+                results.append({"error_code": exc.code, "error_message": exc.message, "entity": described})
+                continue
         results.append({"error_code": ErrorCode.NONE, "entity": described})
     return {"entries": results}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol.messages import API_SPECS
 from pykfk.protocol.types import ProtocolError, Struct
@@ -66,7 +67,11 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if error is not None:
             errors.setdefault(item.name, error)
     users = list(dict.fromkeys(i.name for i in (*request.deletions, *request.upsertions)))
-    existing = await store.scram_credentials(users)
+    try:
+        existing = await store.scram_credentials(users)
+    except MetadataWriteError as exc:
+        return {"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": exc.code, "error_message": exc.message} for u in users]}
     for item in request.deletions:
         mechanism = MECHANISM_NAMES.get(item.mechanism)
         if mechanism is None:
@@ -87,6 +92,10 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 mechanism = MECHANISM_NAMES[item.mechanism]
                 upserts[mechanism] = credential_from_salted(
                     mechanism, bytes(item.salted_password), bytes(item.salt), item.iterations).to_text()
-        await store.alter_scram_credentials(user, upserts, deletions)
+        try:
+            await store.alter_scram_credentials(user, upserts, deletions)
+        except MetadataWriteError as exc:
+            results.append({"user": user, "error_code": exc.code, "error_message": exc.message})
+            continue
         results.append({"user": user, "error_code": ErrorCode.NONE})
     return {"throttle_time_ms": 0, "results": results}

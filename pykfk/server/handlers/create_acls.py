@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import AclBinding, AclError, Operation, binding_from_codes
@@ -34,5 +35,9 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         valid.append(binding)
         results.append({"error_code": ErrorCode.NONE})
     if valid:
-        await ctx.broker.metadata.create_acls(valid)
+        try:
+            await ctx.broker.metadata.create_acls(valid)
+        except MetadataWriteError as exc:
+            failed = {"error_code": exc.code, "error_message": exc.message}
+            results = [failed if r["error_code"] == ErrorCode.NONE else r for r in results]
     return {"results": results}

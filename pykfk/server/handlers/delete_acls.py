@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import AclBinding, AclError, Operation, filter_from_codes
@@ -43,5 +44,9 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         doomed.update(dict.fromkeys(matching))
         results.append({"error_code": ErrorCode.NONE, "matching_acls": [_described(b) for b in matching]})
     if doomed:
-        await ctx.broker.metadata.delete_acls(list(doomed))
+        try:
+            await ctx.broker.metadata.delete_acls(list(doomed))
+        except MetadataWriteError as exc:
+            failed: dict[str, Any] = {"error_code": exc.code, "error_message": exc.message, "matching_acls": []}
+            results = [failed if r["error_code"] == ErrorCode.NONE else r for r in results]
     return {"filter_results": results}

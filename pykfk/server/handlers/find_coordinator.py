@@ -10,9 +10,11 @@ lookup creates ``__transaction_state``, as Kafka does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.group import api
 from pykfk.protocol.types import Struct
@@ -40,7 +42,10 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if ctx.api_version < 4 and denied:
             return {"throttle_time_ms": 0, **DENIED}
         if len(denied) < len(keys):
-            await ctx.broker.ensure_offsets_topic()
+            # A topic that could not be made (the store logged why) has no leader: the
+            # answer is COORDINATOR_NOT_AVAILABLE and the client asks again.
+            with contextlib.suppress(MetadataWriteError):
+                await ctx.broker.ensure_offsets_topic()
     if denied:
         request = Struct(request)
         request["coordinator_keys"] = [key for key in keys if key not in denied]
@@ -60,7 +65,8 @@ def _node_for_partition(ctx: RequestContext, partition: int) -> tuple[int, str, 
 async def _find_transaction_coordinators(ctx: RequestContext, keys: list[str]) -> dict[str, Any]:
     allowed = {key for key in keys if ctx.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)}
     if allowed:
-        await ctx.broker.ensure_transaction_topic()
+        with contextlib.suppress(MetadataWriteError):  # no leader then: COORDINATOR_NOT_AVAILABLE
+            await ctx.broker.ensure_transaction_topic()
     coordinator = ctx.broker.transaction_coordinator
 
     def locate(key: str) -> dict[str, Any]:

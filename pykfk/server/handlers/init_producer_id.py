@@ -3,9 +3,11 @@ producers.
 
 Without a transactional id: a fresh producer id at epoch 0. Ids come from the metadata
 store, which persists them in blocks so that no id is handed out twice, even across
-restarts. With one, the transaction coordinator answers (``pykfk.txn``): the id's
-producer id with its epoch bumped, fencing older producers of the same id; an open
-transaction is aborted first (CONCURRENT_TRANSACTIONS until it is, the client retries).
+restarts; while a new block cannot be saved, COORDINATOR_LOAD_IN_PROGRESS (Kafka's
+answer when it has no ids to hand out; clients retry). With one, the transaction
+coordinator answers (``pykfk.txn``): the id's producer id with its epoch bumped,
+fencing older producers of the same id; an open transaction is aborted first
+(CONCURRENT_TRANSACTIONS until it is, the client retries).
 From v3 a producer may name its current producer id and epoch to bump its own epoch
 after an abortable error (KIP-360); a stale one gets PRODUCER_FENCED, which versions
 below 4 receive as INVALID_PRODUCER_EPOCH (KIP-588).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol.types import Struct
 from pykfk.security.acl import Operation, ResourceType
@@ -38,7 +41,11 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                                         ResourceType.TOPIC)):
         # Kafka: an idempotent producer needs IdempotentWrite on the cluster or Write on some topic.
         return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    producer_id = await ctx.broker.allocate_producer_id()
+    try:
+        producer_id = await ctx.broker.allocate_producer_id()
+    except MetadataWriteError:
+        # Kafka's answer while it has no block of ids to hand out: the client retries.
+        return _answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
     return _answer(ErrorCode.NONE, producer_id, 0)
 
 

@@ -18,7 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from pykfk._core.metadata import encode_partition_states
-from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
+from pykfk.cluster.metadata import (
+    NO_LEADER,
+    MetadataStore,
+    MetadataWriteError,
+    PartitionState,
+    TopicInfo,
+)
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol.messages import API_SPECS
@@ -240,20 +246,22 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                            "partitions": []})
             continue
         info = store.get_topic(name)
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if info is None and is_internal_topic(name):
             # Kafka creates its internal topic when named, always with its own settings
             # (compacted, offsets.topic.num.partitions), never with the topic defaults.
-            await broker.ensure_offsets_topic()
+            try:
+                await broker.ensure_offsets_topic()
+            except MetadataWriteError as exc:
+                code = exc.code
             info = store.get_topic(name)
-        if info is None:
-            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if allow_create:
-                try:
-                    info = await broker.topics.auto_create(name)
-                except KafkaError as exc:
-                    code = exc.code
-                    if code == ErrorCode.TOPIC_ALREADY_EXISTS:  # pragma: no cover - checked above
-                        info = store.get_topic(name)
+        if info is None and allow_create and code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # not after a failure
+            try:
+                info = await broker.topics.auto_create(name)
+            except KafkaError as exc:
+                code = exc.code
+                if code == ErrorCode.TOPIC_ALREADY_EXISTS:  # pragma: no cover - checked above
+                    info = store.get_topic(name)
         if info is None:
             topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
             continue
