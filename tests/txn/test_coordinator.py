@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import pytest
 
 from pykfk.clock import ManualClock
+from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode as E
 from pykfk.group.storage import MemoryOffsetsLog
 from pykfk.txn.coordinator import TransactionCoordinator, TxnConfig
@@ -32,10 +33,16 @@ class RecordingMarkers:
 
 
 class Ids:
+    """Producer ids from 1001; while ``unsaved``, the store's answer when it could not
+    save a new block."""
+
     def __init__(self) -> None:
         self.next = 1000
+        self.unsaved = False
 
     async def __call__(self) -> int:
+        if self.unsaved:
+            raise MetadataWriteError(E.KAFKA_STORAGE_ERROR, "the metadata change could not be saved")
         self.next += 1
         return self.next
 
@@ -78,6 +85,15 @@ async def test_init_bumps_the_epoch_and_a_retried_bump_gets_the_same_answer(setu
     # The producer did not get the answer and asks again with its old epoch (KIP-360).
     assert await coordinator.init_producer_id("tx", 10000, pid, epoch) == (E.NONE, pid, 1)
     assert (await coordinator.init_producer_id("tx", 10000, pid + 5, 1))[0] == E.PRODUCER_FENCED
+
+
+async def test_no_producer_id_to_hand_out_is_answered_coordinator_load_in_progress(setup):
+    coordinator, _markers, storage, _clock = setup
+    coordinator.allocate_producer_id.unsaved = True
+    assert await coordinator.init_producer_id("tx", 10000) == (E.COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+    assert "tx" not in coordinator.txns and storage.records == []
+    coordinator.allocate_producer_id.unsaved = False
+    assert await coordinator.init_producer_id("tx", 10000) == (E.NONE, 1001, 0)
 
 
 async def test_open_transaction_is_aborted_after_its_timeout_with_an_epoch_bump(setup):
