@@ -37,7 +37,7 @@ __all__ = ["Checkpoint", "Checkpointer", "apply_checkpoints", "read_checkpoints"
 
 log = logging.getLogger("pykfk.mirror")
 
-ADMIN_TIMEOUT_S = 30
+ADMIN_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)

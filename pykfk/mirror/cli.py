@@ -10,7 +10,6 @@ a cluster was unreachable past the timeouts), 2 bad configuration or arguments.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
@@ -67,33 +66,20 @@ def cli(log_level: str) -> None:
 @click.option("--max-seconds", type=float, default=None, help="Stop after this long (tests, benchmarks).")
 def run(config_file: str, settings: Sequence[str], max_seconds: float | None) -> None:
     """Mirror until SIGTERM or Ctrl-C; several processes with one config share the work."""
+    from confluent_kafka import KafkaException
+
     from pykfk.mirror.runner import Mirror, MirrorError, install_signal_handlers
 
     config = _load(config_file, settings)
-    audit = _audit_emitter(config)
-    mirror = Mirror(config, audit=audit)
+    mirror = Mirror(config)
     install_signal_handlers(mirror)
     try:
         stats = mirror.run(max_seconds)
-    except MirrorError as exc:
+    except (MirrorError, KafkaException) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
-    finally:
-        if audit is not None:
-            audit.close()
     click.echo(f"copied {stats.records} records ({stats.bytes} bytes); "
                f"{stats.progress_writes} progress writes, {stats.checkpoints} checkpoints", err=True)
-
-
-def _audit_emitter(config: MirrorConfig) -> Any:
-    """pykfk.audit's AuditEmitter when ``audit.bootstrap.servers`` is set. Imported by
-    name: it brings pykfk's own producer, which the mirror's type checking leaves out
-    (the mirror only calls its ``add_counts`` and ``close``)."""
-    if not config.audit_bootstrap:
-        return None
-    emitter_class = importlib.import_module("pykfk.audit").AuditEmitter
-    return emitter_class(config.audit_bootstrap, config.audit_tier, topic=config.audit_topic,
-                         window_ms=config.audit_window_ms, interval_s=config.audit_interval_ms / 1000)
 
 
 def _rows(checkpoints: list[Any]) -> list[dict[str, Any]]:

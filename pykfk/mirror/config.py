@@ -66,6 +66,10 @@ class MirrorConfig:
     group_instance_id: str | None
     progress_topic: str
     checkpoints_topic: str
+    offset_syncs_topic: str
+    # An offset sync at least every this many source offsets per partition (MM2's
+    # offset.lag.max): a group moved to the target re-reads at most this many records.
+    offset_lag_max: int
     progress_interval_ms: int
     progress_max_records: int
     consume_batch_records: int
@@ -114,6 +118,8 @@ _SCALARS: dict[str, tuple[Any, Any]] = {
     "group.instance.id": ("", str),
     "progress.topic": ("", str),
     "checkpoints.topic": ("", str),
+    "offset-syncs.topic": ("", str),
+    "offset.lag.max": ("100", int),
     "progress.interval.ms": ("1000", int),
     "progress.max.records": ("20000", int),
     "consume.batch.records": ("2000", int),
@@ -232,7 +238,8 @@ def parse_config(raw_in: Mapping[str, str]) -> MirrorConfig:
     if values["start.from"] not in ("earliest", "latest"):
         raise ConfigError("start.from must be earliest or latest")
     for key in ("progress.interval.ms", "progress.max.records", "consume.batch.records",
-                "refresh.topics.interval.ms", "emit.checkpoints.interval.ms", "audit.window.ms"):
+                "refresh.topics.interval.ms", "emit.checkpoints.interval.ms", "audit.window.ms",
+                "offset.lag.max"):
         if values[key] <= 0:
             raise ConfigError(f"{key} must be positive")
     pair = f"{source_alias}-{target_alias}"
@@ -253,6 +260,8 @@ def parse_config(raw_in: Mapping[str, str]) -> MirrorConfig:
         group_instance_id=values["group.instance.id"] or None,
         progress_topic=values["progress.topic"] or f"pykfk-mirror.{pair}.progress.internal",
         checkpoints_topic=values["checkpoints.topic"] or f"{source_alias}.checkpoints.internal",
+        offset_syncs_topic=values["offset-syncs.topic"] or f"mm2-offset-syncs.{source_alias}.internal",
+        offset_lag_max=values["offset.lag.max"],
         progress_interval_ms=values["progress.interval.ms"],
         progress_max_records=values["progress.max.records"],
         consume_batch_records=values["consume.batch.records"],

@@ -1,5 +1,6 @@
-"""The mirror's progress, kept in the target cluster so a restarted (or another) mirror
-process resumes where the last one stopped.
+"""The mirror's progress and offset syncs, kept in the target cluster so a restarted (or
+another) mirror process resumes where the last one stopped and translates group offsets
+from before its time.
 
 One compacted topic in the target (``progress.topic``, one partition) holds, per source
 partition, the next source offset to copy and where the target stood then:
@@ -7,15 +8,31 @@ partition, the next source offset to copy and where the target stood then:
     key    JSON ["<source topic>", <partition>]
     value  JSON {"offset": <next source offset>, "target_topic": "<remote topic>",
                  "target_partition": <p or -1>, "target_offset": <target end or -1>,
+                 "audit": [{"end": <source offset>, "windows": [[<window start>, <count>], ...]}],
                  "time": <ms>}
 
 A value is written only after every record before ``offset`` was acknowledged by the
 target (acks=all), so resuming from any value written never skips a record; with
 exactly.once it is written in the same transaction as the records it vouches for, and
-read with read_committed, so resuming from it never repeats one either. The pairs
-(offset, target_offset) are also the offset syncs that consumer-group offsets are
-translated with (checkpoints.py): every source record at or after ``offset`` is in the
-target at or after ``target_offset``.
+read with read_committed, so resuming from it never repeats one either. ``audit`` holds
+the audit counts of the copied ranges ending at ``end`` (exclusive) that the audit
+cluster had not acknowledged yet (mirror/audit.py): committed with the progress, they
+are published again by whoever resumes.
+
+The offset syncs (``offset-syncs.topic``, MirrorMaker 2's ``mm2-offset-syncs.<source
+alias>.internal``, compacted, one partition) are pairs of one source partition:
+
+    key    JSON ["<source topic>", <partition>]
+    value  JSON {"upstream_offset": <source offset>, "downstream_offset": <target offset>,
+                 "time": <ms>}
+
+Every source record at or after ``upstream_offset`` is in the target (same partition
+number) at or after ``downstream_offset``: translating a group offset with the newest
+sync at or before it skips nothing, and reads again what was copied since the sync.
+Syncs are written with the progress (in the same transaction with exactly.once, so they
+never name aborted copies): the progress pair itself, the first record copied after a
+partition was assigned, and with exactly.once the exact target offset of a record at
+least every ``offset.lag.max`` source offsets.
 """
 
 from __future__ import annotations
@@ -30,13 +47,31 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, Topic
 
 from pykfk.mirror.config import ClientConfig
 
-__all__ = ["OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
+__all__ = ["AuditRange", "OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
 
-# How many offset syncs per partition are kept for translating group offsets: with one
-# sync per progress interval (1 s by default) that is the last ~17 minutes of copying.
-SYNCS_KEPT = 1000
+# How many offset syncs per partition are kept for translating group offsets: at one
+# per offset.lag.max (100) source offsets, the last 1,000,000 records of a partition.
+SYNCS_KEPT = 10_000
 # Longest a read of an internal topic up to its end may take (seconds).
 READ_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class AuditRange:
+    """The audit counts of a partition's records copied up to source offset ``end``
+    (exclusive) since the previous range: (window start, records) pairs."""
+
+    end: int
+    windows: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"end": self.end, "windows": [list(w) for w in self.windows]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, object]) -> AuditRange:
+        windows = doc["windows"]
+        assert isinstance(windows, list)
+        return cls(int(str(doc["end"])), tuple((int(w[0]), int(w[1])) for w in windows))
 
 
 @dataclass(frozen=True)
@@ -45,19 +80,29 @@ class ProgressEntry:
     target_topic: str
     target_partition: int
     target_offset: int
+    audit: tuple[AuditRange, ...] = ()
 
     def encode(self) -> bytes:
-        return json.dumps({
+        doc: dict[str, object] = {
             "offset": self.offset, "target_topic": self.target_topic,
             "target_partition": self.target_partition, "target_offset": self.target_offset,
             "time": int(time.time() * 1000),
-        }).encode()
+        }
+        if self.audit:
+            doc["audit"] = [r.to_json() for r in self.audit]
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> ProgressEntry:
         doc = json.loads(data)
+        audit = tuple(AuditRange.from_json(r) for r in doc.get("audit", ()))
         return cls(int(doc["offset"]), str(doc["target_topic"]), int(doc["target_partition"]),
-                   int(doc["target_offset"]))
+                   int(doc["target_offset"]), audit)
+
+
+def encode_sync(upstream_offset: int, downstream_offset: int) -> bytes:
+    return json.dumps({"upstream_offset": upstream_offset, "downstream_offset": downstream_offset,
+                       "time": int(time.time() * 1000)}).encode()
 
 
 def progress_key(topic: str, partition: int) -> bytes:
@@ -140,52 +185,62 @@ class OffsetSyncs:
 
 
 class ProgressStore:
-    """Reads and writes the progress topic. Owns two group-less consumers of the target:
-    ``reader`` (read_committed: what committed transactions wrote) and ``ends``
-    (read_uncommitted: high watermarks, which include open transactions). Writes go
-    through the producer the caller passes (a transactional one with exactly.once)."""
+    """Reads and writes the progress and offset-syncs topics. Owns two group-less
+    consumers of the target: ``reader`` (read_committed: what committed transactions
+    wrote) and ``ends`` (read_uncommitted: high watermarks, which include open
+    transactions). Writes go through the producer the caller passes (a transactional one
+    with exactly.once)."""
 
-    def __init__(self, target_consumer_config: ClientConfig, topic: str):
+    def __init__(self, target_consumer_config: ClientConfig, topic: str, syncs_topic: str):
         self.topic = topic
+        self.syncs_topic = syncs_topic
         common: ClientConfig = {**target_consumer_config, "group.id": "pykfk-mirror-progress-reader",
                                 "enable.auto.commit": False, "enable.partition.eof": False}
         self.reader = Consumer({**common, "isolation.level": "read_committed"})
         self.ends = Consumer({**common, "isolation.level": "read_uncommitted"})
         self.entries: dict[tuple[str, int], ProgressEntry] = {}
-        # Every sync still in the topic (compaction keeps only the latest), so a process
-        # that takes a partition over translates offsets from before its time too.
+        # Every sync still in the syncs topic (compaction keeps only the latest), so a
+        # process that takes a partition over translates offsets from before its time.
         self.history: dict[tuple[str, int], OffsetSyncs] = {}
         self._positions: dict[int, int] = {}
+        self._sync_positions: dict[int, int] = {}
 
     def catch_up(self, timeout_s: float = READ_TIMEOUT_S) -> None:
-        """Apply everything committed to the topic before this call (by any process);
-        waits for transactions open in it to end, at most ``timeout_s``."""
+        """Apply everything committed to both topics before this call (by any process);
+        waits for transactions open in them to end, at most ``timeout_s``."""
         for message in read_compacted(self.reader, self.topic, self._positions, timeout_s, self.ends):
             value, key = message.value(), message.key()
             if value is None or key is None:
                 continue
             topic, partition = json.loads(key)
-            entry = ProgressEntry.decode(value)
-            self.entries[(topic, int(partition))] = entry
-            if entry.target_partition == int(partition):
-                self.history.setdefault((topic, int(partition)), OffsetSyncs()).add(
-                    entry.offset, entry.target_offset)
+            self.entries[(topic, int(partition))] = ProgressEntry.decode(value)
+        for message in read_compacted(self.reader, self.syncs_topic, self._sync_positions, timeout_s, self.ends):
+            value, key = message.value(), message.key()
+            if value is None or key is None:
+                continue
+            topic, partition = json.loads(key)
+            doc = json.loads(value)
+            self.history.setdefault((topic, int(partition)), OffsetSyncs()).add(
+                int(doc["upstream_offset"]), int(doc["downstream_offset"]))
 
     def write(self, producer: Producer, topic: str, partition: int, entry: ProgressEntry) -> None:
         """Queue one entry on ``producer``; the caller flushes (or commits)."""
         producer.produce(self.topic, entry.encode(), progress_key(topic, partition))
-        self.entries[(topic, partition)] = entry
+
+    def write_sync(self, producer: Producer, topic: str, partition: int, upstream: int, downstream: int) -> None:
+        """Queue one offset sync on ``producer``; the caller flushes (or commits)."""
+        producer.produce(self.syncs_topic, encode_sync(upstream, downstream), progress_key(topic, partition))
 
     def source_start(self, consumer: Consumer, topic: str, partition: int) -> int:
         """The source partition's log start offset (``consumer`` reads the source)."""
         low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
         return int(low)
 
-    def target_end(self, topic: str, partition: int) -> int:
+    def target_end(self, topic: str, partition: int, timeout_s: float = READ_TIMEOUT_S) -> int:
         """The target partition's end (high watermark) as its leader reports it now,
         records of open transactions included: the mirror asks after its own records
         were acknowledged, and records it sends later land at or after this offset."""
-        _, high = self.ends.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
+        _, high = self.ends.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         return int(high)
 
     def close(self) -> None:

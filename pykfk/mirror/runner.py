@@ -17,6 +17,11 @@ Delivery (docs/mirror.md, "Delivery guarantee"):
 
 Either way a rebalance leaves no duplicates: progress is written before partitions are
 given up.
+
+Offset syncs (progress.py) go with the progress, and the audit counts too (audit.py).
+A cluster that does not answer pauses the copy (health.py): the partitions are paused in
+the consumer, what waits to be committed is tried again with a growing pause, and the
+copy goes on by itself once the cluster answers.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -42,24 +47,36 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from pykfk.mirror.audit import MirrorAudit
 from pykfk.mirror.checkpoints import Checkpointer
 from pykfk.mirror.config import ClientConfig, MirrorConfig
 from pykfk.mirror.errors import MirrorError
+from pykfk.mirror.health import ClusterState, TargetUnavailable, client_settings, unreachable
 from pykfk.mirror.naming import ORIGIN_HEADER, Headers, ReplicationPolicy
-from pykfk.mirror.progress import READ_TIMEOUT_S, OffsetSyncs, ProgressEntry, ProgressStore
+from pykfk.mirror.progress import (
+    READ_TIMEOUT_S,
+    AuditRange,
+    OffsetSyncs,
+    ProgressEntry,
+    ProgressStore,
+)
 from pykfk.mirror.topics import TopicSync
-from pykfk.mirror.transactions import PartitionTransactions
+from pykfk.mirror.transactions import PartitionTransactions, TransactionAborted
 
 if TYPE_CHECKING:  # prometheus_client is only needed with metrics.listener
     from pykfk.mirror.metrics import MirrorMetricsServer
 
-__all__ = ["AuditSink", "Mirror", "MirrorError", "MirrorStats"]
+__all__ = ["Mirror", "MirrorError", "MirrorStats"]
 
 log = logging.getLogger("pykfk.mirror")
 
 # Longest the mirror waits for the target to acknowledge what it sent (seconds); past
 # it the process stops rather than write progress it cannot vouch for.
 FLUSH_TIMEOUT_S = 60
+# Longest one progress write waits for acknowledgements, and a periodic call for an
+# answer, before the cluster counts as unreachable and the work is tried again later.
+PROGRESS_FLUSH_TIMEOUT_S = 5
+ANSWER_TIMEOUT_S = 10
 # How long one consume call may wait for records (seconds): the loop's tick.
 CONSUME_WAIT_S = 0.1
 # librdkafka's default transaction.timeout.ms: a transaction a dead process left open in
@@ -71,12 +88,8 @@ BATCH_HEADER_MARGIN = 1024
 
 SourcePartition = tuple[str, int]
 T = TypeVar("T")
-
-
-class AuditSink(Protocol):
-    """Where the mirror's audit counts go (pykfk.audit.AuditEmitter)."""
-
-    def add_counts(self, counts: dict[tuple[str, int], int]) -> None: ...
+# No offset sync is due: at-least-once copies take their syncs from progress writes.
+NEVER = 1 << 62
 
 
 @dataclass
@@ -107,15 +120,21 @@ class Mirror:
     ``report`` gets the progress line every ``report.interval.ms``.
     """
 
-    def __init__(self, config: MirrorConfig, report: Callable[[str], None] | None = None,
-                 audit: AuditSink | None = None):
+    def __init__(self, config: MirrorConfig, report: Callable[[str], None] | None = None):
         self.config = config
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.policy = ReplicationPolicy(config.replication_policy, config.source.alias,
                                         config.target.alias, config.separator)
-        self.topic_sync = TopicSync(config, self.policy)
+        self.source_state = ClusterState("source", str(config.source.common["bootstrap.servers"]), self._status)
+        self.target_state = ClusterState("target", str(config.target.common["bootstrap.servers"]), self._status)
+        self.topic_sync = TopicSync(config, self.policy, client_settings(self.source_state),
+                                    client_settings(self.target_state))
         self.checkpointer = Checkpointer(config, self.topic_sync.source_admin)
-        self.audit = audit
+        self.audit: MirrorAudit | None = None
+        if config.audit_bootstrap:
+            same = config.audit_bootstrap == self.target_state.bootstrap
+            self.audit = MirrorAudit(config, self.target_state if same else
+                                     ClusterState("audit cluster", config.audit_bootstrap, self._status))
         self.stats = MirrorStats()
         self.rates = (0.0, 0.0)  # records/s and bytes/s over the last report interval
         self._stop = threading.Event()
@@ -124,10 +143,23 @@ class Mirror:
         self._positions: dict[SourcePartition, int] = {}  # next source offset, records sent
         self._written: dict[SourcePartition, int] = {}  # progress offset last written
         self._syncs: dict[SourcePartition, OffsetSyncs] = defaultdict(OffsetSyncs)
+        # Offset syncs to write with the partition's next progress entry, and (exactly
+        # once) the source offset from which the next record's target offset is asked for.
+        self._new_syncs: dict[SourcePartition, list[tuple[int, int]]] = defaultdict(list)
+        self._sync_due: dict[SourcePartition, int] = {}
+        # Bumped when a partition's uncommitted copies are dropped: their late delivery
+        # reports name aborted records.
+        self._generation: dict[SourcePartition, int] = defaultdict(int)
+        # Progress entries queued and waiting for their flush or commit: (entry, audit range).
+        self._staged: dict[SourcePartition, tuple[ProgressEntry, AuditRange | None, list[tuple[int, int]]]] = {}
+        self._paused = False
+        self._assigned: dict[SourcePartition, int] = {}  # offset each partition was assigned at
+        self._source_answered = False
         self._routes: dict[str, _Route] = {}
         self._subscribed: list[str] = []
         self._since_progress = 0
-        self._audit_counts: dict[tuple[str, int], int] = defaultdict(int)
+        # (topic, partition, window start) -> records copied since the last progress entry
+        self._audit_counts: dict[tuple[str, int, int], int] = defaultdict(int)
         self._delivery_errors: list[str] = []
         self._consumer = Consumer(self._consumer_config())
         # Idempotent, not transactional: every write at least once, and the checkpoints
@@ -135,7 +167,8 @@ class Mirror:
         self._producer = Producer(self._producer_config())
         self.transactions = (PartitionTransactions(self._transactional_config(), config.transactional_id_prefix)
                              if config.exactly_once else None)
-        self.progress = ProgressStore(config.target.client("consumer"), config.progress_topic)
+        self.progress = ProgressStore({**config.target.client("consumer"), **client_settings(self.target_state)},
+                                      config.progress_topic, config.offset_syncs_topic)
         self._metrics: MirrorMetricsServer | None = None
 
     # ------------------------------------------------------------------ clients
@@ -145,6 +178,7 @@ class Mirror:
             "auto.offset.reset": "earliest" if self.config.start_from == "earliest" else "latest",
             "enable.partition.eof": False,
             "fetch.max.bytes": 16 << 20,
+            **client_settings(self.source_state),
             **self.config.source.client("consumer"),
             "group.id": self.config.group_id,
             "enable.auto.commit": False,  # progress lives in the target, not in the group
@@ -164,6 +198,7 @@ class Mirror:
             "queue.buffering.max.kbytes": 512 * 1024,
             # Keyed records land where the Java client would put them (partition counts differ).
             "partitioner": "murmur2_random",
+            **client_settings(self.target_state),
             **self.config.target.client("producer"),
             "enable.idempotence": True,
             "acks": "all",
@@ -175,12 +210,20 @@ class Mirror:
         return {**self._client_producer_config(), "on_delivery": self._on_delivery}
 
     def _transactional_config(self) -> dict[str, Any]:
-        # A failed record fails its transaction's commit; no callback needed.
-        return dict(self._client_producer_config())
+        # A failed record fails its transaction's commit; no callback needed, but the
+        # records an offset sync is taken from report their target offset.
+        return {**self._client_producer_config(), "delivery.report.only.error": False}
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._delivery_errors.append(f"{message.topic()}[{message.partition()}]: {error}")
+        if error is None:
+            return
+        if message.topic() == self.config.checkpoints_topic:
+            return  # the next round writes the group's checkpoint again
+        self._delivery_errors.append(f"{message.topic()}[{message.partition()}]: {error}")
+
+    def _status(self, line: str) -> None:
+        """A cluster's reachability changed (health.py): one line each time."""
+        log.warning("%s", line)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,16 +233,23 @@ class Mirror:
     def run(self, max_seconds: float | None = None) -> MirrorStats:
         """Mirror until stopped (or ``max_seconds``); progress is written on the way out."""
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        self._start()
         try:
+            self._start()
             self._loop(deadline)
-            self.write_progress()
+            self._last_progress()
         except BaseException:
             self._failed = True  # nothing more is written: the next start resumes
             raise
         finally:
             self.close()
         return self.stats
+
+    def _last_progress(self) -> None:
+        try:
+            self.write_progress()
+        except TargetUnavailable as exc:
+            log.warning("progress not written (%s): the next start copies again from the last progress "
+                        "written", exc)
 
     def _loop(self, deadline: float | None) -> None:
         now = time.monotonic()
@@ -211,9 +261,14 @@ class Mirror:
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
             self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
             now = time.monotonic()
+            if self.target_state.down and not self._paused:
+                self._pause()
             if self._since_progress >= self.config.progress_max_records or now >= due_progress:
-                self.write_progress()
+                if self.target_state.ready():
+                    self._progress_step()
                 due_progress = now + self.config.progress_interval_ms / 1000
+            if self._paused and not self.target_state.down and not self._staged:
+                self._resume()
             if now >= due_refresh:
                 self._refresh_topics()
                 due_refresh = now + self.config.refresh_topics_interval_ms / 1000
@@ -225,15 +280,76 @@ class Mirror:
                 last_report = (now, self.stats.records, self.stats.bytes)
                 due_report = now + self.config.report_interval_ms / 1000
 
+    def _progress_step(self) -> None:
+        """Write progress; while the target does not answer, find out when it does."""
+        try:
+            wrote = self.write_progress()
+            if not wrote and self.target_state.down:
+                self.topic_sync.refresh_target()  # nothing to write: just ask
+        except TargetUnavailable as exc:
+            self.target_state.failed(str(exc))
+            return
+        except KafkaException as exc:
+            if not unreachable(exc):
+                raise
+            self.target_state.failed(_describe(exc))
+            return
+        if wrote or self.target_state.down:
+            self.target_state.ok()
+
+    def _pause(self) -> None:
+        """Stop fetching while the target does not answer; each partition resumes at the
+        next record to copy (what was fetched already is dropped, not skipped)."""
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.pause(assignment)
+            for tp in assignment:
+                self._seek((tp.topic, tp.partition))
+        self._paused = True
+
+    def _resume(self) -> None:
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.resume(assignment)
+        self._paused = False
+
+    def _seek(self, partition: SourcePartition) -> None:
+        offset = self._positions.get(partition, self._written.get(partition, self._assigned.get(partition)))
+        if offset is None:
+            return
+        try:
+            self._consumer.seek(TopicPartition(partition[0], partition[1], offset))
+        except KafkaException as exc:
+            raise MirrorError(f"{partition[0]}[{partition[1]}]: cannot go back to offset {offset}: "
+                              f"{_describe(exc)}") from exc
+
     def _start(self) -> None:
         if self.config.metrics_listener is not None:
             self._metrics = self._metrics_server(*self.config.metrics_listener)
+        self._until_answered(self.target_state, self._prepare_target)
+        self._until_answered(self.source_state, self._refresh_topics_once)
+        log.info("copying %s", "exactly once (transactions)" if self.transactions else "at least once")
+
+    def _prepare_target(self) -> None:
         self.topic_sync.refresh_target()
         self.topic_sync.ensure_internal(self.config.progress_topic)
+        self.topic_sync.ensure_internal(self.config.offset_syncs_topic)
         if self.config.emit_checkpoints:
             self.topic_sync.ensure_internal(self.config.checkpoints_topic)
-        self._refresh_topics()
-        log.info("copying %s", "exactly once (transactions)" if self.transactions else "at least once")
+
+    def _until_answered(self, state: ClusterState, call: Callable[[], None]) -> None:
+        """``call()`` until it does not fail for want of an answer (or the mirror stops)."""
+        while True:
+            try:
+                call()
+                state.ok()
+                return
+            except KafkaException as exc:
+                if not unreachable(exc):
+                    raise
+                state.failed(_describe(exc))
+            if self._stop.wait(state.seconds_to_retry()):
+                raise MirrorError(f"stopped while the {state.role} {state.bootstrap} was unreachable")
 
     def _metrics_server(self, host: str, port: int) -> MirrorMetricsServer:
         try:
@@ -248,9 +364,12 @@ class Mirror:
         try:
             self._consumer.close()
         finally:
-            self._producer.flush(FLUSH_TIMEOUT_S)
+            flush_s = PROGRESS_FLUSH_TIMEOUT_S if self.target_state.down else FLUSH_TIMEOUT_S
+            self._producer.flush(flush_s)
             if self.transactions is not None:
                 self.transactions.close()
+            if self.audit is not None:
+                self.audit.close()
             self.progress.close()
             if self._metrics is not None:
                 self._metrics.stop()
@@ -258,7 +377,25 @@ class Mirror:
     # ------------------------------------------------------------------ topics
 
     def _refresh_topics(self) -> None:
+        """The periodic topic sync; a cluster that does not answer is asked again later."""
+        if not (self.source_state.ready() and self.target_state.ready()):
+            return
+        try:
+            self._refresh_topics_once()
+        except KafkaException as exc:
+            if not unreachable(exc):
+                raise
+            # Whichever did not answer: the source's listing comes first.
+            state = self.target_state if self._source_answered else self.source_state
+            state.failed(_describe(exc))
+            return
+        self.source_state.ok()
+        self.target_state.ok()
+
+    def _refresh_topics_once(self) -> None:
+        self._source_answered = False
         source = self.topic_sync.source_partitions()
+        self._source_answered = True
         self.topic_sync.sync(source)
         self._routes.clear()
         wanted = sorted(source)
@@ -299,14 +436,21 @@ class Mirror:
             key = (tp.topic, tp.partition)
             entry = self.progress.entries.get(key)
             tp.offset = entry.offset if entry is not None else start
+            self._assigned[key] = tp.offset
             if key in self.progress.history:
                 self._syncs[key] = self.progress.history[key].copy()
             if entry is not None:
                 self._written[key] = entry.offset
-            elif start == OFFSET_BEGINNING:
-                self._first_sync(consumer, tp.topic, tp.partition)
+                if self.audit is not None and entry.audit:
+                    self.audit.add(key, entry.audit)  # committed, maybe never published
+            if self.transactions is not None:
+                self._sync_due[key] = -1  # the first record copied: its target offset
+            else:
+                self._resume_sync(consumer, key, entry)
             self._owned.add(key)
         consumer.assign(partitions)
+        if self._paused:
+            consumer.pause(partitions)
         log.info("assigned %d partitions", len(partitions))
 
     def _batch_limit(self, topic: str) -> ClientConfig:
@@ -318,32 +462,59 @@ class Mirror:
         configured = int(self._client_producer_config()["batch.size"])
         return {"batch.size": max(1, min(configured, limit))}
 
-    def _first_sync(self, consumer: Consumer, topic: str, partition: int) -> None:
-        """A partition copied from its start: every record from the source's log start
-        on lands after the target's current end."""
-        route = self._route(topic, partition)
-        if route.same_partition:
-            self._syncs[(topic, partition)].add(
-                self.progress.source_start(consumer, topic, partition),
-                self.progress.target_end(route.remote, partition))
+    def _resume_sync(self, consumer: Consumer, partition: SourcePartition, entry: ProgressEntry | None) -> None:
+        """At least once: records copied from here on land after the target's current
+        end (copies a dead process left are before it). Written with the next progress."""
+        route = self._route(*partition)
+        if not route.same_partition:
+            return
+        if entry is not None:
+            source_offset = entry.offset
+        elif self.config.start_from == "earliest":
+            source_offset = self.progress.source_start(consumer, *partition)
+        else:
+            return
+        sync = (source_offset, self.progress.target_end(route.remote, partition[1]))
+        self._syncs[partition].add(*sync)
+        self._new_syncs[partition].append(sync)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not self._failed:
-            self.write_progress()
+            self._last_progress()
         for tp in partitions:
             key = (tp.topic, tp.partition)
+            self._forget(key)
             self._owned.discard(key)
-            self._positions.pop(key, None)
             self._written.pop(key, None)
             self._syncs.pop(key, None)
+            self._assigned.pop(key, None)
+            if self.audit is not None:
+                self.audit.drop(key)
             if self.transactions is not None:
                 self.transactions.release(key)
         consumer.unassign()
+
+    def _forget(self, partition: SourcePartition) -> None:
+        """Drop what was copied of ``partition`` and not written as progress."""
+        self._positions.pop(partition, None)
+        self._staged.pop(partition, None)
+        self._new_syncs.pop(partition, None)
+        self._sync_due.pop(partition, None)
+        self._generation[partition] += 1
+        for key in [k for k in self._audit_counts if k[0] == partition[0] and k[1] == partition[1]]:
+            del self._audit_counts[key]
+
+    def _rewind(self, partition: SourcePartition) -> None:
+        """The partition's open transaction was aborted: copy again from its progress."""
+        self._forget(partition)
+        self._sync_due[partition] = -1
+        self._seek(partition)
 
     # ------------------------------------------------------------------ copying
 
     def _copy(self, messages: list[Message]) -> None:
         owned, positions, marks = self._owned, self._positions, self.policy.marks_records
+        sync_due = self._sync_due
         audit = self._audit_counts if self.audit is not None else None
         window = self.config.audit_window_ms
         by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -353,25 +524,32 @@ class Mirror:
                 self._consume_error(error)
                 continue
             topic, partition, offset = str(message.topic()), int(message.partition() or 0), int(message.offset() or 0)
-            if (topic, partition) not in owned:
+            key = (topic, partition)
+            if key not in owned:
                 continue  # fetched before a revocation: the new owner copies it
             headers = _header_list(message.headers())
             if marks:
                 headers = self._mark(headers)
                 if headers is None:
-                    positions[(topic, partition)] = offset + 1
+                    positions[key] = offset + 1
                     self.stats.skipped_cycles += 1
                     continue
-            size = self._copy_one(message, topic, partition, headers)
-            positions[(topic, partition)] = offset + 1
+            if offset >= sync_due.get(key, NEVER):
+                size = self._copy_sync(message, key, offset, headers)
+            else:
+                size = self._copy_one(message, topic, partition, headers)
+            positions[key] = offset + 1
             counts = by_topic[topic]
             counts[0] += 1
             counts[1] += size
             if audit is not None:
                 timestamp = message.timestamp()[1]
-                audit[(topic, timestamp - timestamp % window)] += 1
+                audit[(topic, partition, timestamp - timestamp % window)] += 1
         self._poll_producers()
-        self._count(by_topic)
+        if by_topic:
+            self._count(by_topic)
+            if self.source_state.down:
+                self.source_state.ok()
 
     def _copy_one(self, message: Message, topic: str, partition: int, headers: Headers | None) -> int:
         """Send one record to its remote topic; returns its key + value bytes."""
@@ -385,10 +563,34 @@ class Mirror:
             raise self._refusal((topic, partition), exc) from exc
         return (len(key) if key else 0) + (len(value) if value else 0)
 
+    def _copy_sync(self, message: Message, partition: SourcePartition, offset: int, headers: Headers | None) -> int:
+        """``_copy_one`` for a record whose target offset becomes an offset sync (exactly
+        once, every offset.lag.max source offsets): its delivery report gives the offset."""
+        self._sync_due[partition] = offset + self.config.offset_lag_max
+        route = self._route(*partition)
+        if not route.same_partition:
+            return self._copy_one(message, partition[0], partition[1], headers)
+        generation = self._generation[partition]
+
+        def delivered(error: KafkaError | None, sent: Message) -> None:
+            if error is None and self._generation[partition] == generation:
+                self._new_syncs[partition].append((offset, int(sent.offset() or 0)))
+
+        key, value = message.key(), message.value()
+        producer = self._producer_of(partition)
+        try:
+            _produce_reported(producer, route.remote, value, key, partition[1], max(0, message.timestamp()[1]),
+                              headers, delivered)
+        except KafkaException as exc:
+            raise self._refusal(partition, exc) from exc
+        return (len(key) if key else 0) + (len(value) if value else 0)
+
     def _poll_producers(self) -> None:
         self._plain(lambda producer: producer.poll(0))
         if self.transactions is not None:
             self.transactions.poll()
+        if self.audit is not None:
+            self.audit.poll()
 
     def _count(self, by_topic: dict[str, list[int]]) -> None:
         totals = self.stats.by_topic
@@ -450,67 +652,115 @@ class Mirror:
             return
         if error.fatal():
             raise MirrorError(f"source consumer: {error}")
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+            self.source_state.failed()
+            return
         log.warning("source consumer: %s", error)
 
     # ------------------------------------------------------------------ progress
 
-    def _flush(self) -> None:
-        remaining = self._plain(lambda producer: producer.flush(FLUSH_TIMEOUT_S))
-        if remaining:
-            raise MirrorError(f"{remaining} records not acknowledged by the target in {FLUSH_TIMEOUT_S} s")
+    def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        remaining = self._plain(lambda producer: producer.flush(timeout_s))
         if self._delivery_errors:
             raise MirrorError("the target refused records: " + "; ".join(self._delivery_errors[:5]))
+        if remaining:
+            raise TargetUnavailable(f"{remaining} records not acknowledged in {timeout_s:.0f} s")
 
-    def write_progress(self) -> None:
-        """Record where each partition stands (with the offset syncs, and the audit
-        counts) once the target holds every record sent so far: acknowledged, or (exactly
-        once) committed in the same transaction as the progress."""
+    def write_progress(self) -> bool:
+        """Record where each partition stands (with its offset syncs and audit counts)
+        once the target holds every record sent so far: acknowledged, or (exactly once)
+        committed in the same transaction as the progress. Returns whether anything was
+        written; TargetUnavailable when the target did not answer in time (what was
+        staged is committed by the next call)."""
         changed = {tp: offset for tp, offset in self._positions.items()
-                   if tp in self._owned and self._written.get(tp) != offset}
+                   if tp in self._owned and tp not in self._staged and self._written.get(tp) != offset}
         self._since_progress = 0
-        if not changed:
-            return
+        if not changed and not self._staged:
+            return False
         if self.transactions is None:
-            self._flush()
-            self._write_entries(changed)
-            self._flush()
+            self._progress_at_least_once(changed)
         else:
-            self._commit_transactions(changed)
-        self._emit_audit()
+            self._progress_exactly_once(changed)
         self.stats.progress_writes += 1
+        return True
 
-    def _commit_transactions(self, changed: dict[SourcePartition, int]) -> None:
+    def _progress_at_least_once(self, changed: dict[SourcePartition, int]) -> None:
+        if changed:
+            self._flush(PROGRESS_FLUSH_TIMEOUT_S)
+            for partition, offset in changed.items():
+                self._stage(partition, offset, self._producer)
+        self._flush(PROGRESS_FLUSH_TIMEOUT_S)
+        for partition in list(self._staged):
+            self._finish(partition)
+
+    def _progress_exactly_once(self, changed: dict[SourcePartition, int]) -> None:
         transactions = self.transactions
         assert transactions is not None
-        transactions.flush([tp for tp in changed if transactions.has_open(tp)])
-        self._write_entries(changed)
-        for partition in changed:
-            transactions.commit(partition)
-
-    def _write_entries(self, changed: dict[SourcePartition, int]) -> None:
-        """Queue the progress entries (the target acknowledged the records before them),
-        each on the producer its partition's records went through."""
-        for (topic, partition), offset in changed.items():
-            route = self._route(topic, partition)
-            target_partition = partition if route.same_partition else -1
-            target_offset = (self.progress.target_end(route.remote, partition)
-                             if route.same_partition else -1)
-            entry = ProgressEntry(offset, route.remote, target_partition, target_offset)
+        for partition in sorted(changed.keys() | self._staged.keys()):
             try:
-                self.progress.write(self._producer_of((topic, partition)), topic, partition, entry)
-            except KafkaException as exc:  # a failed transaction takes no progress entry
-                raise self._refusal((topic, partition), exc) from exc
-            if route.same_partition:
-                self._syncs[(topic, partition)].add(offset, target_offset)
-            self._written[(topic, partition)] = offset
+                if partition not in self._staged:
+                    if transactions.has_open(partition):
+                        transactions.flush([partition], PROGRESS_FLUSH_TIMEOUT_S)
+                    self._stage(partition, changed[partition], transactions.producer(partition))
+                transactions.commit(partition)
+            except TransactionAborted as exc:
+                log.warning("%s; copying %s[%d] again from offset %s", exc, partition[0], partition[1],
+                            self._written.get(partition, self._assigned.get(partition)))
+                self._rewind(partition)
+                continue
+            self._finish(partition)
 
-    def _emit_audit(self) -> None:
-        if self.audit is None or not self._audit_counts:
-            return
-        counts, self._audit_counts = self._audit_counts, defaultdict(int)
-        self.audit.add_counts(counts)
+    def _stage(self, partition: SourcePartition, offset: int, producer: Producer) -> None:
+        """Queue the partition's offset syncs and progress entry (with its audit counts)
+        on the producer its records went through; ``_finish`` once they are written."""
+        topic, number = partition
+        route = self._route(topic, number)
+        target_offset = self._target_end(route.remote, number) if route.same_partition else -1
+        audit_range = None
+        if self.audit is not None:
+            windows = self._take_audit_counts(partition)
+            audit_range = AuditRange(offset, windows) if windows else None
+        pending = self.audit.pending(partition) if self.audit is not None else ()
+        entry = ProgressEntry(offset, route.remote, number if route.same_partition else -1, target_offset,
+                              pending + ((audit_range,) if audit_range is not None else ()))
+        syncs = self._new_syncs.pop(partition, [])
+        if route.same_partition:
+            syncs.append((offset, target_offset))
+        try:
+            for upstream, downstream in syncs:
+                self.progress.write_sync(producer, topic, number, upstream, downstream)
+            self.progress.write(producer, topic, number, entry)
+        except KafkaException as exc:  # a failed transaction takes no progress entry
+            raise self._refusal(partition, exc) from exc
+        self._staged[partition] = (entry, audit_range, syncs)
+
+    def _finish(self, partition: SourcePartition) -> None:
+        entry, audit_range, syncs = self._staged.pop(partition)
+        self._written[partition] = entry.offset
+        partition_syncs = self._syncs[partition]
+        for upstream, downstream in syncs:
+            partition_syncs.add(upstream, downstream)
+        if self.audit is not None and audit_range is not None:
+            self.audit.add(partition, (audit_range,))
+
+    def _target_end(self, topic: str, partition: int) -> int:
+        try:
+            return self.progress.target_end(topic, partition, ANSWER_TIMEOUT_S)
+        except KafkaException as exc:
+            if unreachable(exc):
+                raise TargetUnavailable(f"end offset of {topic}[{partition}]: {_describe(exc)}") from None
+            raise
+
+    def _take_audit_counts(self, partition: SourcePartition) -> tuple[tuple[int, int], ...]:
+        topic, number = partition
+        taken = sorted((k[2], n) for k, n in self._audit_counts.items() if k[0] == topic and k[1] == number)
+        for window, _ in taken:
+            del self._audit_counts[(topic, number, window)]
+        return tuple(taken)
 
     def _emit_checkpoints(self) -> None:
+        if self.source_state.down or self.target_state.down:
+            return
         syncs = {tp: s for tp, s in self._syncs.items() if tp in self._owned}
         if not syncs:
             return
@@ -519,9 +769,8 @@ class Mirror:
         except Exception as exc:  # noqa: BLE001 - retried next round; copying goes on
             log.warning("checkpoints: %s", exc)
             return
-        if written:
-            self._flush()
-            self.stats.checkpoints += written
+        # Delivered with the other writes of the idempotent producer (no wait here).
+        self.stats.checkpoints += written
 
     # ------------------------------------------------------------------ reporting
 
@@ -552,6 +801,28 @@ class Mirror:
                 f"{self.stats.records} records ({self.stats.bytes / 1e6:.1f} MB) copied, "
                 f"{self.rates[0]:,.0f} records/s, {self.rates[1] / 1e6:.2f} MB/s, lag {self.lag()} records, "
                 f"{len(self._owned)} partitions of {len(self._subscribed)} topics")
+
+
+def _produce_reported(producer: Producer, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                      timestamp: int, headers: Headers | None, on_delivery: Callable[[KafkaError | None, Message], None],
+                      ) -> None:
+    """``Mirror._produce`` for a record whose delivery report is wanted."""
+    deadline = None
+    while True:
+        try:
+            producer.produce(topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp,
+                             headers=headers)
+            return
+        except BufferError:
+            deadline = deadline or time.monotonic() + FLUSH_TIMEOUT_S
+            if time.monotonic() > deadline:
+                raise MirrorError(f"the target took no records for {FLUSH_TIMEOUT_S} s") from None
+            producer.poll(0.05)
+
+
+def _describe(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return f"{error.name()}: {error.str()}" if isinstance(error, KafkaError) else str(exc)
 
 
 def _header_list(headers: Headers | dict[str, str | bytes | None] | None) -> Headers | None:

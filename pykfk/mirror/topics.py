@@ -44,7 +44,7 @@ EXCLUDED_CONFIGS = frozenset({
 })
 
 # Seconds any one admin call may take before the sync gives up until its next round.
-ADMIN_TIMEOUT_S = 30
+ADMIN_TIMEOUT_S = 10
 # Kafka's default message.max.bytes, for a target that does not report the setting.
 KAFKA_MAX_MESSAGE_BYTES = 1048588
 # Kafka error code names that only say the thing already exists or is already so.
@@ -60,11 +60,12 @@ class TopicSync:
     """Admin work on both clusters for one mirror process. Not thread-safe: the mirror's
     main loop calls it between batches."""
 
-    def __init__(self, config: MirrorConfig, policy: ReplicationPolicy):
+    def __init__(self, config: MirrorConfig, policy: ReplicationPolicy,
+                 source_extra: dict[str, Any] | None = None, target_extra: dict[str, Any] | None = None):
         self.config = config
         self.policy = policy
-        self.source_admin = AdminClient(config.source.client("admin"))
-        self.target_admin = AdminClient(config.target.client("admin"))
+        self.source_admin = AdminClient({**(source_extra or {}), **config.source.client("admin")})
+        self.target_admin = AdminClient({**(target_extra or {}), **config.target.client("admin")})
         self.target_partitions: dict[str, int] = {}  # remote topic -> partition count
         self._max_message_bytes: dict[str, int] = {}  # remote topic -> its limit
 

@@ -10,6 +10,12 @@ partition: each gets its own transactional producer with a stable id,
 first initializes that id, which fences whichever process held it before (dead or
 merely paused) and aborts the transaction it left open; only then does it read the
 partition's progress, which can no longer change behind its back.
+
+A transaction that fails for a reason other than a fence (the target restarted and lost
+its state, the coordinator aborted it after transaction.timeout.ms) is aborted, or its
+producer replaced: TransactionAborted tells the mirror to copy the partition again from
+its committed progress. A target that does not answer is TargetUnavailable: the call is
+made again later.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from pykfk.mirror.errors import MirrorError
+from pykfk.mirror.health import TargetUnavailable, unreachable
 
-__all__ = ["PartitionTransactions"]
+__all__ = ["PartitionTransactions", "TransactionAborted"]
 
 log = logging.getLogger("pykfk.mirror")
 
@@ -53,6 +60,11 @@ def _describe(exc: KafkaException) -> str:
 _FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
+class TransactionAborted(Exception):
+    """The partition's open transaction is gone (aborted, or its producer failed and was
+    dropped): its records are not in the target; copy them again."""
+
+
 class PartitionTransactions:
     """The transactional producers of the source partitions one process copies.
 
@@ -68,6 +80,7 @@ class PartitionTransactions:
         self.producer_config = producer_config
         self.id_prefix = id_prefix
         self._producers: dict[SourcePartition, Producer] = {}
+        self._settings: dict[SourcePartition, dict[str, Any] | None] = {}
         self._open: set[SourcePartition] = set()
         # The fatal error each failed producer raised (once; later calls say _FATAL).
         self._fatal: dict[SourcePartition, KafkaError] = {}
@@ -81,11 +94,14 @@ class PartitionTransactions:
         its previous holder."""
         if partition in self._producers:
             return
+        self._settings[partition] = settings
         producer = Producer({**self.producer_config, **(settings or {}),
                              "transactional.id": self.transactional_id(partition)})
         try:
             producer.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
         except KafkaException as exc:
+            if unreachable(exc):
+                raise TargetUnavailable(f"initializing {self.transactional_id(partition)}: {_describe(exc)}") from None
             raise MirrorError(
                 f"the target refused transactional id {self.transactional_id(partition)!r} "
                 f"({_describe(exc)}); for a target without transactions set exactly.once=false"
@@ -93,7 +109,10 @@ class PartitionTransactions:
         self._producers[partition] = producer
 
     def producer(self, partition: SourcePartition) -> Producer:
-        """The partition's producer, inside a transaction."""
+        """The partition's producer, inside a transaction (a new producer when the last
+        one failed; TargetUnavailable while the target cannot make it)."""
+        if partition not in self._producers:
+            self.open(partition, self._settings.get(partition))
         producer = self._producers[partition]
         if partition not in self._open:
             self._call(partition, producer.begin_transaction)
@@ -103,17 +122,19 @@ class PartitionTransactions:
     def has_open(self, partition: SourcePartition) -> bool:
         return partition in self._open
 
-    def flush(self, partitions: list[SourcePartition]) -> None:
+    def flush(self, partitions: list[SourcePartition], timeout_s: float = TRANSACTION_CALL_TIMEOUT_S) -> None:
         """Wait until the target acknowledged everything sent for ``partitions``."""
         for partition in partitions:
-            remaining = self._call(partition, partial(self._producers[partition].flush, TRANSACTION_CALL_TIMEOUT_S))
+            remaining = self._settle(partition, partial(self._producers[partition].flush, timeout_s))
             if remaining:
-                raise MirrorError(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged "
-                                  f"by the target in {TRANSACTION_CALL_TIMEOUT_S} s")
+                raise TargetUnavailable(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged "
+                                        f"in {timeout_s:.0f} s")
 
-    def commit(self, partition: SourcePartition) -> None:
+    def commit(self, partition: SourcePartition, timeout_s: float = TRANSACTION_CALL_TIMEOUT_S) -> None:
+        """Commit the partition's transaction; after TargetUnavailable call again (the
+        commit may have happened: librdkafka finds out)."""
         producer = self._producers[partition]
-        self._call(partition, lambda: producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S))
+        self._settle(partition, lambda: producer.commit_transaction(timeout_s))
         self._open.discard(partition)
         self.committed += 1
 
@@ -124,6 +145,7 @@ class PartitionTransactions:
 
     def release(self, partition: SourcePartition) -> None:
         """Drop a partition given up after its progress was committed."""
+        self._settings.pop(partition, None)
         producer = self._producers.pop(partition, None)
         if producer is not None and partition in self._open:
             self._abort(partition, producer)
@@ -134,11 +156,40 @@ class PartitionTransactions:
         for partition in list(self._producers):
             self.release(partition)
 
-    def _abort(self, partition: SourcePartition, producer: Producer) -> None:
+    def _abort(self, partition: SourcePartition, producer: Producer) -> bool:
         try:
             producer.abort_transaction(ABORT_ON_CLOSE_TIMEOUT_S)
+            return True
         except KafkaException as exc:
             log.warning("aborting the transaction of %s[%d]: %s", partition[0], partition[1], _describe(exc))
+            return False
+
+    def _settle(self, partition: SourcePartition, call: Callable[[], T]) -> T:
+        """``call()`` on the partition's producer at a commit point: a fence or another
+        refusal is MirrorError, a target not answering TargetUnavailable, anything else
+        ends the transaction (TransactionAborted)."""
+        try:
+            return call()
+        except KafkaException as exc:
+            error = _error_of(exc)
+            failure = self.failure(partition, exc)
+            real = self._fatal.get(partition) or error
+            if error is None or (real is not None and real.code() in _FENCED_CODES):
+                raise failure from exc
+            if error.fatal() or error.code() == KafkaError._FATAL:
+                # A new producer (same transactional id) aborts what this one left open.
+                self._producers.pop(partition, None)
+                self._open.discard(partition)
+                self._fatal.pop(partition, None)
+                raise TransactionAborted(str(failure)) from None
+            if error.txn_requires_abort():
+                if not self._abort(partition, self._producers[partition]):
+                    self._producers.pop(partition, None)  # the next one's init aborts it
+                self._open.discard(partition)
+                raise TransactionAborted(str(failure)) from None
+            if unreachable(exc):
+                raise TargetUnavailable(_describe(exc)) from None
+            raise failure from exc
 
     def _call(self, partition: SourcePartition, call: Callable[[], T]) -> T:
         try:

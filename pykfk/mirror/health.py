@@ -1,0 +1,155 @@
+"""Whether the mirror can reach each cluster, and what its clients log.
+
+A cluster that stops answering (a broker down, a network cut) is not an error of the
+mirror: it says so once ("target 127.0.0.1:9093 unreachable, retrying"), waits with a
+growing pause before trying again, and says so once more when the cluster answers again
+("target 127.0.0.1:9093 reachable again after 31 s"). librdkafka's own log lines go
+through the ``pykfk.mirror.client`` logger: its reports of refused or lost connections
+are dropped (the state line above says it once), other lines are kept, at most one per
+kind a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+__all__ = ["CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings", "unreachable"]
+
+log = logging.getLogger("pykfk.mirror")
+
+CLIENT_LOGGER = logging.getLogger("pykfk.mirror.client")
+
+# The first pause after a failed attempt, and the longest (seconds).
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 8.0
+# One client log line of a kind (its facility and first words) per this many seconds.
+CLIENT_LOG_INTERVAL_S = 60.0
+
+# librdkafka's words for a broker it cannot reach or lost: the state line says it once.
+_CONNECTION_NOISE = re.compile(
+    r"Connect to .* failed|Connection refused|Disconnected|brokers are down|all brokers down|"
+    r"Receive failed|Send failed|Connection reset|timed out|Timed out|_TRANSPORT|_ALL_BROKERS_DOWN|"
+    r"_TIMED_OUT|_MSG_TIMED_OUT|Failed to resolve|_RESOLVE|Broker transport failure|"
+    r"Coordinator .* unavailable|coordinator.*(down|unavailable)|Failed to acquire idempotence PID|"
+    r"Not coordinator|NOT_COORDINATOR|COORDINATOR_NOT_AVAILABLE|COORDINATOR_LOAD_IN_PROGRESS|"
+    r"Metadata request failed|Leader not available|LEADER_NOT_AVAILABLE|NOT_LEADER",
+)
+
+# Error codes that mean the cluster is not answering (not that it refused something).
+_UNREACHABLE_CODES = frozenset({
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
+    KafkaError._RESOLVE, KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TIMED_OUT_QUEUE,
+})
+
+
+class TargetUnavailable(Exception):
+    """The target did not answer in time; what was being written is tried again later."""
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Does ``exc`` (from a client call) say the cluster did not answer?"""
+    if isinstance(exc, (TargetUnavailable, TimeoutError)):
+        return True
+    if isinstance(exc, KafkaException):
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError):
+            return error.code() in _UNREACHABLE_CODES or (error.retriable() and not error.fatal())
+        return "timed out" in str(exc).lower()
+    return False
+
+
+class _ClientLogFilter(logging.Filter):
+    """Drops connection noise; keeps one line per kind every CLIENT_LOG_INTERVAL_S."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if _CONNECTION_NOISE.search(message):
+            return False
+        kind = " ".join(message.split()[:3])
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(kind, -CLIENT_LOG_INTERVAL_S) < CLIENT_LOG_INTERVAL_S:
+                return False
+            self._last[kind] = now
+        return True
+
+
+CLIENT_LOGGER.addFilter(_ClientLogFilter())
+
+
+class ClusterState:
+    """Reachability of one cluster, as the mirror's calls find it. ``failed`` and
+    ``ok`` print a line only when the state changes; ``ready`` says whether the pause
+    after the last failure is over. Thread-safe (client callbacks may call ``failed``)."""
+
+    def __init__(self, role: str, bootstrap: str, say: Callable[[str], None]):
+        self.role = role
+        self.bootstrap = bootstrap
+        self._say = say
+        self._lock = threading.Lock()
+        self.down_since: float | None = None
+        self._backoff = FIRST_BACKOFF_S
+        self._retry_at = 0.0
+        self.outages = 0
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def failed(self, reason: str = "") -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self.down_since is None:
+                self.down_since = now
+                self.outages += 1
+                self._backoff = FIRST_BACKOFF_S
+                self._say(f"{self.role} {self.bootstrap} unreachable, retrying" + (f" ({reason})" if reason else ""))
+            else:
+                self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
+            self._retry_at = now + self._backoff
+
+    def ok(self) -> None:
+        if self.down_since is None:
+            return
+        with self._lock:
+            if self.down_since is None:
+                return
+            seconds = time.monotonic() - self.down_since
+            self.down_since = None
+            self._say(f"{self.role} {self.bootstrap} reachable again after {seconds:.0f} s")
+
+    def ready(self) -> bool:
+        """True unless the cluster is down and its pause is not over yet."""
+        return self.down_since is None or time.monotonic() >= self._retry_at
+
+    def seconds_to_retry(self) -> float:
+        return max(0.0, self._retry_at - time.monotonic()) if self.down_since is not None else 0.0
+
+    def on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback: a cluster-wide connection failure marks it down."""
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+            self.failed()
+        elif error.fatal():
+            log.warning("%s client: %s", self.role, error.str())
+        elif error.code() not in _UNREACHABLE_CODES:
+            CLIENT_LOGGER.warning("%s client: %s", self.role, error.str())
+
+
+def client_settings(state: ClusterState) -> dict[str, Any]:
+    """Settings every librdkafka client of the cluster gets: logs through the filtered
+    logger, cluster-wide errors to ``state``."""
+    return {"logger": CLIENT_LOGGER, "error_cb": state.on_client_error}
