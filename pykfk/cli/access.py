@@ -3,13 +3,25 @@ list|set|delete`` (SCRAM credentials: Describe/AlterUserScramCredentials)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
 
-from pykfk.cli.common import CliContext, CliError, admin_command, emit, pass_cli
+from pykfk.cli.common import (
+    EXIT_USAGE,
+    CliContext,
+    CliError,
+    admin_command,
+    emit,
+    emit_table,
+    note,
+    pass_cli,
+)
+from pykfk.errors import ErrorCode, KafkaError
 from pykfk.security.acl import CLUSTER_NAME, Operation, PatternType, Permission, ResourceType
 from pykfk.security.scram import (
     MAX_ITERATIONS,
@@ -46,9 +58,9 @@ def _resource_options(func: F) -> F:
         click.option("--prefixed", is_flag=True, help="The name is a prefix (PREFIXED pattern)."),
         click.option("--principal", metavar="User:NAME", help="Whose permission."),
         click.option("--host", help="From which host ('*' = any)."),
-        click.option("--operation", type=click.Choice(_names(Operation, ("UNKNOWN",)),
-                                                      case_sensitive=False),
-                     help="What is allowed or denied."),
+        click.option("--operation", "operations", multiple=True,
+                     type=click.Choice(_names(Operation, ("UNKNOWN",)), case_sensitive=False),
+                     help="What is allowed or denied. Repeatable."),
         click.option("--permission", type=click.Choice(["allow", "deny"], case_sensitive=False),
                      help="Allow or deny."),
     ]
@@ -69,18 +81,40 @@ def _resource(topic: str | None, group: str | None, transactional_id: str | None
     return (int(given[0][0]), given[0][1]) if given else (int(ResourceType.ANY), None)
 
 
-def _acl_filter(kw: dict[str, Any]) -> dict[str, Any]:
+def _acl_filters(kw: dict[str, Any]) -> list[dict[str, Any]]:
+    """One DescribeAcls/DeleteAcls filter per --operation (one for any without)."""
     resource_type, name = _resource(kw["topic"], kw["group"], kw["transactional_id"], kw["cluster"])
     pattern = PatternType.PREFIXED if kw["prefixed"] else (
         PatternType.LITERAL if name is not None else PatternType.ANY)
-    return {
+    operations = [_enum_value(Operation, o) for o in dict.fromkeys(kw["operations"])]
+    return [{
         "resource_type_filter": resource_type, "resource_name_filter": name,
         "pattern_type_filter": int(pattern), "principal_filter": kw["principal"],
-        "host_filter": kw["host"],
-        "operation": _enum_value(Operation, kw["operation"]) if kw["operation"] else int(Operation.ANY),
+        "host_filter": kw["host"], "operation": operation,
         "permission_type": (_enum_value(Permission, kw["permission"]) if kw["permission"]
                             else int(Permission.ANY)),
-    }
+    } for operation in operations or [int(Operation.ANY)]]
+
+
+@contextlib.contextmanager
+def _authorizer_hint() -> Iterator[None]:
+    """SECURITY_DISABLED says what to change, not only what is wrong."""
+    try:
+        yield
+    except KafkaError as exc:
+        if exc.code != ErrorCode.SECURITY_DISABLED:
+            raise
+        raise CliError(f"{exc.message}: SECURITY_DISABLED ({int(exc.code)}); ACLs need an "
+                       "authorizer: set authorizer.class.name=kafka.security.authorizer."
+                       "AclAuthorizer in every broker's server.properties and restart them "
+                       "(docs/security.md)") from None
+
+
+def _matching(cli: CliContext, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for acl_filter in filters:
+        rows += [_acl_row(b) for b in cli.admin().describe_acls(acl_filter) if _acl_row(b) not in rows]
+    return rows
 
 
 def _acl_row(binding: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +143,8 @@ def acl_group() -> None:
 @pass_cli
 def acl_list(cli: CliContext, /, **kw: Any) -> None:
     """The ACL bindings matching the options (all of them without options)."""
-    rows = [_acl_row(b) for b in cli.admin().describe_acls(_acl_filter(kw))]
+    with _authorizer_hint():
+        rows = _matching(cli, _acl_filters(kw))
     emit(cli, rows, rows, _ACL_COLUMNS)
 
 
@@ -118,41 +153,67 @@ def acl_list(cli: CliContext, /, **kw: Any) -> None:
 @admin_command
 @pass_cli
 def acl_create(cli: CliContext, /, **kw: Any) -> None:
-    """Add one binding: --principal, --operation, --permission and one resource."""
+    """Add a binding per --operation (repeatable): --principal, --operation,
+    --permission and one resource."""
     resource_type, name = _resource(kw["topic"], kw["group"], kw["transactional_id"], kw["cluster"])
-    missing = [o for o, v in (("--principal", kw["principal"]), ("--operation", kw["operation"]),
+    missing = [o for o, v in (("--principal", kw["principal"]), ("--operation", kw["operations"]),
                               ("--permission", kw["permission"])) if not v]
     if name is None:
         missing.append("--topic/--group/--transactional-id/--cluster")
     if missing:
         raise click.UsageError("acl create needs " + ", ".join(missing))
-    if kw["operation"].lower() == "any":
+    if any(o.lower() == "any" for o in kw["operations"]):
         raise click.BadParameter("'any' only filters; name an operation", param_hint="--operation")
-    binding = {
+    bindings = [{
         "resource_type": resource_type, "resource_name": name,
         "resource_pattern_type": int(PatternType.PREFIXED if kw["prefixed"] else PatternType.LITERAL),
         "principal": kw["principal"], "host": kw["host"] or "*",
-        "operation": _enum_value(Operation, kw["operation"]),
+        "operation": _enum_value(Operation, operation),
         "permission_type": _enum_value(Permission, kw["permission"]),
-    }
-    cli.admin().create_acls([binding])
-    row = _acl_row({**binding, "pattern_type": binding["resource_pattern_type"]})
-    emit(cli, row, [row], _ACL_COLUMNS)
+    } for operation in dict.fromkeys(o.lower() for o in kw["operations"])]
+    with _authorizer_hint():
+        cli.admin().create_acls(bindings)
+    rows = [_acl_row({**b, "pattern_type": b["resource_pattern_type"]}) for b in bindings]
+    emit(cli, rows[0] if len(rows) == 1 else rows, rows, _ACL_COLUMNS)
 
 
 @acl_group.command("delete")
 @_resource_options
 @click.option("--all", "delete_all", is_flag=True, help="Allow a filter that matches everything.")
+@click.option("--force", "-f", is_flag=True,
+              help="Do not ask for confirmation (needed when stdin is not a terminal).")
 @admin_command
 @pass_cli
-def acl_delete(cli: CliContext, /, delete_all: bool, **kw: Any) -> None:
-    """Remove the bindings matching the options; prints what was removed."""
-    acl_filter = _acl_filter(kw)
+def acl_delete(cli: CliContext, /, delete_all: bool, force: bool, **kw: Any) -> None:
+    """Remove the bindings matching the options, after showing them and asking (as
+    kafka-acls.sh --remove does); prints what was removed."""
+    filters = _acl_filters(kw)
     if not delete_all and not any(kw[k] for k in ("topic", "group", "transactional_id", "cluster",
-                                                  "principal", "host", "operation", "permission")):
+                                                  "principal", "host", "operations", "permission")):
         raise click.UsageError("this filter matches every ACL; narrow it or add --all")
-    rows = [_acl_row(b) for b in cli.admin().delete_acls(acl_filter)]
+    if not force:
+        _confirm_delete(cli, filters)
+    rows: list[dict[str, Any]] = []
+    with _authorizer_hint():
+        for acl_filter in filters:
+            rows += [_acl_row(b) for b in cli.admin().delete_acls(acl_filter)]
     emit(cli, rows, rows, _ACL_COLUMNS)
+
+
+def _confirm_delete(cli: CliContext, filters: list[dict[str, Any]]) -> None:
+    if not sys.stdin.isatty():
+        raise CliError("acl delete asks for confirmation and stdin is not a terminal; "
+                       "add --force to delete without asking", EXIT_USAGE)
+    with _authorizer_hint():
+        matching = _matching(cli, filters)
+    if not matching:
+        note("no ACL matches; nothing to remove")
+        return
+    note(f"these {len(matching)} ACL bindings match:")
+    with contextlib.redirect_stdout(sys.stderr):
+        emit_table(matching, _ACL_COLUMNS)
+    if not click.confirm("Are you sure you want to remove them?", err=True):
+        raise CliError("not confirmed; nothing removed")
 
 
 # ---------------------------------------------------------------------------- users

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pykfk.cli.common import CliContext, admin_command, emit, emit_json, emit_table, pass_cli
+from pykfk.cli.common import CliContext, admin_command, emit, emit_json, emit_table, note, pass_cli
 from pykfk.cli.topic import config_operations, report_config_change
 from pykfk.client.admin import RESOURCE_BROKER, RESOURCE_TOPIC
 from pykfk.protocol import API_SPECS
@@ -98,21 +98,29 @@ def config_get(cli: CliContext, keys: tuple[str, ...], broker: int | None,
                broker_defaults: bool, topic: str | None, show_all: bool, synonyms: bool) -> None:
     """Configs of a broker or topic (DescribeConfigs); KEYS narrow the list."""
     resource_type, name = _resource(cli, broker, broker_defaults, topic)
-    entries = cli.admin().describe_configs(resource_type, name, list(keys) or None)
-    if not (show_all or keys):
-        entries = [e for e in entries if not e.is_default]
+    every = cli.admin().describe_configs(resource_type, name, list(keys) or None)
+    entries = every if show_all or keys else [e for e in every if not e.is_default]
     rows: list[dict[str, Any]] = [{"name": e.name, "value": "[hidden]" if e.sensitive else e.value,
              "source": e.source, "read_only": e.read_only, "sensitive": e.sensitive,
              "synonyms": [{"name": s[0], "value": s[1], "source": s[2]} for s in e.synonyms]}
             for e in entries]
+    label = (f"topic {name}" if resource_type == RESOURCE_TOPIC
+             else f"broker {name}" if name else "the broker defaults")
     if cli.json:
         emit_json({"resource_type": "topic" if resource_type == RESOURCE_TOPIC else "broker",
                    "resource_name": name, "configs": rows})
         return
-    if synonyms:
-        for row in rows:
-            row["synonyms"] = " ".join(f"{s['name']}={s['value']}({s['source']})"
-                                       for s in row["synonyms"])
+    if not rows:
+        note(f"{label}: all {len(every)} configs are at their defaults (--all lists them)"
+             if every else f"{label}: no dynamic configs")
+        return
+    for row in rows:
+        # Kafka's kafka-configs.sh shape: SOURCE:name=value, a null value as null.
+        row["synonyms"] = " ".join(
+            f"{s['source']}:{s['name']}={'null' if s['value'] is None else s['value']}"
+            for s in row["synonyms"])
+        if row["value"] is None:
+            row["value"] = "null"
     emit_table(rows, ["name", "value", "source", "read_only"] + (["synonyms"] if synonyms else []))
 
 

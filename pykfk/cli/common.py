@@ -162,8 +162,15 @@ def _cell(value: Any) -> str:
 def emit(cli: CliContext, data: Any, rows: Sequence[Mapping[str, Any]],
          columns: Sequence[str], headers: Sequence[str] | None = None) -> None:
     """``data`` as JSON with --format json, else ``rows`` as a table."""
-    if cli.json:
-        emit_json(data)
+    emit_rows(rows, columns, cli.format, headers, data=data)
+
+
+def emit_rows(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], output_format: str,
+              headers: Sequence[str] | None = None, *, data: Any = None) -> None:
+    """The one printer of every pykfk command (``pykfk``, ``pykfk-mirror``): ``rows`` as
+    an aligned table for ``table``, or ``data`` (default: the rows) as JSON for ``json``."""
+    if output_format == "json":
+        emit_json(rows if data is None else data)
     else:
         emit_table(rows, columns, headers)
 
@@ -197,8 +204,33 @@ def parse_key_values(pairs: Iterable[str], what: str) -> dict[str, str]:
     return out
 
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str, param_hint: str, *, default_unit: str = "s") -> int:
+    """The one duration syntax of every pykfk command: a number with an optional unit,
+    ``500ms``, ``30s``, ``5m``, ``2h``, ``1d`` (``default_unit`` without one), as ms."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration such as 0, 500ms, 30s, 5m, 2h or 1d",
+                                 param_hint=param_hint)
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2) or default_unit])
+
+
+class Duration(click.ParamType):
+    """A click option type for ``parse_duration_ms``: the value becomes ms."""
+
+    name = "duration"
+
+    def __init__(self, default_unit: str = "s"):
+        self.default_unit = default_unit
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        hint = param.get_error_hint(ctx) if param is not None and ctx is not None else None
+        return parse_duration_ms(str(value), hint or "duration", default_unit=self.default_unit)
 
 
 def parse_time_ms(text: str, param_hint: str, now_ms: int | None = None) -> int:
@@ -207,10 +239,9 @@ def parse_time_ms(text: str, param_hint: str, now_ms: int | None = None) -> int:
     text = text.strip()
     if text.isdigit():
         return int(text)
-    match = _RELATIVE.match(text)
-    if match:
+    if text.startswith("-") and _DURATION.match(text[1:]) and not text[1:].isdigit():
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        return now - int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+        return now - parse_duration_ms(text[1:], param_hint)
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -251,5 +282,7 @@ def run_guarded(func: Callable[[], Any]) -> Any:
 
 
 def _kafka_message(exc: KafkaError) -> str:
-    detail = f"{exc.message}: " if exc.message else ""
+    # Broker messages are sentences ("Topic 'x' already exists."); the code follows
+    # after a colon, so the sentence's own full stop goes.
+    detail = f"{exc.message.rstrip().rstrip('.')}: " if exc.message else ""
     return f"{detail}{exc.code.name} ({int(exc.code)})"

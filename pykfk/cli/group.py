@@ -72,11 +72,12 @@ def end_offsets(admin: AdminClient, partitions: Iterable[TopicPartition],
     for topic, p in partitions:
         by_topic.setdefault(topic, []).append(p)
     out = {}
-    with progress(len(by_topic), "offsets", enabled=show_progress and len(by_topic) > 1) as advance:
+    total = sum(map(len, by_topic.values()))
+    with progress(total, "offsets", enabled=show_progress and len(by_topic) > 1) as advance:
         for topic, parts in sorted(by_topic.items()):
             for p, offset in admin.list_offsets(topic, parts, timestamp).items():
                 out[(topic, p)] = offset
-            advance(1)
+            advance(len(parts))
     return out
 
 
@@ -102,31 +103,54 @@ def lag_rows(admin: AdminClient, group: str, description: GroupDescription) -> l
 
 
 @group_group.command("describe")
-@click.argument("group")
+@click.argument("groups", nargs=-1)
+@click.option("--all-groups", is_flag=True, help="Every group of the cluster.")
 @admin_command
 @pass_cli
-def describe(cli: CliContext, group: str) -> None:
-    """State, members, assignments, committed offsets and lag of GROUP."""
+def describe(cli: CliContext, groups: tuple[str, ...], all_groups: bool) -> None:
+    """State, members, assignments, committed offsets and lag of GROUPS (or --all-groups),
+    with each group's total lag."""
+    if bool(groups) == all_groups:
+        raise click.UsageError("name groups or give --all-groups")
     admin = cli.admin()
+    names = [g["group"] for g in admin.list_groups()] if all_groups else list(groups)
+    described = [_describe_one(admin, group, missing_ok=all_groups) for group in names]
+    described = [d for d in described if d is not None]
+    if cli.json:
+        emit_json(described if all_groups or len(described) > 1 else described[0])
+        return
+    if not described:
+        note("no groups")
+    for i, d in enumerate(described):
+        if i:
+            click.echo()
+        _print_group(d)
+
+
+def _describe_one(admin: AdminClient, group: str, *, missing_ok: bool) -> dict[str, Any] | None:
     description = admin.describe_group(group)
     offsets = lag_rows(admin, group, description)
+    if description.state == "Dead" and not offsets:
+        if missing_ok:
+            return None
+        raise CliError(f"group {group!r} does not exist")
     members: list[dict[str, Any]] = [
         {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
          "client_id": m.client_id, "host": m.client_host,
          "assignment": {t: ps for t, ps in sorted(m.assignment.items())}}
         for m in description.members
     ]
-    if description.state == "Dead" and not offsets:
-        raise CliError(f"group {group!r} does not exist")
-    if cli.json:
-        emit_json({"group": group, "state": description.state,
-                   "protocol_type": description.protocol_type,
-                   "protocol": description.protocol, "coordinator": description.coordinator,
-                   "members": members, "offsets": offsets,
-                   "total_lag": sum(r["lag"] or 0 for r in offsets)})
-        return
-    click.echo(f"group {group}: {description.state}, {len(members)} members, "
-               f"protocol {description.protocol or '-'}, coordinator {description.coordinator}")
+    return {"group": group, "state": description.state,
+            "protocol_type": description.protocol_type,
+            "protocol": description.protocol, "coordinator": description.coordinator,
+            "members": members, "offsets": offsets,
+            "total_lag": sum(r["lag"] or 0 for r in offsets)}
+
+
+def _print_group(d: dict[str, Any]) -> None:
+    members, offsets = d["members"], d["offsets"]
+    click.echo(f"group {d['group']}: {d['state']}, {len(members)} members, "
+               f"protocol {d['protocol'] or '-'}, coordinator {d['coordinator']}")
     if members:
         click.echo()
         emit_table([{**m, "assignment": _assignment_text(m["assignment"])} for m in members],
@@ -136,6 +160,9 @@ def describe(cli: CliContext, group: str) -> None:
         emit_table(offsets, ["topic", "partition", "committed_offset", "end_offset", "lag",
                              "client_id"],
                    ["topic", "partition", "committed", "end", "lag", "client"])
+        partitions = len(offsets)
+        click.echo(f"total lag {d['total_lag']} over {partitions} "
+                   f"partition{'s' if partitions != 1 else ''}")
 
 
 def _assignment_text(assignment: dict[str, list[int]]) -> str:
@@ -181,8 +208,9 @@ def _read_offsets_file(path: str) -> dict[TopicPartition, int]:
 
 
 def _targets(admin: AdminClient, chosen: list[TopicPartition], committed: dict[TopicPartition, int],
-             strategy: tuple[str, Any]) -> dict[TopicPartition, int]:
-    """The new offset of each partition, clamped into [log start, end] as Kafka does."""
+             strategy: tuple[str, Any]) -> tuple[dict[TopicPartition, int], list[str]]:
+    """The new offset of each partition, clamped into [log start, end] as Kafka does,
+    and Kafka's warning for each offset that was clamped."""
     kind, value = strategy
     earliest = end_offsets(admin, chosen, EARLIEST_TIMESTAMP)
     latest = end_offsets(admin, chosen, LATEST_TIMESTAMP)
@@ -199,7 +227,16 @@ def _targets(admin: AdminClient, chosen: list[TopicPartition], committed: dict[T
         wanted = {tp: committed.get(tp, latest[tp]) + value for tp in chosen}
     else:  # file
         wanted = {tp: value[tp] for tp in chosen}
-    return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in chosen}
+    targets, warnings = {}, []
+    for tp in chosen:
+        targets[tp] = min(max(wanted[tp], earliest[tp]), latest[tp])
+        if wanted[tp] > latest[tp]:
+            warnings.append(f"New offset ({wanted[tp]}) is higher than latest offset for topic "
+                            f"partition {tp[0]}-{tp[1]}. Value will be set to {targets[tp]}")
+        elif wanted[tp] < earliest[tp]:
+            warnings.append(f"New offset ({wanted[tp]}) is lower than earliest offset for topic "
+                            f"partition {tp[0]}-{tp[1]}. Value will be set to {targets[tp]}")
+    return targets, warnings
 
 
 def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_datetime: str | None,
@@ -255,7 +292,9 @@ def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topi
         if absent:
             raise CliError(f"{absent[0][0]}-{absent[0][1]} is not in --from-file")
     committed = admin.committed_offsets(group)
-    targets = _targets(admin, chosen, committed, strategy)
+    targets, warnings = _targets(admin, chosen, committed, strategy)
+    for warning in warnings:
+        note(f"Warning: {warning}")
     if execute:
         description = admin.describe_group(group)
         if description.state not in INACTIVE_STATES:
@@ -266,7 +305,7 @@ def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topi
     rows = [{"topic": t, "partition": p, "current_offset": committed.get((t, p)),
              "new_offset": targets[(t, p)]} for t, p in chosen]
     if cli.json:
-        emit_json({"group": group, "executed": execute, "offsets": rows})
+        emit_json({"group": group, "executed": execute, "offsets": rows, "warnings": warnings})
     else:
         emit_table(rows, ["topic", "partition", "current_offset", "new_offset"],
                    ["topic", "partition", "current", "new"])

@@ -10,6 +10,7 @@ segment). Files are only read. Exit 1 when anything is damaged.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import struct
@@ -55,20 +56,33 @@ _PROGRESS_BYTES = 32 << 20
 class SegmentReport:
     """What one file holds and what is wrong with it."""
 
-    def __init__(self, path: str, kind: str):
+    def __init__(self, path: str, kind: str, offsets: OffsetRange = (0, None)):
         self.path, self.kind = path, kind
+        self.offsets = offsets
         self.batches: list[dict[str, Any]] = []
         self.entries: list[dict[str, Any]] = []
         self.problems: list[str] = []
+
+    def shown_batches(self) -> list[dict[str, Any]]:
+        """The batches holding an offset of the range asked for (all are checked)."""
+        return [b for b in self.batches if _overlaps(b["base_offset"], b["last_offset"], self.offsets)]
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "kind": self.kind, "ok": not self.problems,
                                "problems": self.problems}
         if self.kind == "log":
-            out["batches"] = self.batches
+            out["batches"] = self.shown_batches()
         else:
             out["entries"] = self.entries
         return out
+
+
+OffsetRange = tuple[int, int | None]
+
+
+def _overlaps(first: int, last: int, offsets: OffsetRange) -> bool:
+    start, end = offsets
+    return last >= start and (end is None or first <= end)
 
 
 def _read_file(path: str) -> bytes | mmap.mmap:
@@ -99,6 +113,8 @@ def _batch_problem(data: Any, pos: int, size: int) -> str | None:
 
 def _walk_batches(data: Any, report: SegmentReport, records: bool,
                   value_encoding: str) -> Iterator[int]:
+    # Every batch is checked and listed (the index checks need them all); records are
+    # decoded only for the batches inside the offset range.
     """Appends each batch to ``report``; yields bytes walked so far (for progress)."""
     pos, next_offset, size = 0, -1, len(data)
     while pos < size:
@@ -118,8 +134,9 @@ def _walk_batches(data: Any, report: SegmentReport, records: bool,
         elif base_offset < next_offset:
             report.problems.append(f"position {pos}: base offset {base_offset} is below the "
                                    f"previous batch's next offset {next_offset}")
-        if records and not batch["problem"]:
-            batch["records"] = _records(data, pos, batch_size, value_encoding)
+        if records and not batch["problem"] and _overlaps(base_offset, batch["last_offset"],
+                                                          report.offsets):
+            batch["records"] = _records(data, pos, batch_size, value_encoding, report.offsets)
         report.batches.append(batch)
         next_offset = max(next_offset, batch["last_offset"] + 1)
         pos += batch_size
@@ -156,16 +173,21 @@ def _describe_batch(data: Any, pos: int, batch_size: int, base_offset: int) -> d
     return entry
 
 
-def _records(data: Any, pos: int, batch_size: int, value_encoding: str) -> list[dict[str, Any]]:
+def _records(data: Any, pos: int, batch_size: int, value_encoding: str,
+             offsets: OffsetRange) -> list[dict[str, Any]]:
     return [{"offset": r.offset, "timestamp": r.timestamp,
+             "key_size": -1 if r.key is None else len(r.key),
+             "value_size": -1 if r.value is None else len(r.value),
              "key": decode_field(r.key, value_encoding),
              "value": decode_field(r.value, value_encoding),
              "headers": [[k, decode_field(v, "utf8")] for k, v in r.headers]}
-            for r in iter_records(memoryview(data)[pos : pos + batch_size])]
+            for r in iter_records(memoryview(data)[pos : pos + batch_size])
+            if _overlaps(r.offset, r.offset, offsets)]
 
 
-def dump_log(path: str, *, records: bool = False, value_encoding: str = "utf8") -> SegmentReport:
-    report = SegmentReport(path, "log")
+def dump_log(path: str, *, records: bool = False, value_encoding: str = "utf8",
+             offsets: OffsetRange = (0, None)) -> SegmentReport:
+    report = SegmentReport(path, "log", offsets)
     data = _read_file(path)
     try:
         big = len(data) >= _PROGRESS_BYTES
@@ -254,14 +276,15 @@ def _segment_logs(path: str) -> list[str]:
 
 
 def dump_path(path: str, *, records: bool, check_indexes: bool,
-              value_encoding: str) -> list[SegmentReport]:
+              value_encoding: str, offsets: OffsetRange = (0, None)) -> list[SegmentReport]:
     reports = []
     for file in _segment_logs(path):
         stem, ext = os.path.splitext(file)
         base = base_offset_of(file)
         if ext not in (".log", ".index", ".timeindex"):
             raise CliError(f"{file}: not a .log, .index or .timeindex file")
-        log = dump_log(stem + ".log", records=records, value_encoding=value_encoding) \
+        log = dump_log(stem + ".log", records=records, value_encoding=value_encoding,
+                       offsets=offsets) \
             if os.path.exists(stem + ".log") else None
         if ext == ".log" and log is not None:
             reports.append(log)
@@ -283,22 +306,36 @@ def log_group() -> None:
 
 @log_group.command("dump")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--records", "-r", is_flag=True, help="Print every record too.")
+@click.option("--deep-iteration", is_flag=True,
+              help="A line per record: offset, timestamp, key and value sizes, header keys.")
+@click.option("--print-data-log", "--records", "-r", "print_data", is_flag=True,
+              help="A line per record with its key, value and headers (implies --deep-iteration).")
+@click.option("--start-offset", type=click.IntRange(min=0), default=0,
+              help="Show the batches and records from this offset on.")
+@click.option("--end-offset", type=click.IntRange(min=0),
+              help="Show the batches and records up to this offset (inclusive).")
 @click.option("--index-check/--no-index-check", default=True,
               help="Check the .index and .timeindex beside each .log [default: on].")
 @click.option("--value-encoding", type=click.Choice(["utf8", "base64", "hex", "json"]),
-              default="utf8", help="How --records prints keys and values.")
+              default="utf8", help="How --print-data-log prints keys and values.")
 @output_option
 @pass_cli
-def dump(cli: CliContext, paths: tuple[str, ...], records: bool, index_check: bool,
+def dump(cli: CliContext, paths: tuple[str, ...], deep_iteration: bool, print_data: bool,
+         start_offset: int, end_offset: int | None, index_check: bool,
          value_encoding: str) -> None:
     """Batches, offsets, CRCs and index checks of segment files (PATHS: .log, .index or
-    .timeindex files, or partition directories). Exits 1 when something is damaged."""
+    .timeindex files, or partition directories), like kafka-dump-log.sh. Every batch is
+    checked; --start-offset/--end-offset choose what is shown. Exits 1 when something
+    is damaged."""
+    if end_offset is not None and end_offset < start_offset:
+        raise click.BadParameter(f"{end_offset} is below --start-offset {start_offset}",
+                                 param_hint="--end-offset")
+    records = deep_iteration or print_data
     reports = []
     for path in paths:
         try:
             reports += dump_path(path, records=records, check_indexes=index_check,
-                                 value_encoding=value_encoding)
+                                 value_encoding=value_encoding, offsets=(start_offset, end_offset))
         except OSError as exc:
             raise CliError(f"{path}: {exc.strerror or exc}") from None
     problems = sum(len(r.problems) for r in reports)
@@ -307,26 +344,26 @@ def dump(cli: CliContext, paths: tuple[str, ...], records: bool, index_check: bo
                    "files": [r.as_json() for r in reports]})
     else:
         for r in reports:
-            _print_report(r, records)
+            _print_report(r, records, print_data)
     if problems:
         raise CliError(f"{problems} problem{'s' if problems > 1 else ''} found")
 
 
-def _print_report(report: SegmentReport, records: bool) -> None:
+def _print_report(report: SegmentReport, records: bool, payload: bool) -> None:
     click.echo(f"Dumping {report.path}")
     if report.kind == "log":
+        shown = report.shown_batches()
         rows = [{**b, "crc": f"{b['crc']:#010x}",
                  "max_timestamp": format_time_ms(b.get("max_timestamp", -1)),
-                 "valid": b.get("valid", False)} for b in report.batches]
+                 "valid": b.get("valid", False)} for b in shown]
         emit_table(rows, ["position", "base_offset", "last_offset", "count", "size", "crc",
                           "compression", "max_timestamp", "valid"],
                    ["position", "base offset", "last offset", "count", "size", "crc",
                     "codec", "max timestamp", "valid"])
         if records:
-            for b in report.batches:
+            for b in shown:
                 for r in b.get("records", []):
-                    click.echo(f"| offset: {r['offset']} timestamp: {r['timestamp']} "
-                               f"key: {r['key']} value: {r['value']} headers: {r['headers']}")
+                    click.echo(record_line(r, payload))
     else:
         columns = ["entry", "offset", "position"] if report.kind == "index" \
             else ["entry", "timestamp", "offset"]
@@ -334,6 +371,26 @@ def _print_report(report: SegmentReport, records: bool) -> None:
     for problem in report.problems:
         click.echo(f"PROBLEM: {problem}")
     click.echo()
+
+
+def record_line(record: dict[str, Any], payload: bool) -> str:
+    """kafka-dump-log's record line: ``| offset: 5 CreateTime: ... keySize: 3 ...``;
+    with the payload, the key, the value and the headers as key=value pairs."""
+    header_keys = ",".join(k for k, _v in record["headers"])
+    line = (f"| offset: {record['offset']} timestamp: {record['timestamp']} "
+            f"keySize: {record['key_size']} valueSize: {record['value_size']} "
+            f"headerKeys: [{header_keys}]")
+    if payload:
+        headers = ",".join(f"{k}={_text(v)}" for k, v in record["headers"])
+        line += (f" key: {_text(record['key'])} payload: {_text(record['value'])}"
+                 f" headers: [{headers}]")
+    return line
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "null"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 COMMANDS = [log_group]

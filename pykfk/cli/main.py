@@ -15,6 +15,18 @@ import click
 from pykfk.cli import access, audit, cluster, console, group, logdump, reassign, topic
 from pykfk.cli.common import CliContext, connection_options, output_option, run_guarded
 
+# The oldest API versions each command needs decide the oldest Kafka it works with:
+# Produce v3 / Fetch v4 (magic-2 batches) came with Kafka 0.11; IncrementalAlterConfigs
+# with 2.3; AlterPartitionReassignments and OffsetDelete with 2.4; the SCRAM user APIs
+# with 2.7. Newer brokers (Kafka 4 included) answer the versions ApiVersions negotiates.
+VERSION_MESSAGE = """%(prog)s %(version)s
+Talks to pykfk-broker and Apache Kafka brokers 0.11 and later, Kafka 4 included
+(each request at the highest version both sides speak, from ApiVersions):
+  produce, consume, topic create/list/describe/delete, group, acl   Kafka 0.11+
+  topic alter-config, cluster config set                            Kafka 2.3+
+  reassign, group delete-offsets                                    Kafka 2.4+
+  user                                                              Kafka 2.7+"""
+
 
 class GuardedGroup(click.Group):
     """The root group: every subcommand's client failures become clear messages with
@@ -33,11 +45,14 @@ class GuardedGroup(click.Group):
                                                   "max_content_width": 100})
 @connection_options
 @output_option
-@click.version_option(package_name="pykfk", prog_name="pykfk")
+@click.version_option(package_name="pykfk", prog_name="pykfk", message=VERSION_MESSAGE)
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Operate a Kafka-protocol cluster: topics, consumer groups, configs, ACLs, SCRAM
     users, reassignments, console produce/consume, and offline segment dumps.
+
+    Shell completion (bash, zsh, fish): eval "$(_PYKFK_COMPLETE=bash_source pykfk)" in
+    ~/.bashrc (zsh_source in ~/.zshrc; fish_source for fish).
 
     The brokers come from --bootstrap-server, else the PYKFK_BOOTSTRAP environment
     variable, else 127.0.0.1:9092. Exit codes: 0 ok, 1 the cluster reported an error or a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -44,18 +45,27 @@ def topic_group() -> None:
               help="Replicas per partition [default: the broker's default.replication.factor].")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config (retention.ms=86400000, cleanup.policy=compact, ...).")
+@click.option("--replica-assignment", metavar="B:B,B:B,...",
+              help="Each partition's replicas, partitions separated by commas and brokers by "
+                   "colons (kafka-topics.sh's syntax: 1:2,2:3 is two partitions of two "
+                   "replicas); the first broker of each leads. Excludes -p and -r.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed when the topic exists already.")
 @click.option("--validate-only", is_flag=True, help="Ask the controller to check, not create.")
 @admin_command
 @pass_cli
 def create(cli: CliContext, name: str, partitions: int | None, replication_factor: int | None,
-           configs: tuple[str, ...], if_not_exists: bool, validate_only: bool) -> None:
+           configs: tuple[str, ...], replica_assignment: str | None, if_not_exists: bool,
+           validate_only: bool) -> None:
     """Create topic NAME."""
     settings = parse_key_values(configs, "--config")
+    assignment = parse_replica_assignment(replica_assignment) if replica_assignment else None
+    if assignment is not None and (partitions or replication_factor):
+        raise click.UsageError("--replica-assignment gives the partitions and replicas; "
+                               "leave out --partitions and --replication-factor")
     admin = cli.admin()
     try:
         admin.create_topic(name, partitions or -1, replication_factor or -1, settings,
-                           validate_only=validate_only)
+                           validate_only=validate_only, assignment=assignment)
         created = True
     except KafkaError as exc:
         if not (if_not_exists and exc.code == ErrorCode.TOPIC_ALREADY_EXISTS):
@@ -67,6 +77,26 @@ def create(cli: CliContext, name: str, partitions: int | None, replication_facto
                    "validate_only": validate_only})
     else:
         click.echo(f"topic {name} {verb}")
+
+
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """Kafka's ``1:2,2:3`` (partition 0 on brokers 1 and 2, partition 1 on 2 and 3)."""
+    out: list[list[int]] = []
+    try:
+        for spec in text.split(","):
+            out.append([int(b) for b in spec.split(":")])
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a list of broker ids like 1:2,2:3",
+                                 param_hint="--replica-assignment") from None
+    for i, replicas in enumerate(out):
+        if len(set(replicas)) != len(replicas):
+            raise click.BadParameter(f"partition {i} names a broker twice ({text.split(',')[i]})",
+                                     param_hint="--replica-assignment")
+        if len(replicas) != len(out[0]):
+            raise click.BadParameter(f"partition {i} has {len(replicas)} replicas, partition 0 "
+                                     f"has {len(out[0])}; every partition needs as many",
+                                     param_hint="--replica-assignment")
+    return out
 
 
 @topic_group.command("list")
@@ -215,17 +245,41 @@ def add_partitions(cli: CliContext, name: str, count: int, validate_only: bool) 
 @topic_group.command("delete")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--if-exists", is_flag=True, help="Succeed when a topic does not exist.")
+@click.option("--regex", "-r", "by_regex", is_flag=True,
+              help="NAMES are regular expressions matching whole topic names (rpk's -r); "
+                   "internal topics never match.")
 @admin_command
 @pass_cli
-def delete(cli: CliContext, names: tuple[str, ...], if_exists: bool) -> None:
+def delete(cli: CliContext, names: tuple[str, ...], if_exists: bool, by_regex: bool) -> None:
     """Delete topics NAMES."""
-    results = cli.admin().delete_topics(list(names))
+    admin = cli.admin()
+    chosen = list(names)
+    if by_regex:
+        chosen = _matching_topics(admin.describe_topics(None), names)
+        if not chosen:
+            if if_exists:
+                emit(cli, [], [], ["topic", "deleted", "error"])
+                return
+            raise CliError("no topic matches " + " or ".join(repr(n) for n in names))
+    results = admin.delete_topics(chosen)
     failed = {t: e for t, e in results.items()
               if e and not (if_exists and e == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name)}
     rows = [{"topic": t, "deleted": e is None, "error": e} for t, e in results.items()]
     emit(cli, rows, rows, ["topic", "deleted", "error"])
     if failed:
         raise CliError("not deleted: " + ", ".join(f"{t} ({e})" for t, e in failed.items()))
+
+
+def _matching_topics(topics: list[TopicInfo], patterns: tuple[str, ...]) -> list[str]:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise click.BadParameter(f"{pattern!r} is not a regular expression: {exc}",
+                                     param_hint="NAMES") from None
+    return [t.name for t in topics
+            if not t.internal and any(c.fullmatch(t.name) for c in compiled)]
 
 
 @topic_group.command("trim")

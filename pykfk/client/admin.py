@@ -487,11 +487,16 @@ class AdminClient:
     # ------------------------------------------------------------------- topics
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     configs: Mapping[str, str], *, validate_only: bool = False) -> None:
+                     configs: Mapping[str, str], *, validate_only: bool = False,
+                     assignment: Sequence[Sequence[int]] | None = None) -> None:
+        """CreateTopics; ``assignment`` lists each partition's replicas (then
+        ``partitions`` and ``replication_factor`` must be -1, as Kafka requires)."""
         body = {
             "topics": [{
                 "name": name, "num_partitions": partitions,
-                "replication_factor": replication_factor, "assignments": [],
+                "replication_factor": replication_factor,
+                "assignments": [{"partition_index": i, "broker_ids": list(replicas)}
+                                for i, replicas in enumerate(assignment or [])],
                 "configs": [{"name": k, "value": v} for k, v in configs.items()],
             }],
             "timeout_ms": int(self.timeout * 1000),
@@ -590,9 +595,10 @@ class AdminClient:
         return grouped
 
     def list_offsets(self, topic: str, partitions: Iterable[int],
-                     timestamp: int) -> dict[int, int]:
+                     timestamp: int, *, isolation_level: int = 0) -> dict[int, int]:
         """partition -> offset for ``timestamp`` (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP or
-        ms since the epoch; -1 when no record is that recent), asked of each leader."""
+        ms since the epoch; -1 when no record is that recent), asked of each leader.
+        ``isolation_level`` 1 (read_committed) answers the last stable offset for LATEST."""
         wanted = list(partitions)
 
         def attempt() -> dict[int, int]:
@@ -601,7 +607,7 @@ class AdminClient:
                 conn = self.broker(leader)
                 # v1+ answers one offset per partition (v0's list is the seeds' API).
                 answer = self.call(conn, 2, {
-                    "replica_id": -1, "isolation_level": 0,
+                    "replica_id": -1, "isolation_level": isolation_level,
                     "topics": [{"name": topic, "partitions": [
                         {"partition_index": p, "timestamp": timestamp} for p in parts]}],
                 })
@@ -665,16 +671,19 @@ class AdminClient:
         return self.retrying(attempt)
 
     def fetch(self, leader: int, topic: str, positions: Mapping[int, int], *,
-              max_wait_ms: int = 500, partition_max_bytes: int = 1 << 20) -> list[Any]:
+              max_wait_ms: int = 500, partition_max_bytes: int = 1 << 20,
+              isolation_level: int = 0) -> list[Any]:
         """One Fetch of ``positions`` (partition -> offset) from ``leader``; returns the
-        PartitionData structs (error_code, high_watermark, records...)."""
+        PartitionData structs (error_code, high_watermark, records...). With
+        ``isolation_level`` 1 (read_committed) the leader answers up to the last stable
+        offset and lists the aborted transactions (aborted_transactions)."""
         conn = self.broker(leader)
         version = conn.version_for(1)
         if version < 4:
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker lacks Fetch v4+")
         answer = conn.request(1, {
             "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
-            "max_bytes": 64 << 20, "isolation_level": 0, "session_id": 0,
+            "max_bytes": 64 << 20, "isolation_level": isolation_level, "session_id": 0,
             "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
             "topics": [{"topic": topic, "partitions": [
                 {"partition": p, "fetch_offset": offset, "log_start_offset": -1,
@@ -685,6 +694,10 @@ class AdminClient:
         return [p for t in answer.responses for p in t.partitions]
 
     # ------------------------------------------------------------------- groups
+
+    def forget_coordinator(self, group: str) -> None:
+        """Ask FindCoordinator again next time (the coordinator moved or went away)."""
+        self._coordinators.pop(group, None)
 
     def coordinator(self, group: str) -> AdminConnection:
         node = self._coordinators.get(group)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +64,42 @@ class Pykfk:
         result = self(*args, input=input)
         assert result.code == 0, result
         return result
+
+
+def on_terminal(pykfk: Pykfk, *args: str, typed: str = "") -> Result:
+    """Run ``pykfk`` with stdin and stderr on a pseudo-terminal, as in an interactive
+    shell (prompts, progress bars), ``typed`` as what the person types; stdout is piped.
+    The Result's ``err`` is what the terminal showed on stderr."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100"}
+    if pykfk.bootstrap:
+        env["PYKFK_BOOTSTRAP"] = pykfk.bootstrap
+    proc = subprocess.Popen([*PYKFK, *args], stdin=slave, stdout=subprocess.PIPE, stderr=slave,
+                            env=env, text=True)
+    os.close(slave)
+    if typed:
+        os.write(master, typed.encode())
+    shown = bytearray()
+    deadline = time.monotonic() + COMMAND_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    out = proc.stdout.read() if proc.stdout else ""
+    proc.wait(timeout=COMMAND_TIMEOUT)
+    result = Result(subprocess.CompletedProcess(args, proc.returncode, out,
+                                                shown.decode("utf-8", "replace")))
+    assert "Traceback" not in result.err, result
+    return result
 
 
 @pytest.fixture(scope="module")

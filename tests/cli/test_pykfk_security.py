@@ -10,7 +10,7 @@ import pytest
 
 from pykfk.testing import BrokerProcess
 
-from .conftest import Pykfk
+from .conftest import Pykfk, on_terminal
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-pw" user_admin="admin-pw" user_alice="alice-pw";')
@@ -54,22 +54,38 @@ def test_acl_create_list_delete(sasl: Pykfk, tmp_path: Path) -> None:
                       "--operation", "read", "--permission", "allow", "--topic", "orders-",
                       "--prefixed", "-o", "json").json()
     assert created["principal"] == "User:alice" and created["pattern_type"] == "prefixed"
-    sasl.ok("acl", "create", "--command-config", admin, "--principal", "User:alice",
-            "--operation", "describe", "--permission", "allow", "--group", "billing")
+    both = sasl.ok("acl", "create", "--command-config", admin, "--principal", "User:alice",
+                   "--operation", "describe", "--operation", "read", "--permission", "allow",
+                   "--group", "billing", "-o", "json").json()
+    assert sorted(b["operation"] for b in both) == ["describe", "read"]
 
     listed = sasl.ok("acl", "list", "--command-config", admin, "-o", "json").json()
     assert sorted((a["resource_type"], a["resource_name"], a["operation"]) for a in listed) == [
-        ("group", "billing", "describe"), ("topic", "orders-", "read")]
+        ("group", "billing", "describe"), ("group", "billing", "read"), ("topic", "orders-", "read")]
     only_topics = sasl.ok("acl", "list", "--command-config", admin, "--topic", "orders-",
                           "--prefixed", "-o", "json").json()
     assert [a["resource_name"] for a in only_topics] == ["orders-"]
     assert "User:alice" in sasl.ok("acl", "list", "--command-config", admin).out
 
-    everything = sasl("acl", "delete", "--command-config", admin)
+    everything = sasl("acl", "delete", "--command-config", admin, "--force")
     assert everything.code == 2 and "--all" in everything.err
-    removed = sasl.ok("acl", "delete", "--command-config", admin, "--group", "billing",
-                      "-o", "json").json()
-    assert [a["resource_name"] for a in removed] == ["billing"]
+
+    # As kafka-acls.sh --remove: the matches are shown and a person confirms; piped
+    # input cannot confirm, so a script says --force.
+    delete = ["acl", "delete", "--command-config", admin, "--group", "billing"]
+    unattended = sasl(*delete)
+    assert unattended.code == 2 and "stdin is not a terminal" in unattended.err
+    assert "--force" in unattended.err
+    declined = on_terminal(sasl, *delete, typed="n\n")
+    assert declined.code == 1 and "nothing removed" in declined.err, declined
+    assert "these 2 ACL bindings match" in declined.err and "billing" in declined.err
+    assert len(sasl.ok("acl", "list", "--command-config", admin, "--group", "billing",
+                       "-o", "json").json()) == 2
+    confirmed = on_terminal(sasl, *delete, "--operation", "read", "-o", "json", typed="y\n")
+    assert confirmed.code == 0, confirmed
+    assert [(a["resource_name"], a["operation"]) for a in confirmed.json()] == [("billing", "read")]
+    removed = sasl.ok(*delete, "--force", "-o", "json").json()
+    assert [(a["resource_name"], a["operation"]) for a in removed] == [("billing", "describe")]
     left = sasl.ok("acl", "list", "--command-config", admin, "-o", "json").json()
     assert [a["resource_name"] for a in left] == ["orders-"]
 
@@ -113,6 +129,8 @@ def test_bad_command_config_is_a_usage_error(sasl: Pykfk, tmp_path: Path) -> Non
 def test_acls_on_a_broker_without_authorizer(pykfk: Pykfk) -> None:
     result = pykfk("acl", "list")
     assert result.code == 1 and "SECURITY_DISABLED" in result.err, result
+    # The answer says what to change, as a person needs it.
+    assert "set authorizer.class.name=" in result.err, result
 
 
 def test_tls_listener_with_a_trust_store(tmp_path: Path) -> None:
