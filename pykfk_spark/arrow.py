@@ -12,6 +12,10 @@ C copy per column):
     header segments   3 per header: [header key][header value][gap up to the next header]
 
 Null keys, values and header values become nulls through null indices in ``take``.
+
+Batches a read_committed reader skips (markers, aborted transactions) come as one flag
+per batch; the flags are spread to the records through ``batch_index`` with ``take`` and
+the rows dropped with one ``filter``, only when some batch is skipped.
 """
 
 from __future__ import annotations
@@ -135,9 +139,11 @@ def to_record_batch(
     end_offset: int | None = None,
     *,
     include_headers: bool = True,
+    skipped_batches: array | None = None,
 ) -> pa.RecordBatch:
     """The records of ``decoded`` with offset < ``end_offset`` (all when None) as one
-    RecordBatch of ``arrow_schema(include_headers)``."""
+    RecordBatch of ``arrow_schema(include_headers)``, leaving out the records of the
+    batches flagged 1 in ``skipped_batches`` (one int8 flag per batch of ``decoded``)."""
     schema = arrow_schema(include_headers)
     n = len(decoded)
     keep = n if end_offset is None else bisect_left(decoded.offsets, end_offset)
@@ -181,4 +187,17 @@ def to_record_batch(
     if include_headers:
         columns.append(_headers_column(decoded, data, n))
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-    return batch if keep == n else batch.slice(0, keep)
+    if keep < n:
+        batch = batch.slice(0, keep)
+    if skipped_batches is not None:
+        batch = batch.filter(_kept_records(skipped_batches, decoded.batch_index, keep))
+    return batch
+
+
+def _kept_records(skipped_batches: array, batch_index: array, count: int) -> pa.Array:
+    """True for each of the first ``count`` records whose batch is not skipped."""
+    flags = pa.Array.from_buffers(
+        pa.int8(), len(skipped_batches), [None, pa.py_buffer(skipped_batches)]
+    )
+    per_record = flags.take(_int_array(batch_index, pa.int32()).slice(0, count))
+    return pc.equal(per_record, 0)

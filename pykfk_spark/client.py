@@ -6,15 +6,25 @@ ClusterMetadata (plain sockets, no asyncio, no broker objects).
 Fetch is used at v11 at most (the last non-flexible version, what pykfk's clients speak);
 a response may end inside a batch, which decode_records drops (the next fetch starts at
 its base offset). Kafka error codes: apache/kafka Errors.java.
+
+Isolation (KIP-98): read_committed asks ListOffsets and Fetch with isolation_level 1, so
+"latest" is the last stable offset and fetches stop there; the records of aborted
+transactions still come back, and are left out with the Fetch response's
+aborted_transactions list (``skipped_batches``). Control batches (transaction markers)
+are never records, in either mode. The offsets they and aborted batches occupy stay part
+of the ranges read, so ranges remain contiguous.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import decode_records
 from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
@@ -29,6 +39,13 @@ LIST_OFFSETS = 2
 
 LATEST = -1  # ListOffsets special timestamps (ListOffsetsRequest.json)
 EARLIEST = -2
+
+READ_UNCOMMITTED = 0  # isolation_level of ListOffsets (v2+) and Fetch (v4+)
+READ_COMMITTED = 1
+
+# A control record's key: version int16, type int16 (0 abort, 1 commit), big-endian.
+CONTROL_KEY = struct.Struct(">hh")
+ABORT_MARKER = 0
 
 # Attempts at a request that failed with a retriable error (leader moved, connection
 # lost) before giving up; the backoff doubles from RETRY_BACKOFF up to 1 s.
@@ -49,7 +66,9 @@ TopicPartition = tuple[str, int]
 
 class OffsetClient:
     """Driver-side lookups for planning: which partitions a subscription covers, who leads
-    them, and their offsets. Not thread-safe; close() when done."""
+    them, and their offsets. With ``read_committed``, LATEST is the last stable offset
+    (the first offset of the earliest open transaction, else the high watermark). Not
+    thread-safe; close() when done."""
 
     def __init__(
         self,
@@ -57,8 +76,10 @@ class OffsetClient:
         *,
         client_id: str = "pykfk-spark",
         request_timeout_ms: int = 30000,
+        read_committed: bool = False,
     ):
         self.bootstrap_servers = bootstrap_servers
+        self.isolation_level = READ_COMMITTED if read_committed else READ_UNCOMMITTED
         self.cluster = ClusterMetadata(
             bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
         )
@@ -157,14 +178,17 @@ class OffsetClient:
     ) -> dict[TopicPartition, tuple[int, int]]:
         conn = self.cluster.connection(node)
         version = conn.version_for(LIST_OFFSETS)
-        if version < 1:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "ListOffsets v1+ needed")
+        if version < (2 if self.isolation_level == READ_COMMITTED else 1):
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                "ListOffsets v1+ needed (v2+ for read_committed)",
+            )
         topics: dict[str, list[dict]] = {}
         for (topic, partition), ts in timestamps.items():
             topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
         body = {
             "replica_id": -1,
-            "isolation_level": 0,
+            "isolation_level": self.isolation_level,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         }
         response = conn.request(LIST_OFFSETS, body, version=version)
@@ -211,10 +235,63 @@ def _drop_connection(address: tuple[str, int]) -> None:
         conn.close()
 
 
+class Chunk(NamedTuple):
+    """What one fetch gave: its decoded batches, and per batch 1 where the batch's
+    records are not to be read (a marker, or an aborted transaction's data) or None when
+    every record is."""
+
+    records: Any  # pykfk._core.records.DecodedRecords
+    skipped_batches: array | None
+
+
+def skipped_batches(decoded: Any, aborted: Sequence[Any]) -> array | None:
+    """Per batch of ``decoded`` (decoded with include_control), 1 where a read_committed
+    consumer skips it, else 0; None when it skips none.
+
+    ``aborted``: the Fetch response's aborted_transactions (producer_id, first_offset).
+    As KIP-98's consumer: walking the batches in offset order, an aborted transaction
+    becomes active for its producer once a batch ends at or after its first offset; a
+    transactional batch of a producer with an active aborted transaction is skipped,
+    and that producer's ABORT marker ends it. Control batches are always skipped.
+    """
+    pending = sorted((txn.first_offset, txn.producer_id) for txn in aborted)
+    active: set[int] = set()
+    flags = array("b", bytes(len(decoded.batches)))
+    next_txn = 0
+    any_skipped = False
+    for k, batch in enumerate(decoded.batches):
+        if batch.producer_id >= 0:
+            last = batch.last_offset
+            while next_txn < len(pending) and pending[next_txn][0] <= last:
+                active.add(pending[next_txn][1])
+                next_txn += 1
+        if batch.is_control:
+            flags[k], any_skipped = 1, True
+            if batch.producer_id in active and _control_type(decoded, batch) == ABORT_MARKER:
+                active.discard(batch.producer_id)
+        elif batch.is_transactional and batch.producer_id in active:
+            flags[k], any_skipped = 1, True
+    return flags if any_skipped else None
+
+
+def _control_type(decoded: Any, batch: Any) -> int:
+    """The marker type of a control batch (its one record's key), -1 when unreadable."""
+    i = bisect_left(decoded.offsets, batch.base_offset)
+    if i == len(decoded) or decoded.offsets[i] > batch.last_offset:
+        return -1
+    key = decoded.key(i)
+    if key is None or len(key) < CONTROL_KEY.size:
+        return -1
+    return CONTROL_KEY.unpack_from(key)[1]
+
+
 class RangeFetcher:
-    """Reads offsets [start, end) of one partition from its leader, as DecodedRecords
-    chunks of whole batches. One fetch request is kept in flight while the caller works
-    on the previous chunk.
+    """Reads offsets [start, end) of one partition from its leader, as Chunks of whole
+    batches. One fetch request is kept in flight while the caller works on the previous
+    chunk.
+
+    ``read_committed``: fetch with isolation_level 1 (up to the last stable offset) and
+    mark the batches of aborted transactions in each Chunk's ``skipped_batches``.
 
     ``leader``: the address the planner saw leading; on NOT_LEADER_OR_FOLLOWER (or a lost
     connection) the leader is looked up again through ``bootstrap_servers``.
@@ -236,6 +313,7 @@ class RangeFetcher:
         client_id: str = "pykfk-spark",
         request_timeout_ms: int = 30000,
         max_wait_ms: int = 500,
+        read_committed: bool = False,
     ):
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
@@ -248,6 +326,7 @@ class RangeFetcher:
         self.client_id = client_id
         self.timeout = request_timeout_ms / 1000
         self.max_wait_ms = max_wait_ms
+        self.isolation_level = READ_COMMITTED if read_committed else READ_UNCOMMITTED
         self.lost = 0  # offsets skipped because their records were gone (failOnDataLoss off)
 
     def _request_body(self, offset: int) -> dict:
@@ -256,7 +335,7 @@ class RangeFetcher:
             "max_wait_ms": self.max_wait_ms,
             "min_bytes": 1,
             "max_bytes": self.fetch_max_bytes,
-            "isolation_level": 0,
+            "isolation_level": self.isolation_level,
             "session_id": 0,
             "session_epoch": -1,
             "topics": [
@@ -289,7 +368,16 @@ class RangeFetcher:
     def _send(self, conn: BrokerConnection, offset: int) -> Any:
         return conn.send(FETCH, self._request_body(offset), version=conn.version_for(FETCH, 11))
 
-    def __iter__(self) -> Iterator[Any]:
+    def _decode(self, part: Any, offset: int) -> Chunk:
+        """The response's batches from ``offset``; under read_committed with aborted
+        transactions listed, markers are decoded too so that aborts can end."""
+        aborted = part.aborted_transactions if self.isolation_level == READ_COMMITTED else None
+        if not aborted:
+            return Chunk(decode_records(part.records or b"", offset), None)
+        decoded = decode_records(part.records or b"", offset, include_control=True)
+        return Chunk(decoded, skipped_batches(decoded, aborted))
+
+    def __iter__(self) -> Iterator[Chunk]:
         offset = self.start
         attempts = 0
         delay = RETRY_BACKOFF
@@ -307,7 +395,8 @@ class RangeFetcher:
                 part = response.responses[0].partitions[0]
                 code = part.error_code
                 if code == ErrorCode.NONE:
-                    decoded = decode_records(part.records or b"", offset)
+                    chunk = self._decode(part, offset)
+                    decoded = chunk.records
                     if decoded.next_offset > offset:
                         attempts, delay, stalled_since = 0, RETRY_BACKOFF, None
                         next_offset = decoded.next_offset
@@ -315,7 +404,7 @@ class RangeFetcher:
                             entry = self._send(conn, next_offset)  # overlaps the caller's work
                         offset = next_offset
                         if len(decoded):
-                            yield decoded
+                            yield chunk
                         continue
                     # Nothing at `offset` although the plan said records were there.
                     stalled_since = stalled_since or time.monotonic()

@@ -77,7 +77,8 @@ class KafkaDataSource(DataSource):
 
 def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[Any]:
     """Worker side: pyarrow RecordBatches of the records in ``part``, fetched from the
-    partition leader and decoded by the compiled core."""
+    partition leader and decoded by the compiled core (read_committed: without markers
+    and aborted transactions)."""
     from .arrow import to_record_batch
     from .client import RangeFetcher
 
@@ -92,10 +93,16 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[Any]:
         fail_on_data_loss=options.fail_on_data_loss,
         client_id=options.client_id,
         request_timeout_ms=options.request_timeout_ms,
+        read_committed=options.read_committed,
     )
-    for decoded in fetcher:
+    for chunk in fetcher:
         batch = to_record_batch(
-            decoded, part.topic, part.partition, part.end, include_headers=options.include_headers
+            chunk.records,
+            part.topic,
+            part.partition,
+            part.end,
+            include_headers=options.include_headers,
+            skipped_batches=chunk.skipped_batches,
         )
         if batch.num_rows:
             yield batch
@@ -144,6 +151,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.options.bootstrap_servers,
                 client_id=self.options.client_id,
                 request_timeout_ms=self.options.request_timeout_ms,
+                read_committed=self.options.read_committed,
             )
         return self._client
 

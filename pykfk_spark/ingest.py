@@ -11,6 +11,7 @@ output directory (names starting with ``_`` are ignored by Parquet readers):
                                 IS the commit (written to a temp name, fsynced, renamed)
     _staging/000008/data/...    run 8 in progress: Spark writes here first
     _staging/000008/PREPARED.json   run 8's manifest once its Spark job has succeeded
+    _offsets/000007.audited     run 7's audit counts are published (see below)
     _lock                       flock held by the running job (one job per directory)
 
 A run: (1) recover: a staged run with PREPARED.json is rolled forward (its files moved
@@ -20,6 +21,20 @@ partition; (3) one Spark job reads the range with the ``pykfk`` source and write
 Parquet into the staging dir; (4) prepare (manifest next to the staged files); (5)
 commit (move files, publish manifest). A crash anywhere before (4) leaves nothing
 visible and the range is read again; a crash after (4) is completed by the next run.
+
+Records are read read_committed by default: up to the last stable offset, without the
+records of aborted transactions or the transaction markers. A run's end offsets are the
+planned ones (a last stable offset or high watermark), not the last record's offset + 1,
+so the next run starts right after the markers and aborted batches at the end.
+
+Audit (``--audit-bootstrap-servers``): the manifest carries the run's counts per topic
+and window, computed from the staged Parquet files, so they are counts of exactly what
+the run committed. They are published after the commit under an emitter id derived from
+the output, the run and its offset ranges, so publishing them again yields the same
+audit record keys, which ``pykfk audit`` counts once. Every run first publishes the
+counts of each committed run not yet marked ``.audited`` (a run killed after its commit,
+or one whose audit cluster was down), then its own: killed at any point and run again,
+the job leaves audit and Parquet agreeing.
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -51,6 +67,7 @@ MANIFEST_FORMAT = 1
 OFFSETS_DIR = "_offsets"
 STAGING_DIR = "_staging"
 PREPARED = "PREPARED.json"
+AUDITED_SUFFIX = ".audited"
 LOCK_FILE = "_lock"
 RUN_PREFIX = "run"
 
@@ -73,6 +90,8 @@ class IngestConfig:
     max_records_per_run: int | None = None
     fail_on_data_loss: bool = True
     compression: str = "snappy"
+    # read_committed: up to the last stable offset, aborted transactions left out.
+    isolation_level: str = "read_committed"
     # The audit trail (pykfk.audit): with a bootstrap, each committed run publishes its
     # records per topic and window of their timestamps, as tier ``audit_tier``;
     # ``audit_names`` reports a topic under another name (a mirrored ``east.orders``
@@ -310,7 +329,11 @@ def plan_run(config: IngestConfig, start_from: dict[TopicPartition, int]) -> tup
     ``max_records_per_run``."""
     from .client import OffsetClient
 
-    with OffsetClient(config.bootstrap_servers, client_id="pykfk-spark-ingest") as client:
+    with OffsetClient(
+        config.bootstrap_servers,
+        client_id="pykfk-spark-ingest",
+        read_committed=config.isolation_level == "read_committed",
+    ) as client:
         if config.pattern:
             tps = client.partitions(pattern=config.pattern)
         else:
@@ -340,6 +363,7 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
     output = os.path.abspath(config.output)
     with _locked(output):
         recovered = recover(output, progress)
+        _publish_pending_audits(output, config, progress)
         start, end = plan_run(config, committed_offsets(output))
         todo = {tp: end[tp] - start[tp] for tp in start}
         if not any(todo.values()):
@@ -360,6 +384,7 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
             .option("startingOffsets", json.dumps(offsets_json(start)))
             .option("endingOffsets", json.dumps(offsets_json(end)))
             .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
+            .option("kafka.isolation.level", config.isolation_level)
         )
         if config.pattern:
             reader = reader.option("subscribePattern", config.pattern)
@@ -438,13 +463,15 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
             "staged_files": staged,
             "file_bytes": file_bytes,
             "committed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "isolation_level": config.isolation_level,
+            "audit_emitter": audit_emitter_id(output, config.audit_tier, run, start, end),
             "audit": audit_counts,
         }
         _write_json_atomic(os.path.join(staging, PREPARED), manifest)
         _crash_point("after-prepare")
         _commit(output, manifest, staging, progress)
-        for committed_run in [*recovered, run]:
-            _emit_audit(output, committed_run, config, progress)
+        _crash_point("after-commit")
+        _publish_pending_audits(output, config, progress)
         return IngestSummary(
             run, partitions, files, file_bytes, time.monotonic() - began, recovered
         )
@@ -467,28 +494,59 @@ def _audit_counts(spark: Any, data: str, config: IngestConfig) -> list[list[Any]
     return sorted([row["topic"], int(row["window"]), int(row["count"])] for row in rows)
 
 
-def _emit_audit(output: str, run: int, config: IngestConfig, progress: Progress) -> None:
-    """Publish a committed run's counts. The emitter id names the output and the run,
-    so publishing them again (a re-run after a failure here) counts once."""
+def _audited_marker(output: str, run: int) -> str:
+    return os.path.join(output, OFFSETS_DIR, f"{run:06d}{AUDITED_SUFFIX}")
+
+
+def audit_emitter_id(
+    output: str, tier: str, run: int, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+) -> str:
+    """The emitter id of a run's counts, kept in its manifest: the same whenever they are
+    published again, different for another run or other offset ranges (a new output
+    in the same place)."""
+    ranges = json.dumps([offsets_json(start), offsets_json(end)], sort_keys=True)
+    digest = hashlib.sha256(ranges.encode()).hexdigest()[:16]
+    return f"{tier}:{output}:run{run}:{digest}"
+
+
+def _publish_pending_audits(output: str, config: IngestConfig, progress: Progress) -> None:
+    """Publish the counts of every committed run not yet marked as audited."""
     if not config.audit_bootstrap_servers:
         return
-    counts = read_manifest(output, run).get("audit") or []
-    if not counts:
-        return
-    from pykfk.audit import AuditEmitter
+    for run in committed_runs(output):
+        if os.path.exists(_audited_marker(output, run)):
+            continue
+        if not _emit_audit(output, run, config, progress):
+            return  # the audit cluster is not answering: the next run tries again
 
-    emitter = AuditEmitter(
-        config.audit_bootstrap_servers, config.audit_tier, topic=config.audit_topic,
-        window_ms=config.audit_window_ms, emitter_id=f"{config.audit_tier}:{output}:run{run}",
-        background=False,
-    )
-    emitter.add_counts({(config.audit_names.get(t, t), w): n for t, w, n in counts})
-    try:
-        emitter.close()
-    except Exception as exc:  # noqa: BLE001 - the data is committed; the audit says what is missing
-        progress(f"run {run}: audit counts not published: {exc}")
-        return
-    progress(f"run {run}: audit counts published ({len(counts)} windows)")
+
+def _emit_audit(output: str, run: int, config: IngestConfig, progress: Progress) -> bool:
+    """Publish a committed run's counts, then mark it audited; False when they could not
+    be published. Publishing them again (a crash before the mark) counts once: the
+    audit record keys are the same."""
+    manifest = read_manifest(output, run)
+    counts = manifest.get("audit") or []
+    if counts:
+        from pykfk.audit import AuditEmitter
+
+        emitter = AuditEmitter(
+            config.audit_bootstrap_servers or "", config.audit_tier, topic=config.audit_topic,
+            window_ms=config.audit_window_ms,
+            # manifests of earlier versions lack the id; they published under this one
+            emitter_id=manifest.get("audit_emitter", f"{config.audit_tier}:{output}:run{run}"),
+            background=False,
+        )
+        emitter.add_counts({(config.audit_names.get(t, t), w): n for t, w, n in counts})
+        try:
+            emitter.close()
+        except Exception as exc:  # noqa: BLE001 - published by a later run
+            progress(f"run {run}: audit counts not published ({exc}); the next run publishes them")
+            return False
+        _crash_point("after-audit")
+        progress(f"run {run}: audit counts published ({len(counts)} windows)")
+    with open(_audited_marker(output, run), "w", encoding="utf-8") as f:
+        json.dump({"tier": config.audit_tier, "topic": config.audit_topic, "windows": len(counts)}, f)
+    return True
 
 
 def _has_parquet(directory: str) -> bool:
@@ -539,6 +597,14 @@ def _parser() -> argparse.ArgumentParser:
         help="skip offsets deleted by retention instead of failing",
     )
     p.add_argument("--compression", default="snappy", help="Parquet codec (default snappy)")
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read_committed (default): only records of committed transactions and "
+        "non-transactional ones, up to the last stable offset; read_uncommitted: aborted "
+        "and open transactions' records too, up to the high watermark",
+    )
     p.add_argument("--audit-bootstrap-servers", help="publish audit counts to this cluster")
     p.add_argument("--audit-topic", default="__pykfk_audit", help="audit topic (default __pykfk_audit)")
     p.add_argument("--audit-tier", default="spark-ingest", help="tier name in the audit (default spark-ingest)")
@@ -572,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_records_per_run=args.max_records_per_run,
         fail_on_data_loss=not args.no_fail_on_data_loss,
         compression=args.compression,
+        isolation_level=args.isolation_level,
         audit_bootstrap_servers=args.audit_bootstrap_servers,
         audit_topic=args.audit_topic,
         audit_tier=args.audit_tier,

@@ -2,6 +2,10 @@
 Kafka integration does (Structured Streaming + Kafka Integration Guide), parsed once on
 the driver into plain picklable values.
 
+``kafka.isolation.level`` is read_uncommitted by default, as Spark's Kafka source (it
+passes the Kafka consumer's default on); read_committed reads up to the last stable
+offset and leaves out the records of aborted transactions.
+
 Deviations from Spark's Kafka source: ``includeHeaders`` defaults to true (the schema
 always offers ``headers`` unless it is switched off), and partitions missing from a JSON
 offsets option take that option's default (earliest to start, latest to end) instead of
@@ -26,6 +30,9 @@ JSON_LATEST = -1
 # max.partition.fetch.bytes 1 MiB; a reader owns one partition, so one bound serves both,
 # and 8 MiB keeps a chunk's Arrow batch around 40k records of 200 bytes.
 DEFAULT_FETCH_BYTES = 8 << 20
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
 
 TopicPartition = tuple[str, int]
 
@@ -172,6 +179,7 @@ class ReadOptions:
     fetch_max_bytes: int = DEFAULT_FETCH_BYTES
     request_timeout_ms: int = 30000
     client_id: str = "pykfk-spark"
+    read_committed: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool = False) -> ReadOptions:
@@ -221,7 +229,18 @@ class ReadOptions:
             fetch_max_bytes=fetch_bytes or DEFAULT_FETCH_BYTES,
             request_timeout_ms=_int(opts, "kafka.request.timeout.ms", 30000, minimum=1) or 30000,
             client_id=opts.get("kafka.client.id", "pykfk-spark"),
+            read_committed=_isolation_level(opts) == READ_COMMITTED,
         )
+
+
+def _isolation_level(options: dict[str, str]) -> str:
+    raw = options.get("kafka.isolation.level", READ_UNCOMMITTED)
+    level = raw.strip().lower()
+    if level not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise OptionError(
+            f"option kafka.isolation.level must be read_committed or read_uncommitted, not {raw!r}"
+        )
+    return level
 
 
 def parse_partition_json_list(raw: str) -> dict[str, list[int]]:

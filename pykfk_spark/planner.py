@@ -172,6 +172,7 @@ def plan_batch(options: ReadOptions) -> list[OffsetRange]:
         options.bootstrap_servers,
         client_id=options.client_id,
         request_timeout_ms=options.request_timeout_ms,
+        read_committed=options.read_committed,
     ) as client:
         tps = subscribed_partitions(client, options)
         if not tps:

@@ -1,5 +1,11 @@
 """``pykfk audit``: compare the tiers of a pipeline window by window from the audit
-topic (pykfk/audit.py; the 2011 paper's section 5). Exit 1 when a tier lost records."""
+topic (pykfk/audit.py; the 2011 paper's section 5).
+
+Exit codes: 0 every window old enough to judge is complete; 1 a tier lost records or
+has duplicates in some window; 2 bad arguments; 3 nothing to compare (the audit topic
+does not exist, holds no counts, or lacks the tiers asked for; every window is still
+open) or the cluster cannot be reached. Each failure is one ``Error:`` line saying which.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,10 @@ from typing import Any
 
 import click
 
-from pykfk.audit import AUDIT_TOPIC, AuditReport, compare, read_audit_records
+from pykfk.audit import AUDIT_TOPIC, AuditRecord, AuditReport, compare, read_audit_records
 from pykfk.cli.common import (
     EXIT_FAILED,
+    EXIT_UNREACHABLE,
     CliContext,
     CliError,
     admin_command,
@@ -19,6 +26,10 @@ from pykfk.cli.common import (
     emit_table,
     pass_cli,
 )
+from pykfk.errors import ErrorCode, KafkaError
+
+# Nothing to compare shares the code of an unreachable cluster: no verdict either way.
+EXIT_NOTHING_TO_COMPARE = EXIT_UNREACHABLE
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -33,6 +44,47 @@ def _duration_ms(ctx: click.Context, param: click.Parameter, value: str) -> int:
 
 def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _nothing(reason: str) -> CliError:
+    return CliError(f"nothing to compare: {reason}", EXIT_NOTHING_TO_COMPARE)
+
+
+def _read(cli: CliContext, audit_topic: str) -> list[AuditRecord]:
+    try:
+        return list(read_audit_records(cli.admin(), audit_topic))
+    except KafkaError as exc:
+        if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise _nothing(f"the audit topic {audit_topic} does not exist on {cli.bootstrap} "
+                           "(no tier has published counts there yet)") from None
+        raise
+
+
+def _check_tiers(records: list[AuditRecord], audit_topic: str, reference: str,
+                 tiers: tuple[str, ...], topics: tuple[str, ...]) -> None:
+    """Refuse to judge when a tier to compare has published nothing at all."""
+    found = sorted({r.tier for r in records if not topics or r.topic in topics})
+    where = f"{audit_topic} for {', '.join(topics)}" if topics else audit_topic
+    if not found:
+        raise _nothing(f"{where} holds no counts yet")
+    listing = f"tiers found: {', '.join(found)}"
+    for tier in [reference, *tiers]:
+        if tier not in found:
+            raise _nothing(f"tier {tier!r} has published no counts to {where} ({listing})")
+    if not tiers and found == [reference]:
+        raise _nothing(f"only the reference tier {reference!r} has published counts to {where}")
+
+
+def _verdict(report: AuditReport, settle_ms: int) -> None:
+    """The exit code's reason, as one line: loss or duplicates (1), nothing judged (3)."""
+    s = report.summary()
+    if s["windows_with_loss"] or s["windows_with_duplicates"]:
+        raise CliError(f"{s['missing']} records missing in {s['windows_with_loss']} windows, "
+                       f"{s['duplicates']} duplicates in {s['windows_with_duplicates']} windows",
+                       EXIT_FAILED)
+    if s["windows"] and s["windows_open"] == s["windows"]:
+        raise _nothing(f"all {s['windows']} windows ended less than {settle_ms / 1000:g}s ago "
+                       "(--settle); records may still be on their way")
 
 
 def _table(report: AuditReport, show_all: bool) -> None:
@@ -68,18 +120,22 @@ def _table(report: AuditReport, show_all: bool) -> None:
 def audit(cli: CliContext, audit_topic: str, reference: str, tiers: tuple[str, ...],
           topics: tuple[str, ...], settle: int, show_all: bool) -> None:
     """Compare the audit counts of each tier with the reference tier, per topic and time
-    window: windows complete, windows with loss or duplicates and their counts. Exit 1
-    when any tier lost records in a window old enough to judge."""
-    records = list(read_audit_records(cli.admin(), audit_topic))
+    window: windows complete, windows with loss or duplicates and their counts.
+
+    Exit 0 when every window old enough to judge is complete; 1 when a tier lost records
+    or has duplicates there; 2 on bad arguments; 3 when there is nothing to compare (no
+    audit topic, no counts, a tier asked for has published none, every window still
+    open) or the cluster cannot be reached.
+    """
+    records = _read(cli, audit_topic)
+    _check_tiers(records, audit_topic, reference, tiers, topics)
     report = compare(records, reference=reference, tiers=list(tiers) or None,
                      topics=list(topics) or None, settle_ms=settle)
     if cli.json:
         emit_json(report.to_json())
     else:
         _table(report, show_all)
-    if report.has_loss:
-        raise CliError(f"{report.summary()['missing']} records missing in "
-                       f"{report.summary()['windows_with_loss']} windows", EXIT_FAILED)
+    _verdict(report, settle)
 
 
 COMMANDS = [audit]

@@ -4,7 +4,14 @@ about a second instead of a minute through a per-record client."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
+
+import pytest
 
 from pykfk._core.records import build_batch
 from pykfk.client.connection import BrokerConnection
@@ -13,6 +20,8 @@ PRODUCE = 0
 CREATE_TOPICS = 19
 
 Record = tuple  # (key, value, timestamp_ms, headers)
+
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def connect(bootstrap: str) -> BrokerConnection:
@@ -84,3 +93,69 @@ def _check(response: object, base_offset: int) -> None:
                 part,
                 "log end was not first_offset",
             )
+
+
+# ------------------------------------------------------------- pykfk-spark-ingest runs
+
+
+def ingest_command(bootstrap: str, output: str, topics: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    # A killed JVM cannot clean up: keep its scratch and temp dirs under the test's tmp_path.
+    local = os.path.join(os.path.dirname(output), "spark-local")
+    os.makedirs(local, exist_ok=True)
+    command = [sys.executable, "-m", "pykfk_spark.ingest", "--bootstrap-servers", bootstrap]
+    for topic in topics:
+        command += ["--topic", topic]
+    return command + [
+        "--output",
+        output,
+        *extra,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        f"spark.local.dir={local}",
+        "--conf",
+        f"spark.driver.extraJavaOptions={FAST_JVM} -Djava.io.tmpdir={local}",
+    ]
+
+
+def start_ingest(
+    bootstrap: str, output: str, topics: Sequence[str], extra: Sequence[str] = (), **env: str
+) -> subprocess.Popen:
+    """``pykfk-spark-ingest`` as a process of its own session, so killpg takes the
+    driver, the JVM and the Python workers at once."""
+    return subprocess.Popen(
+        ingest_command(bootstrap, output, topics, extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]:
+    """Lines of the job's output up to one containing ``needle``."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    kill_group(proc)
+    pytest.fail(f"job never printed {needle!r}:\n{''.join(lines[-30:])}")

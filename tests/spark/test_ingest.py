@@ -7,15 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-from spark_helpers import create_topic, produce
+from spark_helpers import create_topic, kill_group, produce, start_ingest, wait_for_line
 
 from pykfk_spark.ingest import (
     CRASH_ENV,
@@ -35,9 +33,6 @@ PARTITIONS = 4
 T0 = int(datetime(2024, 3, 1, 22, 30, tzinfo=timezone.utc).timestamp() * 1000)
 STEP_MS = 1500
 
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def records_for(partition: int, first: int, n: int) -> list[tuple]:
     return [
         (b"%d:%d" % (partition, off), b"payload-%d-%d" % (partition, off), T0 + STEP_MS * off, None)
@@ -45,69 +40,8 @@ def records_for(partition: int, first: int, n: int) -> list[tuple]:
     ]
 
 
-def ingest_command(bootstrap: str, output: str) -> list[str]:
-    # A killed JVM cannot clean up: keep its scratch and temp dirs under the test's tmp_path.
-    local = os.path.join(os.path.dirname(output), "spark-local")
-    os.makedirs(local, exist_ok=True)
-    return [
-        sys.executable,
-        "-m",
-        "pykfk_spark.ingest",
-        "--bootstrap-servers",
-        bootstrap,
-        "--topic",
-        TOPIC,
-        "--output",
-        output,
-        "--max-records-per-partition",
-        "2500",
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--conf",
-        f"spark.local.dir={local}",
-        "--conf",
-        f"spark.driver.extraJavaOptions={FAST_JVM} -Djava.io.tmpdir={local}",
-    ]
-
-
 def start_job(bootstrap: str, output: str, **env: str) -> subprocess.Popen:
-    # Its own session, so killpg takes the driver, the JVM and the Python workers at once.
-    return subprocess.Popen(
-        ingest_command(bootstrap, output),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, **env},
-    )
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(30)
-
-
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]:
-    """Lines of the job's output up to one containing ``needle``."""
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if needle in line:
-            return lines
-    kill_group(proc)
-    pytest.fail(f"job never printed {needle!r}:\n{''.join(lines[-30:])}")
+    return start_ingest(bootstrap, output, [TOPIC], ["--max-records-per-partition", "2500"], **env)
 
 
 def loaded_rows(output: str) -> Any:
