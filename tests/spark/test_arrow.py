@@ -152,3 +152,41 @@ def test_large_values_keep_their_bytes() -> None:
     rows = to_record_batch(decode_records(buf), "t", 0).to_pylist()
     assert [r["value"] for r in rows] == [big, big[::-1]]
     assert isinstance(to_record_batch(decode_records(buf), "t", 0).column("value"), pa.BinaryArray)
+
+
+def test_read_committed_drops_aborted_batches_and_markers() -> None:
+    """KIP-98's consumer rule on one Fetch answer: producer 7 aborts a transaction
+    (first offset 0), then commits another; producer 8 commits one in between; producer
+    9's aborted transaction has its marker beyond this answer. Markers are never rows."""
+    from types import SimpleNamespace
+
+    from pykfk_spark.client import skipped_batches
+
+    def data(base: int, n: int, pid: int = -1) -> bytes:
+        rows = [(None, b"v%d" % (base + i), 1_000 + base + i, None) for i in range(n)]
+        return build_batch(rows, base_offset=base, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                           base_sequence=0 if pid >= 0 else -1, is_transactional=pid >= 0)
+
+    def marker(base: int, pid: int, commit: bool) -> bytes:
+        key = b"\x00\x00\x00" + (b"\x01" if commit else b"\x00")
+        return build_batch([(key, b"\x00\x00\x00\x00\x00\x00", 1_000, None)], base_offset=base,
+                           producer_id=pid, producer_epoch=0, is_transactional=True, is_control=True)
+
+    log = b"".join([
+        data(0, 3, 7), data(3, 2, 8), data(5, 2), marker(7, 7, commit=False), data(8, 2, 7),
+        marker(10, 8, commit=True), marker(11, 7, commit=True), data(12, 2, 9), data(14, 1),
+    ])
+    aborted = [SimpleNamespace(producer_id=9, first_offset=12), SimpleNamespace(producer_id=7, first_offset=0)]
+    # A broker lists the aborted transactions whose marker is at or after the fetch offset.
+    for start, expected in [(0, [3, 4, 5, 6, 8, 9, 14]), (1, [3, 4, 5, 6, 8, 9, 14]), (8, [8, 9, 14])]:
+        decoded = decode_records(log, start, include_control=True)
+        listed = aborted if start <= 7 else aborted[:1]  # producer 7's abort marker is at 7
+        batch = to_record_batch(decoded, "t", 0, 15, skipped_batches=skipped_batches(decoded, listed))
+        assert batch.column("offset").to_pylist() == expected, start
+        assert batch.column("value").to_pylist() == [b"v%d" % o for o in expected]
+    # Nothing aborted in the answer: only the markers go.
+    decoded = decode_records(log, 0, include_control=True)
+    kept = to_record_batch(decoded, "t", 0, skipped_batches=skipped_batches(decoded, []))
+    assert kept.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5, 6, 8, 9, 12, 13, 14]
+    # read_uncommitted: markers skipped by the decoder, every data record kept.
+    assert to_record_batch(decode_records(log, 0), "t", 0).num_rows == 12

@@ -145,3 +145,12 @@ def test_rate_limit_is_proportional_to_lag() -> None:
     assert cut == {("t", 0): 150, ("t", 1): 150, ("t", 2): 50}
     assert rate_limit(begin, end, 1000) == end
     assert rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}, 10)[("t", 1)] == 1
+
+
+def test_isolation_level() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert ReadOptions.parse(base).read_committed is False  # Spark's default
+    assert ReadOptions.parse({**base, "kafka.isolation.level": "read_committed"}).read_committed
+    assert not ReadOptions.parse({**base, "kafka.isolation.level": "READ_UNCOMMITTED"}).read_committed
+    with pytest.raises(OptionError, match="kafka.isolation.level must be read_committed or"):
+        ReadOptions.parse({**base, "kafka.isolation.level": "committed"})
