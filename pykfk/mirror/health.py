@@ -105,6 +105,11 @@ class ClusterState:
         self._backoff = FIRST_BACKOFF_S
         self._retry_at = 0.0
         self.outages = 0
+        self._quiet = False
+
+    def quiet(self) -> None:
+        """The mirror is closing: what its clients report on the way out is not news."""
+        self._quiet = True
 
     @property
     def down(self) -> bool:
@@ -141,6 +146,8 @@ class ClusterState:
 
     def on_client_error(self, error: KafkaError) -> None:
         """librdkafka's error callback: a cluster-wide connection failure marks it down."""
+        if self._quiet:
+            return
         if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
             self.failed()
         elif error.fatal():

@@ -361,6 +361,8 @@ class Mirror:
 
     def close(self) -> None:
         """Leave the group (its revocation writes progress), flush, release clients."""
+        for state in (self.source_state, self.target_state, *([self.audit.state] if self.audit else [])):
+            state.quiet()
         try:
             self._consumer.close()
         finally:

@@ -1,14 +1,17 @@
-"""The mirror's pure parts: configuration files, remote names and cycles, offset syncs."""
+"""The mirror's pure parts: configuration files, remote names and cycles, offset syncs,
+progress entries, reachability lines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError
 
 from pykfk.mirror.config import ConfigError, load_config, parse_config
+from pykfk.mirror.health import ClusterState
 from pykfk.mirror.naming import ORIGIN_HEADER, ReplicationPolicy
-from pykfk.mirror.progress import OffsetSyncs
+from pykfk.mirror.progress import AuditRange, OffsetSyncs, ProgressEntry
 
 BASE = {"source.alias": "east", "source.bootstrap.servers": "127.0.0.1:1",
         "target.alias": "west", "target.bootstrap.servers": "127.0.0.1:2"}
@@ -98,3 +101,38 @@ def test_exactly_once_by_default_with_transactional_ids_from_the_group() -> None
                             "transactional.id.prefix": ""})
     assert not relaxed.exactly_once and relaxed.transactional_id_prefix == "dr"
     assert relaxed.metrics_listener is None
+
+
+def test_offset_syncs_topic_and_lag_follow_mirrormaker() -> None:
+    config = parse_config({**BASE, "topics": "orders"})
+    assert config.offset_syncs_topic == "mm2-offset-syncs.east.internal"
+    assert config.offset_lag_max == 100
+    assert not parse_config({**BASE, "topics.regex": ".*"}).matches(config.offset_syncs_topic)
+    with pytest.raises(ConfigError, match="offset.lag.max must be positive"):
+        parse_config({**BASE, "topics": "orders", "offset.lag.max": "0"})
+
+
+def test_progress_entries_carry_unpublished_audit_ranges() -> None:
+    ranges = (AuditRange(500, ((60_000, 20), (120_000, 480))), AuditRange(900, ((120_000, 400),)))
+    entry = ProgressEntry(900, "east.orders", 3, 1204, ranges)
+    assert ProgressEntry.decode(entry.encode()) == entry
+    # Entries written before audit ranges existed read as having none.
+    old = b'{"offset": 5, "target_topic": "east.orders", "target_partition": 0, "target_offset": 7}'
+    assert ProgressEntry.decode(old).audit == ()
+
+
+def test_a_cluster_state_prints_one_line_per_change() -> None:
+    lines: list[str] = []
+    state = ClusterState("target", "127.0.0.1:9093", lines.append)
+    state.ok()
+    state.failed("timed out")
+    state.failed()
+    state.failed()
+    assert not state.ready()  # within the pause after a failure
+    state.ok()
+    state.ok()
+    assert lines == ["target 127.0.0.1:9093 unreachable, retrying (timed out)",
+                     "target 127.0.0.1:9093 reachable again after 0 s"]
+    state.quiet()
+    state.on_client_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    assert len(lines) == 2 and not state.down
