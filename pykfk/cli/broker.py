@@ -246,6 +246,25 @@ def _installed_script() -> str | None:
     return script if os.path.isfile(script) else shutil.which("pykfk-broker")
 
 
+# What the shipped unit's sandbox hides from the service (systemd.exec): PrivateTmp=yes
+# gives it empty /tmp and /var/tmp, ProtectHome=yes empty /home, /root and /run/user.
+_HIDDEN_BY_UNIT = (("/tmp", "PrivateTmp=yes"), ("/var/tmp", "PrivateTmp=yes"),
+                   ("/home", "ProtectHome=yes"), ("/root", "ProtectHome=yes"),
+                   ("/run/user", "ProtectHome=yes"))
+
+
+def hidden_from_unit(executable: str) -> str | None:
+    """Why the unit's ExecStart cannot run ``executable``, or None when it can."""
+    for path in dict.fromkeys([os.path.abspath(executable), os.path.realpath(executable)]):
+        for root, setting in _HIDDEN_BY_UNIT:
+            if path == root or path.startswith(root + "/"):
+                return (f"ExecStart runs {executable}, under {root}, which the unit's "
+                        f"{setting} hides from the service: it would fail with status 203/EXEC. "
+                        "Install pykfk where the service can see it (python3 -m venv /opt/pykfk; "
+                        f"docs/service.md), or remove {setting} from the unit.")
+    return None
+
+
 def _refuse(log_format: str, message: str) -> int:
     """A start refused before serving: a JSON log line in JSON mode, else plain text."""
     if log_format == "json":
@@ -259,7 +278,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the process exit status."""
     args = _parse_args(argv)
     if args.print_systemd_unit:
-        sys.stdout.write(unit_file_text(_installed_script()))
+        script = _installed_script()
+        sys.stdout.write(unit_file_text(script))
+        if script is not None:
+            warning = hidden_from_unit(script)
+            if warning:
+                print(f"pykfk-broker: warning: {warning}", file=sys.stderr)
         return 0
     if args.print_example_config:
         sys.stdout.write(example_config_text())

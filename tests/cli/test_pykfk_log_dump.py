@@ -4,16 +4,19 @@ entry are each found and reported with exit 1."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
 
 import pytest
 
+from pykfk._core.records import build_batch
 from pykfk.testing import BrokerProcess
 
-from .conftest import Pykfk
+from .conftest import Pykfk, on_terminal
 
 BATCHES = 20
 RECORDS_PER_BATCH = 5
@@ -115,3 +118,49 @@ def test_bad_paths(pykfk: Pykfk, tmp_path: Path) -> None:
     stray.write_text("hello")
     named = pykfk("log", "dump", str(stray))
     assert named.code == 1 and "not a segment file" in named.err
+
+
+def test_print_data_log_with_headers_and_an_offset_range(pykfk: Pykfk, broker: BrokerProcess,
+                                                         topic_name: str) -> None:
+    pykfk.ok("topic", "create", topic_name, "-p", "1")
+    records = "".join(
+        json.dumps({"key": f"k{i}", "value": f"v{i}", "timestamp": 1000 + i,
+                    "headers": {"trace": f"t-{i}", "src": "import"}}) + "\n" for i in range(6))
+    pykfk.ok("produce", topic_name, "--input-format", "json", "--batch-records", "2",
+             input=records)
+    partition = str(Path(broker.log_dir) / f"{topic_name}-0")
+
+    # kafka-dump-log.sh's --print-data-log: a line per record, headers as key=value.
+    text = pykfk.ok("log", "dump", partition, "--print-data-log", "--start-offset", "3",
+                    "--end-offset", "4").out
+    record_lines = [line for line in text.splitlines() if line.startswith("| offset:")]
+    assert record_lines == [
+        f"| offset: {i} timestamp: {1000 + i} keySize: 2 valueSize: 2 headerKeys: [trace,src] "
+        f"key: k{i} payload: v{i} headers: [trace=t-{i},src=import]" for i in (3, 4)]
+    # Only the batches holding offsets 3-4 are listed (2-3 and 4-5); all are checked.
+    assert re.findall(r"^\d+\s+(\d+)\s+(\d+)\s+2\s", text, re.MULTILINE) == [("2", "3"), ("4", "5")]
+
+    deep = pykfk.ok("log", "dump", partition, "--deep-iteration", "--end-offset", "0").out
+    assert [line for line in deep.splitlines() if line.startswith("|")] == [
+        "| offset: 0 timestamp: 1000 keySize: 2 valueSize: 2 headerKeys: [trace,src]"]
+
+    report = pykfk.ok("log", "dump", partition, "-r", "--start-offset", "5", "-o", "json").json()
+    [log] = [f for f in report["files"] if f["kind"] == "log"]
+    assert [r["headers"] for b in log["batches"] for r in b["records"]] == [
+        [["trace", "t-5"], ["src", "import"]]]
+    backwards = pykfk("log", "dump", partition, "--start-offset", "4", "--end-offset", "3")
+    assert backwards.code == 2 and "--end-offset" in backwards.err
+
+
+def test_large_segment_shows_progress_on_a_terminal(tmp_path: Path) -> None:
+    log = tmp_path / f"{SEGMENT}.log"
+    value = b"v" * (1 << 20)
+    # 33 MiB: above the size that gets a progress bar.
+    log.write_bytes(b"".join(build_batch([(None, value, 1000, [])], base_offset=offset)
+                             for offset in range(33)))
+    shown = on_terminal(Pykfk(None), "log", "dump", str(log))
+    assert shown.code == 0, shown
+    assert re.search(rf"{SEGMENT}\.log\s+\[#+\]\s+100%", shown.err), shown.err
+    assert len(re.findall(r"^\d+\s+\d+\s+\d+\s+1\s", shown.out, re.MULTILINE)) == 33
+    piped = Pykfk(None).ok("log", "dump", str(log))
+    assert "%" not in piped.err

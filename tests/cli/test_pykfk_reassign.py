@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .conftest import Pykfk
+
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 
 def test_plan_is_kafka_reassignment_json(pykfk: Pykfk, topic_name: str) -> None:
@@ -36,7 +39,7 @@ def test_execute_refuses_a_file_that_is_not_a_plan(pykfk: Pykfk, tmp_path: Path)
 
 
 def test_execute_and_verify_move_a_partition_in_a_cluster(tmp_path: Path, zookeeper_server) -> None:
-    from tests.cluster.conftest import Cluster, wait_until
+    from tests.cluster.conftest import Cluster
 
     cluster = Cluster(str(tmp_path), zookeeper_server, 2, {}).start()
     try:
@@ -47,10 +50,26 @@ def test_execute_and_verify_move_a_partition_in_a_cluster(tmp_path: Path, zookee
         target = 1 - before
         plan = tmp_path / "plan.json"
         plan.write_text(cli.ok("reassign", "plan", "--topic", "moving", "--brokers", str(target)).out)
-        cli.ok("reassign", "execute", str(plan))
-        wait_until(lambda: cli("reassign", "verify", str(plan)).code == 0, 30,
-                   "pykfk reassign verify to report the move complete")
+        # kafka-reassign-partitions.sh --throttle: the rate goes on both brokers of the
+        # move, and verify takes it away once the move is complete.
+        started = cli.ok("reassign", "execute", str(plan), "--throttle", "50000000")
+        assert "throttle 50000000 B/s set on brokers 0,1" in started.err
+        for broker in (0, 1):
+            rates = cli.ok("cluster", "config", "get", "--broker", str(broker), "-o", "json",
+                           *THROTTLE_RATES).json()["configs"]
+            assert {(c["name"], c["value"], c["source"]) for c in rates} == {
+                (name, "50000000", "DYNAMIC_BROKER_CONFIG") for name in THROTTLE_RATES}
+        verified = cli("reassign", "verify", str(plan), "--wait", "30s", "-o", "json")
+        assert verified.code == 0, verified
+        assert verified.json()["complete"] and verified.json()["throttle_removed_from"] == [0, 1]
+        assert verified.json()["partitions"][0]["status"] == "complete"
         assert _replicas(cli, "moving") == [target]
+        for broker in (0, 1):
+            rates = cli.ok("cluster", "config", "get", "--broker", str(broker),
+                           *THROTTLE_RATES, "-o", "json").json()["configs"]
+            assert {c["source"] for c in rates} == {"DEFAULT_CONFIG"}, rates
+        again = cli.ok("reassign", "verify", str(plan))
+        assert re.search(r"moving\s+0\s+\d\s+\d\s+complete", again.out), again
         consumed = cli.ok("consume", "moving", "--from-beginning", "-n", "3").out.split()
         assert consumed == ["a", "b", "c"]
     finally:
