@@ -259,7 +259,10 @@ class Mirror:
         due_report = now + self.config.report_interval_ms / 1000
         last_report = (now, 0, 0)
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
+            try:
+                self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
+            except TargetUnavailable as exc:  # a partition's new producer could not be made
+                self.target_state.failed(str(exc))
             now = time.monotonic()
             if self.target_state.down and not self._paused:
                 self._pause()
@@ -426,6 +429,13 @@ class Mirror:
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        try:
+            self._assign(consumer, partitions)
+        except TargetUnavailable as exc:
+            raise MirrorError(f"partitions assigned while the target does not answer ({exc}); "
+                              "the next start takes them") from None
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.transactions is not None:
             # Fence the previous holders before reading the progress they may still write.
             for tp in partitions:
