@@ -27,7 +27,7 @@ import pykfk._core  # noqa: F401
 from pykfk.cluster.metadata import MetadataStore, TopicInfo
 from pykfk.cluster.node import ClusterNode
 from pykfk.cluster.replica import ReplicaManager
-from pykfk.cluster.topics import OFFSETS_TOPIC, TopicManager
+from pykfk.cluster.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TopicManager
 from pykfk.config import BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
@@ -101,7 +101,7 @@ class Broker:
         assert self.cluster.replica_manager is not None
         self.replica_manager = self.cluster.replica_manager
         self.topics = TopicManager(cfg, store, self._default_log_config,
-                                   self.replica_manager.created)
+                                   self.replica_manager.created, self._placement_problem)
         from pykfk.security.quotas import QuotaManager
 
         self.quotas = QuotaManager(store.client_quotas, lambda: store.quota_version)
@@ -154,6 +154,10 @@ class Broker:
             ",".join(cfg.log_dirs), store.cluster_id,
         )
 
+    def _placement_problem(self) -> str | None:
+        """Why this broker's log dirs can take no new partition now, or None."""
+        return self.log_manager.placement_problem() if self.log_manager is not None else None
+
     def _new_log_manager(self, cluster_id: str) -> LogManager:
         cfg = self.config
         flush_check_ms = (
@@ -172,6 +176,10 @@ class Broker:
             cleaner_dedupe_buffer_size=cfg["log.cleaner.dedupe.buffer.size"],
             # Followers and new leaders start from the checkpointed high watermark.
             checkpoint_interval_ms=cfg["replica.high.watermark.checkpoint.interval.ms"],
+            min_free_bytes=cfg["log.dir.free.bytes.min"],
+            alert_free_bytes=cfg["log.dir.free.bytes.alert"],
+            dir_check_interval_ms=cfg["log.dir.check.interval.ms"],
+            floor_exempt_topics=tuple(INTERNAL_TOPICS),
         )
 
     async def stop(self) -> None:

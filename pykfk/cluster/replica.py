@@ -38,9 +38,12 @@ One fetcher task per source broker serves all partitions followed from it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
 import gc
 import logging
+import os
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -292,6 +295,8 @@ class Partition:
         else:  # no follower: the high watermark moved with the log end offset
             manager.high_watermark_waiters.notify(self.topic, self.partition)
         manager.log_end_waiters.notify(self.topic, self.partition)
+        if info.flushed is not None:  # flush.messages or flush.ms asks for an fsync first
+            return info, self._after_flush(info.flushed, acks, info.last_offset + 1, timeout_ms)
         if acks != -1 or info.last_offset < 0:
             return info, None
         required = info.last_offset + 1
@@ -301,6 +306,18 @@ class Partition:
                 raise KafkaError(code, f"{self.topic}-{self.partition}: {code.name} after the append")
             return info, None
         return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
+
+    async def _after_flush(self, flushed: concurrent.futures.Future[None], acks: int, required: int,
+                           timeout_ms: int) -> ErrorCode:
+        """An append whose fsync the log's flush policy asked for: answered once the
+        fsync succeeded (KAFKA_STORAGE_ERROR when it failed), then as ``acks`` asks."""
+        try:
+            await asyncio.wrap_future(flushed)
+        except KafkaError as exc:
+            return exc.code
+        if acks != -1:
+            return ErrorCode.NONE
+        return await self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, timeout_ms: int) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
@@ -594,10 +611,16 @@ class ReplicaManager:
         # and the logs made for them off the loop, not yet taken by a Partition.
         self._creating: dict[str, asyncio.Task[None]] = {}
         self._prepared: dict[tuple[str, int], _PreparedReplica] = {}
+        # Replicas whose log dir is offline (KAFKA_STORAGE_ERROR until it comes back),
+        # and replicas whose log could not be made (tried again at their next state).
+        self.offline_partitions: dict[tuple[str, int], str] = {}
+        self._creation_failed: dict[tuple[str, int], str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.log_manager is not None and self._on_log_dir_change not in self.log_manager.dir_listeners:
+            self.log_manager.dir_listeners.append(self._on_log_dir_change)
         interval = max(self.settings.replica_lag_time_max_ms / 2, 50) / 1000
         self._isr_task = asyncio.get_running_loop().create_task(self._isr_checks(interval))
 
@@ -649,11 +672,17 @@ class ReplicaManager:
         replicas = info.replicas(partition, self.broker_id) if info is not None and partition < info.partitions else ()
         current = self.partitions.get(key)
         if self.broker_id not in replicas:
-            if current is not None:
+            self._creation_failed.pop(key, None)
+            if self.offline_partitions.pop(key, None) is not None:
+                with contextlib.suppress(OSError):  # its dir may still be failing
+                    self.log_manager.delete_log(topic, partition)
+            elif current is not None:
                 # The topic is gone, or a reassignment moved the partition off this
                 # broker (the controller took it out of the ISR first): drop the data.
                 self.remove_partition(topic, partition, delete=True)
             return
+        if key in self.offline_partitions:
+            return  # taken up again when its log dir comes back
         if state is None:
             return
         if state.leader == self.broker_id and 0 <= state.zxid < self.store.registration_zxid:
@@ -662,7 +691,16 @@ class ReplicaManager:
             log.debug("%s-%d: waiting for a state newer than this registration", topic, partition)
             return
         if current is None:
-            current = self._create_partition(topic, partition)
+            try:
+                current = self._create_partition(topic, partition)
+            except KafkaError as exc:
+                problem = exc.message or exc.code.name
+                if key not in self._creation_failed:
+                    log.warning("%s-%d: no log could be made for this broker's replica: %s", topic, partition,
+                                problem)
+                self._creation_failed[key] = problem
+                return
+            self._creation_failed.pop(key, None)
         current.replicas = tuple(replicas)
         applied = current.state
         if applied is not None and (state.leader_epoch < applied.leader_epoch
@@ -694,7 +732,14 @@ class ReplicaManager:
         if plog is None:
             plog = self.log_manager.create_log(topic, partition, self.log_config_for(topic))
             if topic_id is not None:
-                write_partition_metadata(plog.dir, topic_id)
+                try:
+                    write_partition_metadata(plog.dir, topic_id)
+                except OSError as exc:
+                    self.log_manager.report_dir_error(os.path.dirname(plog.dir), exc)
+                    with contextlib.suppress(OSError):
+                        self.log_manager.delete_log(topic, partition)
+                    raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                     f"writing the partition.metadata of {topic}-{partition} failed: {exc}") from None
             plog.high_watermark = 0
         elif prepared is not None and prepared.log is plog:
             plog.high_watermark = 0
@@ -749,6 +794,45 @@ class ReplicaManager:
             self._refreeze_later()
             self.log_manager.delete_log(topic, partition)
             self.high_watermark_waiters.notify(topic, partition)
+
+    def _on_log_dir_change(self, log_dir: str, state: str, partitions: list[tuple[str, int]]) -> None:
+        """The log manager took ``log_dir`` offline (its replicas here stop, answer
+        KAFKA_STORAGE_ERROR and give up their leadership) or brought it back (they take
+        their roles from the store again, their logs loaded anew)."""
+        if self.shutting_down:
+            return
+        if state != "offline":
+            for key in partitions:
+                if self.offline_partitions.pop(key, None) is not None:
+                    self.apply_state(*key)
+            return
+        reason = f"log dir {log_dir} is offline"
+        for key in partitions:
+            self.offline_partitions[key] = reason
+            current = self.partitions.get(key)
+            if current is None:
+                continue
+            led = current.state if current.role == LEADER else None
+            current.fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
+            self.remove_partition(*key, delete=False)
+            if led is not None and len(led.isr) > 1:
+                self.spawn(self._leave_isr(key, led))
+
+    async def _leave_isr(self, key: tuple[str, int], led: PartitionState) -> None:
+        """A leader whose log dir failed writes itself out of the ISR; the controller
+        then elects another ISR member (a leader outside its ISR is one it replaces)."""
+        isr = tuple(r for r in led.isr if r != self.broker_id)
+        for _attempt in range(5):
+            state = self.store.partition_state(*key)
+            if state is None or state.leader != self.broker_id or self.broker_id not in state.isr:
+                return
+            try:
+                await self.store.update_isr(key[0], key[1], dataclasses.replace(state, isr=isr), state.version)
+                log.info("%s-%d: left the ISR (its log dir is offline)", *key)
+                return
+            except Exception as exc:  # noqa: BLE001 - a conflict (the state moved) or ZooKeeper away: again
+                log.debug("%s-%d: leaving the ISR: %s", key[0], key[1], exc)
+                await self.clock.sleep(0.2)
 
     def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader_id)
@@ -812,6 +896,9 @@ class ReplicaManager:
         info = self.store.get_topic(topic)
         if info is None or not 0 <= partition < info.partitions:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} does not exist")
+        problem = self.offline_partitions.get((topic, partition)) or self._creation_failed.get((topic, partition))
+        if problem is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} on broker {self.broker_id}: {problem}")
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} has no replica of {topic}-{partition}")
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
@@ -927,6 +1014,11 @@ class ReplicaManager:
         task = self._creating.get(topic)
         if task is not None:
             await asyncio.shield(task)
+        failed = sorted(p for (t, p) in self._creation_failed if t == topic)
+        if failed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"broker {self.broker_id} could not make the logs of {len(failed)} partitions of "
+                             f"{topic} ({failed[:10]}): {self._creation_failed[(topic, failed[0])]}")
 
     def _needs_new_log(self, info: TopicInfo, partition: int) -> bool:
         """A partition of this broker's with no log yet."""
@@ -1002,7 +1094,10 @@ class ReplicaManager:
         when this broker leads it (written unsynced, as Kafka does for epoch changes)."""
         prepared = {}
         for partition in partitions:
-            plog = self.log_manager.create_log(topic, partition, config)
+            try:
+                plog = self.log_manager.create_log(topic, partition, config)
+            except KafkaError:
+                continue  # tried again by its apply_state, which records the failure
             epochs = LeaderEpochCache(plog.dir, sync=False, entries=[])
             if partition in leads:
                 epochs.assign(leads[partition], 0)

@@ -56,13 +56,17 @@ class TopicManager:
         store: MetadataStore,
         default_log_config: LogConfig,
         partitions_created: Callable[[str], Awaitable[None]] | None = None,
+        placement_problem: Callable[[], str | None] | None = None,
     ):
         """``partitions_created(topic)`` waits until this broker's replicas of a topic's
-        new partitions exist (the replica manager may create many in the background)."""
+        new partitions exist (the replica manager may create many in the background;
+        KafkaError when some could not be made); ``placement_problem()`` says why this
+        broker's log dirs can take no new partition (all offline or full), or None."""
         self.config = config
         self.store = store
         self.default_log_config = default_log_config
         self.partitions_created = partitions_created or _nothing_to_wait_for
+        self.placement_problem = placement_problem or (lambda: None)
 
     def check_new_topic(
         self,
@@ -99,7 +103,17 @@ class TopicManager:
             )
         self.validate_topic_configs(configs)
         self._check_open_files(partitions, replication)
+        self._check_placement()
         return partitions, replication, {k: v for k, v in configs.items() if v is not None}
+
+    def _check_placement(self) -> None:
+        """KAFKA_STORAGE_ERROR when a cluster of one has no log dir that can take a new
+        partition (in a larger cluster the other brokers may)."""
+        if len(self.store.brokers()) > 1:
+            return
+        problem = self.placement_problem()
+        if problem is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, problem)
 
     def _check_open_files(self, partitions: int, replication: int) -> None:
         """INVALID_PARTITIONS when this broker's share of the new replicas would need more
@@ -148,7 +162,16 @@ class TopicManager:
             info = await self.store.create_topic(name, partitions, replication_factor, configs)
         except TopicExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
-        await self.partitions_created(name)
+        try:
+            await self.partitions_created(name)
+        except KafkaError as exc:
+            # Some of this broker's replicas have no log: the topic goes whole.
+            log.warning("creating topic %s failed, deleting it again: %s", name, exc.message)
+            try:
+                await self.store.delete_topic(name)
+            except (KafkaError, UnknownTopicError) as undo:
+                log.warning("deleting the half-made topic %s failed: %s", name, undo)
+            raise
         log.info("created topic %s with %d partitions%s", name, partitions, f", configs {dict(configs)}" if configs else "")
         return info
 
@@ -193,6 +216,7 @@ class TopicManager:
             )
         _check_partition_limit(total)
         self._check_open_files(total - info.partitions, info.replication_factor)
+        self._check_placement()
         if validate_only:
             return
         try:

@@ -48,11 +48,15 @@ def write_atomic(path: str, data: bytes, *, sync: bool = True) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, data)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            _write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        _remove_quietly(tmp)  # a full disk must not keep the space a failed write took
+        raise
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
@@ -65,10 +69,21 @@ def _write_new(path: str, data: bytes) -> bool:
     except FileExistsError:
         return False
     try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError:
+        _remove_quietly(path)  # torn: as if never written
+        raise
     return True
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -24,6 +24,8 @@ region handed to sendfile remains readable.
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import os
@@ -156,7 +158,7 @@ class AppendInfo:
     core's validate-and-assign step made them); ``record_count`` is summed on first use."""
 
     __slots__ = ("_headers", "_record_count", "duplicate", "first_offset",
-                 "last_offset", "log_append_time_ms", "log_start_offset")
+                 "flushed", "last_offset", "log_append_time_ms", "log_start_offset")
 
     def __init__(self, first_offset: int, last_offset: int, log_append_time_ms: int,
                  log_start_offset: int, record_count: int | None, headers: list[Any],
@@ -169,6 +171,9 @@ class AppendInfo:
         self.duplicate = duplicate
         self._record_count = record_count
         self._headers = headers
+        # Set when the log's flush policy asked for an fsync of this append: done once
+        # the fsync succeeded, failed (KafkaError) when it did not.
+        self.flushed: concurrent.futures.Future[None] | None = None
 
     @property
     def record_count(self) -> int:
@@ -239,6 +244,9 @@ class Log:
     validate_compressed = True
     # Where flushes report their time (the log manager's, for the broker metrics).
     flush_stats: FlushStats | None = None
+    # Told of every I/O error of the log's files (the log manager's, which takes the
+    # dir offline or marks it full): called with the log and the error, on any thread.
+    io_error_handler: Callable[[Log, OSError], None] | None = None
 
     def __init__(
         self,
@@ -258,6 +266,13 @@ class Log:
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._closed = False
+        # Appends are accepted: the log is open and its dir neither offline nor full.
+        self._writable = True
+        self._refusal: str | None = None  # why appends are refused (a dir state)
+        # An fsync failed: what follows the recovery point may be lost whatever the page
+        # cache shows (see ``flush``).
+        self.fsync_failed = False
+        self._flush_waiting: concurrent.futures.Future[None] | None = None
         self._view = _View([])
         self._created_ms: dict[int, int] = {}
         self._pending_deletes: list[_PendingDelete] = []
@@ -266,7 +281,6 @@ class Log:
         self._recovery_point = max(0, recovery_point)
         self._high_watermark: int | None = None
         self._last_flush_ms = time_ms()
-        self._flush_scheduled = False
         self.producer_state = ProducerStateManager()
         self.aborted_txns = AbortedTransactions(self.dir)
         if not (new and self._start_new()):
@@ -568,7 +582,54 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is closed")
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self._refusal or f"log {self.name} is closed")
+        if self._refusal is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self._refusal)
+
+    def _set_closed(self) -> None:
+        self._closed = True
+        self._writable = False
+
+    def refuse_appends(self, reason: str | None) -> None:
+        """Appends answer KAFKA_STORAGE_ERROR with ``reason`` (its log dir is full or
+        below its free-space floor) until called with None. Reads go on."""
+        self._refusal = reason
+        self._writable = reason is None and not self._closed
+
+    def go_offline(self, reason: str) -> None:
+        """Its log dir failed: the log takes no append and no flush any more (a later
+        fsync's success would say nothing of data an earlier one failed to write), and
+        waits to be loaded again (with recovery) from its files."""
+        with self._lock:
+            self._refusal = reason
+            self._set_closed()
+            waiting, self._flush_waiting = self._flush_waiting, None
+        if waiting is not None:
+            waiting.set_exception(KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, reason))
+
+    @property
+    def waits_for_fsync(self) -> bool:
+        """Appends are answered after their fsync (flush.messages or flush.ms set)."""
+        return self._config.flush_interval_messages < NEVER or self.flushes_on_time
+
+    @property
+    def offline(self) -> bool:
+        return self._closed and self._refusal is not None
+
+    def release_files(self) -> None:
+        """Closes the segments of a log taken offline (their regions may fail now)."""
+        for seg in self._view.segments:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                seg.close()
+
+    def _io_failed(self, exc: OSError, what: str) -> KafkaError:
+        """Reports an I/O error of this log's files to its handler and gives the error
+        its request is answered with."""
+        if self.io_error_handler is None:
+            logger.error("%s %s failed: %s", self._prefix(), what, exc)
+        else:  # logged there, once per change of the dir's state
+            self.io_error_handler(self, exc)
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} of {self.name} failed: {exc}")
 
     def roll(self, base_offset: int | None = None, *, now_ms: int | None = None,
              reason: str = "requested") -> Segment:
@@ -582,8 +643,11 @@ class Log:
                 return active
             start = time.monotonic()
             new_base = max(self._log_end_offset, base_offset or 0)
-            self._take_producer_snapshot(new_base)
-            seg = self._open_segment(new_base, now_ms)
+            try:
+                self._take_producer_snapshot(new_base)
+                seg = self._open_segment(new_base, now_ms)
+            except OSError as exc:
+                raise self._io_failed(exc, f"Rolling a segment at offset {new_base}") from None
             self._view = _View(self._view.segments + [seg])
             self._log_end_offset = new_base
             OFFSET_MOVES.count += 1
@@ -662,7 +726,7 @@ class Log:
         # The clock only when the batches get it; a roll decision reads it if it needs it.
         now = time_ms() if now_ms is None and log_append_time else now_ms
         with self._lock:
-            if self._closed:
+            if not self._writable:
                 self._check_open()
             first_offset = self._log_end_offset
             headers = core_records.validate_and_assign(
@@ -699,7 +763,7 @@ class Log:
             return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
         self._check_size(len(buf))
         with self._lock:
-            if self._closed:
+            if not self._writable:
                 self._check_open()
             first_offset = headers[0].base_offset
             if first_offset < self._log_end_offset:
@@ -795,20 +859,21 @@ class Log:
                 state.map_end_offset = next_offset
         else:
             state.commit_append(producers, headers, next_offset, offsets_assigned=False)
-        flush_now = (next_offset - self._recovery_point >= config.flush_interval_messages
-                     and self._request_flush())
         info = AppendInfo(first_offset, next_offset - 1,
                           now if log_append_time and now is not None else -1,
                           self._log_start_offset, next_offset - first_offset if leader else None,
                           headers)
+        flush_now = False
+        if next_offset - self._recovery_point >= config.flush_interval_messages or (
+                self.flushes_on_time and self.flush_due(now)):
+            flush_now = self._request_flush()
+            info.flushed = self._flush_waiting
         return info, flush_now
 
     def _append_failed(self, segment: Segment, exc: OSError | ValueError, leader: bool) -> None:
         """Raises what a failed Segment.append means to the caller."""
         if isinstance(exc, OSError):
-            logger.error("%s Append to segment %d failed: %s", self._prefix(),
-                         segment.base_offset, exc)
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            raise self._io_failed(exc, f"Append to segment {segment.base_offset}") from None
         if leader:
             raise exc
         # A follower's batches whose offsets do not increase (checked before any write).
@@ -825,17 +890,32 @@ class Log:
 
     def _request_flush(self) -> bool:
         """flush.messages reached: flush on the scheduler, or inline (returns True) when
-        the log runs without one."""
+        the log runs without one. Appends made until that flush starts wait for it
+        together (``_flush_waiting``, a future their AppendInfo carries)."""
         if self.scheduler is None:
             return True
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
+        if self._flush_waiting is None:
+            self._flush_waiting = concurrent.futures.Future()
             self.scheduler.schedule(0, self._scheduled_flush)
         return False
 
     def _scheduled_flush(self) -> None:
-        self._flush_scheduled = False
-        self.flush()
+        with self._lock:
+            waiting, self._flush_waiting = self._flush_waiting, None
+            up_to = self._log_end_offset
+        try:
+            self.flush(up_to)
+        except KafkaError as exc:  # reported by flush
+            if waiting is not None:
+                waiting.set_exception(exc)
+            return
+        if waiting is None:
+            return
+        if self._recovery_point >= up_to:
+            waiting.set_result(None)
+        else:  # closed or taken offline before the fsync
+            waiting.set_exception(KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                             self._refusal or f"log {self.name} is closed"))
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -938,10 +1018,18 @@ class Log:
             if end > start:
                 began = time.perf_counter()
                 segs = view.segments
-                for i, seg in enumerate(segs):
-                    seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset
-                    if seg_end > start and seg.base_offset < end:
-                        seg.flush()
+                try:
+                    for i, seg in enumerate(segs):
+                        seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else self._log_end_offset
+                        if seg_end > start and seg.base_offset < end:
+                            seg.flush()
+                except OSError as exc:
+                    # The kernel may have dropped the pages it failed to write: nothing
+                    # past the recovery point can be trusted to be on disk, and a later
+                    # fsync's success would not say otherwise.
+                    self.fsync_failed = True
+                    self.go_offline(f"fsync of {self.name} failed: {exc}")
+                    raise self._io_failed(exc, "fsync") from None
                 if self.flush_stats is not None:
                     self.flush_stats.observe(time.perf_counter() - began)
             with self._lock:
@@ -1253,8 +1341,11 @@ class Log:
         self.flush()
         with self._lock:
             self._take_producer_snapshot(self._log_end_offset, sync=True)
-            self._closed = True
+            self._set_closed()
             view = self._view
+            waiting, self._flush_waiting = self._flush_waiting, None
+        if waiting is not None:  # the flush just made covers it
+            waiting.set_result(None)
         self.sweep_deleted_segments(force=True)
         with self._flush_lock:
             for seg in view.segments:
@@ -1264,12 +1355,12 @@ class Log:
     def close_for_delete(self) -> None:
         """Stops the log without flushing: its data is about to be deleted."""
         with self._lock:
-            self._closed = True
+            self._set_closed()
 
     def delete(self) -> None:
         """Closes the log and removes its directory with every file in it. Blocking."""
         with self._lock:
-            self._closed = True
+            self._set_closed()
             view = self._view
         self.sweep_deleted_segments(force=True)
         with self._flush_lock:
@@ -1285,7 +1376,7 @@ class Log:
         """Renames the directory to ``<topic>-<partition>.<id>-delete`` so a restart
         finishes an interrupted delete; open descriptors stay valid. Returns the new path."""
         with self._lock:
-            self._closed = True
+            self._set_closed()
             target = f"{self.dir}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             os.rename(self.dir, target)
             self.dir = target

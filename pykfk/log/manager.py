@@ -12,6 +12,22 @@ Per log dir::
     <topic>-<partition>/              one Log
     <topic>-<partition>.<id>-delete/  a deleted log waiting for file.delete.delay.ms
 
+Log dir states (Kafka's KIP-112, plus a free-space floor):
+
+- online;
+- low: free space under ``log.dir.free.bytes.min``: appends to clients' topics are
+  refused (KAFKA_STORAGE_ERROR) while the internal topics, checkpoints and producer
+  snapshots still have room; back online once the space is there again;
+- full: a write failed with ENOSPC: every append is refused until the free space is
+  back above the floor (and RESUME_FREE_BYTES); reads go on in both;
+- offline: any other I/O error (EIO on a write, an fsync, an open): the dir's logs are
+  closed to appends, flushes and reads (their partitions answer KAFKA_STORAGE_ERROR and
+  lose their leadership in a cluster) until the dir passes a write probe (every
+  ``log.dir.check.interval.ms``, or ``probe_offline_dirs``): its logs are then loaded
+  again with recovery.
+Each change of state is logged once, with the dir and the cause; listeners
+(``dir_listeners``, the replica manager) hear of dirs going offline and coming back.
+
 Threads: ``open`` and ``shutdown`` block (call them before the loop serves requests, or
 through ``aclose``); ``get_log`` / ``create_log`` / ``delete_log`` run on the loop thread.
 ``start`` runs retention, time-based flushes, checkpoints and the log cleaner (compaction)
@@ -22,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -61,6 +79,12 @@ from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
 
+# Log dir states.
+ONLINE, LOW, FULL, OFFLINE = "online", "low", "full", "offline"
+# After ENOSPC, appends resume once at least this much is free (and the floor).
+RESUME_FREE_BYTES = 1 << 20
+PROBE_FILE = ".pykfk-probe"
+
 # The offset checkpoints of a log dir, in the order of the offsets read from each log:
 # recovery point, log start offset, high watermark.
 _CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_CHECKPOINT)
@@ -96,8 +120,12 @@ class _BackgroundScheduler:
     delayed through the event loop once ``start`` gave it one. Before that (no loop) work
     without delay runs inline and delayed work waits for the next sweep."""
 
-    def __init__(self, executor: concurrent.futures.Executor):
+    def __init__(self, executor: concurrent.futures.Executor,
+                 immediate: concurrent.futures.Executor | None = None):
         self.executor = executor
+        # Work without delay (fsyncs a produce may wait for) runs here, not behind a
+        # retention or cleaner pass.
+        self.immediate = immediate or executor
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
 
@@ -110,18 +138,21 @@ class _BackgroundScheduler:
                 _run_logged(fn)
             return
         if delay_ms <= 0:
-            self._submit(fn)
+            self._submit(fn, self.immediate)
             return
         try:
-            loop.call_soon_threadsafe(loop.call_later, delay_ms / 1000, self._submit, fn)
+            loop.call_soon_threadsafe(loop.call_later, delay_ms / 1000, self._submit_delayed, fn)
         except RuntimeError:  # loop closed meanwhile; the next sweep catches up
             pass
 
-    def _submit(self, fn: Callable[[], Any]) -> None:
+    def _submit_delayed(self, fn: Callable[[], Any]) -> None:
+        self._submit(fn)
+
+    def _submit(self, fn: Callable[[], Any], executor: concurrent.futures.Executor | None = None) -> None:
         if self.closed:
             return
         try:
-            self.executor.submit(_run_logged, fn)
+            (executor or self.executor).submit(_run_logged, fn)
         except RuntimeError:  # executor shut down
             pass
 
@@ -129,8 +160,37 @@ class _BackgroundScheduler:
 def _run_logged(fn: Callable[[], Any]) -> None:
     try:
         fn()
+    except KafkaError as exc:
+        if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+            raise
+        logger.debug("Background log task %r: %s", fn, exc)  # the dir's state change was logged
     except Exception:
         logger.exception("Background log task %r failed", fn)
+
+
+def _is_out_of_space(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_bytes(log_dir: str) -> int:
+    stats = os.statvfs(log_dir)
+    return stats.f_bavail * stats.f_frsize
+
+
+def probe_dir(log_dir: str) -> None:
+    """Writes, fsyncs, reads back and removes a small file in ``log_dir``; raises OSError
+    when any step fails."""
+    path = os.path.join(log_dir, PROBE_FILE)
+    data = os.urandom(64)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+        if os.pread(fd, len(data), 0) != data:
+            raise OSError(errno.EIO, "the probe file read back different bytes")
+    finally:
+        os.close(fd)
+    os.unlink(path)
 
 
 class LogManager:
@@ -154,6 +214,10 @@ class LogManager:
         cleaner_enable: bool = True,  # log.cleaner.enable
         cleaner_backoff_ms: int = 15_000,  # log.cleaner.backoff.ms
         cleaner_dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,  # log.cleaner.dedupe.buffer.size
+        min_free_bytes: int = 0,  # log.dir.free.bytes.min
+        alert_free_bytes: int = 0,  # log.dir.free.bytes.alert
+        dir_check_interval_ms: int = 1000,  # log.dir.check.interval.ms
+        floor_exempt_topics: tuple[str, ...] = (),  # written below the floor (internal topics)
     ):
         if not log_dirs:
             raise ValueError("at least one log dir is required")
@@ -188,7 +252,19 @@ class LogManager:
         self._lock = threading.RLock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="pykfk-log")
-        self._scheduler = _BackgroundScheduler(self._executor)
+        self._flush_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="pykfk-flush")
+        self._scheduler = _BackgroundScheduler(self._executor, self._flush_executor)
+        self.min_free_bytes = min_free_bytes
+        self.alert_free_bytes = alert_free_bytes
+        self.dir_check_interval_ms = dir_check_interval_ms
+        self.floor_exempt_topics = frozenset(floor_exempt_topics)
+        self._dir_state: dict[str, str] = dict.fromkeys(self.log_dirs, ONLINE)
+        self._dir_cause: dict[str, str] = {}
+        self._low_space: set[str] = set()  # dirs whose alert is raised
+        self.free_bytes: dict[str, int] = {}  # at the last check
+        # Told (on the loop) of a dir going offline or coming back: (dir, state, partitions).
+        self.dir_listeners: list[Callable[[str, str, list[TopicPartition]], None]] = []
         self._lock_fds: dict[str, int] = {}
         self._high_watermark_checkpoints: dict[TopicPartition, int] = {}
         self._pending_log_deletes: list[tuple[int, Log]] = []
@@ -207,7 +283,16 @@ class LogManager:
         started = time.monotonic()
         try:
             for log_dir in self.log_dirs:
-                self._open_dir(log_dir)
+                try:
+                    self._open_dir(log_dir)
+                except OSError as exc:
+                    if len(self.log_dirs) == 1:
+                        raise
+                    # Kafka's way with several dirs: the broker starts without this one.
+                    self._forget_dir_logs(log_dir)
+                    self._mark_offline(log_dir, f"loading failed: {exc}")
+            if all(state == OFFLINE for state in self._dir_state.values()):
+                raise OSError(errno.EIO, f"no usable log dir among {self.log_dirs}")
         except BaseException:
             self._release_locks()
             raise
@@ -215,12 +300,15 @@ class LogManager:
         logger.info("Loaded %d logs from %d log dirs in %.0f ms", len(self._logs),
                     len(self.log_dirs), (time.monotonic() - started) * 1000)
 
-    def _open_dir(self, log_dir: str) -> None:
+    def _open_dir(self, log_dir: str, recovery_points: dict[TopicPartition, int] | None = None) -> None:
+        """Loads the logs of ``log_dir``; ``recovery_points`` override the checkpoint's
+        (a dir loaded again after it was offline: the recovery points it had then)."""
         os.makedirs(log_dir, exist_ok=True)
         self._lock_dir(log_dir)
         self._check_meta_properties(log_dir)
         clean = has_clean_shutdown_marker(log_dir)
-        recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
+        checkpointed = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
+        recovery_points = checkpointed if recovery_points is None else {**checkpointed, **recovery_points}
         log_starts = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
         self._high_watermark_checkpoints.update(
             self._read_checkpoint(log_dir, REPLICATION_CHECKPOINT))
@@ -256,7 +344,7 @@ class LogManager:
                       recovery_point=recovery_points.get(tp, 0),
                       log_start_offset=log_starts.get(tp, 0),
                       clean_shutdown=clean, scheduler=self._scheduler)
-            log.flush_stats = self.flush_stats
+            self._adopt(log)
             self._logs[tp] = log
             self._logs_changes += 1
             self._dir_counts[log_dir] += 1
@@ -265,7 +353,16 @@ class LogManager:
         # From here on a crash must trigger recovery.
         remove_clean_shutdown_marker(log_dir)
 
+    def _adopt(self, log: Log) -> None:
+        log.flush_stats = self.flush_stats
+        log.io_error_handler = self._on_log_io_error
+        state = self._dir_state.get(os.path.dirname(log.dir))
+        if state is not None and state != ONLINE:
+            log.refuse_appends(self._refusal(os.path.dirname(log.dir), state, log.topic))
+
     def _lock_dir(self, log_dir: str) -> None:
+        if log_dir in self._lock_fds:  # a dir loaded again after it was offline
+            return
         fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -326,6 +423,7 @@ class LogManager:
             ("flush", self.flush_check_interval_ms, self.flush_dirty),
             ("checkpoint", self.checkpoint_interval_ms, self.write_checkpoints),
             ("cleaner", self.cleaner_backoff_ms if self.cleaner else 0, self.run_cleaner),
+            ("dirs", self.dir_check_interval_ms, self.check_dirs),
         )
         for name, interval_ms, fn in jobs:
             if 0 < interval_ms < _NEVER_MS:
@@ -339,7 +437,8 @@ class LogManager:
             if self._shut_down:  # shutdown() runs on another thread; its cancel may lag
                 return
             try:
-                await loop.run_in_executor(self._executor, fn)
+                # Dir checks must not wait behind a long retention or cleaner pass.
+                await loop.run_in_executor(self._flush_executor if name == "dirs" else self._executor, fn)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -360,9 +459,22 @@ class LogManager:
         return dict(self._dir_counts)
 
     def next_log_dir(self) -> str:
-        """The log dir with the fewest partitions (the first listed on a tie)."""
+        """The online log dir with room (not offline, full or under its free-space
+        floor) holding the fewest partitions (the first listed on a tie); KafkaError
+        KAFKA_STORAGE_ERROR when there is none."""
         counts = self._dir_counts
-        return min(self.log_dirs, key=counts.__getitem__)
+        usable = [d for d in self.log_dirs if self._dir_state[d] == ONLINE]
+        if not usable:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self.placement_problem() or "no usable log dir")
+        return min(usable, key=counts.__getitem__)
+
+    def placement_problem(self) -> str | None:
+        """Why no new partition can be placed on this broker now, or None."""
+        if any(state == ONLINE for state in self._dir_state.values()):
+            return None
+        states = ", ".join(f"{d} is {self._dir_state[d]} ({self._dir_cause.get(d, '')})"
+                           for d in self.log_dirs)
+        return f"no log dir can take a new partition: {states}"
 
     def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The log of a partition, created empty in the least loaded log dir when it does
@@ -375,10 +487,15 @@ class LogManager:
             if existing is not None:
                 return existing
             log_dir = self.next_log_dir()
-            log = Log(os.path.join(log_dir, f"{topic}-{partition}"),
-                      config or self.config_for(topic), scheduler=self._scheduler,
-                      clean_shutdown=True, new=True)
-            log.flush_stats = self.flush_stats
+            try:
+                log = Log(os.path.join(log_dir, f"{topic}-{partition}"),
+                          config or self.config_for(topic), scheduler=self._scheduler,
+                          clean_shutdown=True, new=True)
+            except OSError as exc:
+                self.report_dir_error(log_dir, exc)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"creating the log of {topic}-{partition} in {log_dir} failed: {exc}") from None
+            self._adopt(log)
             self._logs[(topic, partition)] = log
             self._logs_changes += 1
             self._dir_counts[log_dir] += 1
@@ -428,6 +545,203 @@ class LogManager:
         replica manager; the Log itself follows its log end offset until told otherwise)."""
         return self._high_watermark_checkpoints.get((topic, partition))
 
+    # -- log dir states ------------------------------------------------------------------
+
+    def dir_state(self, log_dir: str) -> str:
+        return self._dir_state[log_dir]
+
+    def dir_cause(self, log_dir: str) -> str | None:
+        """What put the dir in its state (None while online)."""
+        return self._dir_cause.get(log_dir) if self._dir_state[log_dir] != ONLINE else None
+
+    def offline_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if self._dir_state[d] == OFFLINE]
+
+    def low_space_dirs(self) -> list[str]:
+        """Dirs whose free space is under log.dir.free.bytes.alert (the alert raised)."""
+        return sorted(self._low_space)
+
+    def _on_log_io_error(self, log: Log, exc: OSError) -> None:
+        self.report_dir_error(os.path.dirname(log.dir), exc)
+
+    def report_dir_error(self, log_dir: str, exc: OSError) -> None:
+        """An I/O error of a file in ``log_dir``: out of space marks it full, anything
+        else takes it offline. Any thread."""
+        if log_dir not in self._dir_state:
+            return
+        if _is_out_of_space(exc):
+            self._mark_full(log_dir, f"out of space ({exc.strerror})")
+        else:
+            self._mark_offline(log_dir, f"{exc.strerror or exc} (errno {exc.errno})")
+
+    def _refusal(self, log_dir: str, state: str, topic: str) -> str | None:
+        """Why a log of ``topic`` in a dir in ``state`` refuses appends, or None."""
+        if state == ONLINE or (state == LOW and topic in self.floor_exempt_topics):
+            return None
+        if state == LOW:
+            return (f"log dir {log_dir} has less than log.dir.free.bytes.min={self.min_free_bytes} "
+                    f"bytes free")
+        return f"log dir {log_dir} is {state}: {self._dir_cause.get(log_dir, '')}"
+
+    def _set_state(self, log_dir: str, state: str, cause: str | None) -> bool:
+        """Moves ``log_dir`` to ``state`` and tells its logs; False when it was there."""
+        with self._lock:
+            old = self._dir_state[log_dir]
+            if old == state or old == OFFLINE and state != ONLINE:
+                return False
+            self._dir_state[log_dir] = state
+            if cause is not None:
+                self._dir_cause[log_dir] = cause
+            if state != OFFLINE:
+                for log in self._logs_in(log_dir):
+                    log.refuse_appends(self._refusal(log_dir, state, log.topic))
+        return True
+
+    def _logs_in(self, log_dir: str) -> list[Log]:
+        prefix = log_dir + os.sep
+        return [log for log in self._logs.values() if log.dir.startswith(prefix)]
+
+    def _mark_full(self, log_dir: str, cause: str) -> None:
+        if self._set_state(log_dir, FULL, cause):
+            logger.warning("Log dir %s is full: %s; appends are refused until space is free again "
+                           "(reads go on)", log_dir, cause)
+
+    def _mark_offline(self, log_dir: str, cause: str) -> None:
+        with self._lock:
+            if not self._set_state(log_dir, OFFLINE, cause):
+                return
+            logs = self._logs_in(log_dir)
+            reason = f"log dir {log_dir} is offline: {cause}"
+            for log in logs:
+                log.go_offline(reason)
+            partitions = [(log.topic, log.partition) for log in logs]
+        logger.error("Log dir %s is offline: %s; its %d partitions are offline until it passes a "
+                     "write probe", log_dir, cause, len(partitions))
+        self._tell_listeners(log_dir, OFFLINE, partitions)
+
+    def _tell_listeners(self, log_dir: str, state: str, partitions: list[TopicPartition]) -> None:
+        loop = self._loop
+        for listener in list(self.dir_listeners):
+            if loop is None or loop.is_closed():
+                listener(log_dir, state, partitions)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(listener, log_dir, state, partitions)
+
+    def check_dirs(self) -> None:
+        """Measures the free space of every dir (states low and full, the alert) and
+        probes the offline ones. Blocking."""
+        for log_dir in self.log_dirs:
+            if self._shut_down:
+                return
+            if self._dir_state[log_dir] == OFFLINE:
+                self.probe_offline_dir(log_dir)
+                continue
+            try:
+                free = _free_bytes(log_dir)
+            except OSError as exc:
+                self.report_dir_error(log_dir, exc)
+                continue
+            self.free_bytes[log_dir] = free
+            self._check_alert(log_dir, free)
+            self._check_floor(log_dir, free)
+
+    def _check_alert(self, log_dir: str, free: int) -> None:
+        low = free < self.alert_free_bytes
+        if low == (log_dir in self._low_space):
+            return
+        if low:
+            self._low_space.add(log_dir)
+            logger.warning("Log dir %s is low on space: %d bytes free, under log.dir.free.bytes.alert=%d",
+                           log_dir, free, self.alert_free_bytes)
+        else:
+            self._low_space.discard(log_dir)
+            logger.info("Log dir %s has %d bytes free again (log.dir.free.bytes.alert=%d)", log_dir, free,
+                        self.alert_free_bytes)
+
+    def _check_floor(self, log_dir: str, free: int) -> None:
+        state = self._dir_state[log_dir]
+        if state == FULL:
+            if free >= max(self.min_free_bytes, RESUME_FREE_BYTES) and self._set_state(log_dir, ONLINE, None):
+                logger.info("Log dir %s has %d bytes free again: appends resume", log_dir, free)
+        elif free < self.min_free_bytes:
+            if self._set_state(log_dir, LOW, f"{free} bytes free"):
+                logger.warning("Log dir %s has %d bytes free, under log.dir.free.bytes.min=%d: produce "
+                               "to its partitions is refused (internal topics still written)",
+                               log_dir, free, self.min_free_bytes)
+        elif state == LOW and self._set_state(log_dir, ONLINE, None):
+            logger.info("Log dir %s has %d bytes free again, log.dir.free.bytes.min=%d: produce resumes",
+                        log_dir, free, self.min_free_bytes)
+
+    def probe_offline_dir(self, log_dir: str) -> bool:
+        """An offline dir that passes a write probe comes back: its logs are loaded again
+        (recovering what follows their recovery points) and listeners told. Returns
+        whether it is online. Blocking."""
+        if self._dir_state[log_dir] != OFFLINE:
+            return True
+        try:
+            probe_dir(log_dir)
+        except OSError:
+            return False
+        with self._lock:
+            old = self._logs_in(log_dir)
+            for log in old:
+                log.release_files()
+                # The offsets known before the failure: recovery starts no later than the
+                # recovery point, and the high watermark does not go back.
+                self._high_watermark_checkpoints[(log.topic, log.partition)] = log.high_watermark
+            self._forget_dir_logs(log_dir)
+            self._dir_state[log_dir] = ONLINE
+            try:
+                self._open_dir(log_dir, recovery_points={(log.topic, log.partition): log.recovery_point
+                                                         for log in old})
+            except OSError as exc:
+                self._forget_dir_logs(log_dir)
+                self._dir_state[log_dir] = OFFLINE
+                self._dir_cause[log_dir] = f"loading after a probe failed: {exc}"
+                logger.warning("Log dir %s passed a write probe but loading its logs failed: %s", log_dir, exc)
+                return False
+            self._dir_cause.pop(log_dir, None)
+            self._drop_unsynced(old)
+            partitions = [(log.topic, log.partition) for log in self._logs_in(log_dir)]
+        logger.info("Log dir %s passed a write probe and is online again: %d partitions loaded with "
+                    "recovery", log_dir, len(partitions))
+        self._tell_listeners(log_dir, ONLINE, partitions)
+        return True
+
+    def _drop_unsynced(self, old: list[Log]) -> None:
+        """A log whose fsync failed and whose appends wait for their fsync (flush.messages,
+        flush.ms) loses what follows its recovery point: none of it was acknowledged, and
+        the page cache that still shows it may never have reached the disk (the kernel
+        marks pages clean after a failed write-back, so recovery's own fsync would
+        vouch for them wrongly)."""
+        for before in old:
+            if not before.fsync_failed or not before.waits_for_fsync:
+                continue
+            now = self._logs.get((before.topic, before.partition))
+            if now is not None and now.log_end_offset > before.recovery_point:
+                dropped = now.log_end_offset - before.recovery_point
+                now.truncate_to(before.recovery_point)
+                logger.warning("%s: dropped %d offsets after its recovery point %d, written before an fsync "
+                               "that failed (none was acknowledged)", now.name, dropped, before.recovery_point)
+
+    def probe_offline_dirs(self) -> list[str]:
+        """``probe_offline_dir`` for every offline dir; returns those still offline."""
+        return [d for d in self.offline_dirs() if not self.probe_offline_dir(d)]
+
+    def _forget_dir_logs(self, log_dir: str) -> None:
+        with self._lock:
+            for log in self._logs_in(log_dir):
+                self._logs.pop((log.topic, log.partition), None)
+            self._logs_changes += 1
+            self._dir_counts[log_dir] = 0
+            self._checkpointed_rows.pop(log_dir, None)
+            for name in _CHECKPOINT_FILES:
+                self._checkpointed.pop(os.path.join(log_dir, name), None)
+
+    def _live_logs(self) -> list[Log]:
+        return [log for log in self._logs.values() if not log.offline]
+
     # -- background work (blocking; run on a worker thread) ---------------------------------
 
     def run_retention(self, now_ms: int | None = None) -> int:
@@ -435,11 +749,13 @@ class LogManager:
         now = time_ms() if now_ms is None else now_ms
         deleted = 0
         starts_moved = False
-        for log in list(self._logs.values()):
+        for log in self._live_logs():
             before = log.log_start_offset
             try:
                 deleted += log.delete_retained_segments(now)
                 log.remove_expired_producers(now, self.producer_id_expiration_ms)
+            except OSError as exc:
+                self._on_log_io_error(log, exc)
             except Exception:
                 logger.exception("Retention of log %s failed", log.name)
             starts_moved |= log.log_start_offset != before
@@ -452,7 +768,7 @@ class LogManager:
         """One pass of the log cleaner over the compacted logs (see pykfk.log.cleaner)."""
         if self.cleaner is None or self._shut_down:
             return []
-        return self.cleaner.clean_logs(list(self._logs.values()), now_ms)
+        return self.cleaner.clean_logs(self._live_logs(), now_ms)
 
     def flush_dirty(self, now_ms: int | None = None) -> int:
         """Flushes every log whose flush.ms has passed; returns how many were flushed."""
@@ -463,6 +779,8 @@ class LogManager:
                 try:
                     log.flush()
                     flushed += 1
+                except KafkaError:
+                    pass  # the dir went offline, and that was logged
                 except Exception:
                     logger.exception("Flush of log %s failed", log.name)
         return flushed
@@ -488,34 +806,47 @@ class LogManager:
         moves = (OFFSET_MOVES.count, self._logs_changes)  # read before the pass, which then sees them
         if moves == self._checkpointed_moves and not every_log:
             return
-        self._write_per_dir(_CHECKPOINT_FILES)
-        self._checkpointed_moves = moves
+        if self._write_per_dir(_CHECKPOINT_FILES):
+            self._checkpointed_moves = moves
 
-    def _write_per_dir(self, names: tuple[str, ...]) -> None:
+    def _write_per_dir(self, names: tuple[str, ...]) -> bool:
         """Writes the checkpoints ``names`` in every log dir whose content changed since
         its last write. Each log's three offsets are read once, and a dir whose logs and
         offsets are all as at its last write is passed over whole: an idle broker of
         10,000 partitions rewrites nothing and spends a few ms a pass (building each
-        file's mapping every time took 80 ms every 5 s)."""
+        file's mapping every time took 80 ms every 5 s). False when a dir's files could
+        not be written (the dir is then full or offline, logged once by that change)."""
         with self._lock:
             entries = list(self._logs.items())
+        written = True
         for log_dir, in_dir in self._logs_per_dir(entries).items():
-            keys = [tp for tp, _log in in_dir]
-            rows = [log.checkpointed_offsets() for _tp, log in in_dir]
-            if self._checkpointed_rows.get(log_dir) == (keys, rows):
+            if self._dir_state.get(log_dir) == OFFLINE:
                 continue
-            for column, name in enumerate(_CHECKPOINT_FILES):
-                if name not in names:
-                    continue
-                offsets = {tp: row[column] for tp, row in zip(keys, rows)}
-                path = os.path.join(log_dir, name)
-                if self._checkpointed.get(path) != offsets:
-                    write_offset_checkpoint(path, offsets)
-                    self._checkpointed[path] = offsets
-            if names == _CHECKPOINT_FILES:
-                self._checkpointed_rows[log_dir] = (keys, rows)
-            else:  # the files now hold offsets of different moments
-                self._checkpointed_rows.pop(log_dir, None)
+            try:
+                self._write_dir_checkpoints(log_dir, in_dir, names)
+            except OSError as exc:
+                self.report_dir_error(log_dir, exc)
+                written = False
+        return written
+
+    def _write_dir_checkpoints(self, log_dir: str, in_dir: list[tuple[TopicPartition, Log]],
+                               names: tuple[str, ...]) -> None:
+        keys = [tp for tp, _log in in_dir]
+        rows = [log.checkpointed_offsets() for _tp, log in in_dir]
+        if self._checkpointed_rows.get(log_dir) == (keys, rows):
+            return
+        for column, name in enumerate(_CHECKPOINT_FILES):
+            if name not in names:
+                continue
+            offsets = {tp: row[column] for tp, row in zip(keys, rows)}
+            path = os.path.join(log_dir, name)
+            if self._checkpointed.get(path) != offsets:
+                write_offset_checkpoint(path, offsets)
+                self._checkpointed[path] = offsets
+        if names == _CHECKPOINT_FILES:
+            self._checkpointed_rows[log_dir] = (keys, rows)
+        else:  # the files now hold offsets of different moments
+            self._checkpointed_rows.pop(log_dir, None)
 
     def _logs_per_dir(self, entries: list[tuple[TopicPartition, Log]]) -> dict[str, list[tuple[TopicPartition, Log]]]:
         if len(self.log_dirs) == 1:
@@ -541,10 +872,18 @@ class LogManager:
         self._cancel_tasks()
         self._scheduler.closed = True
         self._executor.shutdown(wait=True)
-        failed_dirs = set()
+        self._flush_executor.shutdown(wait=True)
+        failed_dirs = set(self.offline_dirs())
         for log in list(self._logs.values()):
+            if log.offline:
+                log.release_files()
+                continue
             try:
                 log.close()
+            except KafkaError as exc:  # its dir just failed (logged with the state change)
+                logger.warning("Closing log %s failed; its dir will be recovered at the next start: %s",
+                               log.name, exc)
+                failed_dirs.add(os.path.dirname(log.dir))
             except Exception:
                 logger.exception("Closing log %s failed; its dir will be recovered at the "
                                  "next start", log.name)
@@ -553,8 +892,12 @@ class LogManager:
         if self._opened:
             self.write_checkpoints(every_log=True)
             for log_dir in self.log_dirs:
-                if log_dir not in failed_dirs:
-                    write_clean_shutdown_marker(log_dir)
+                if log_dir not in failed_dirs and self._dir_state[log_dir] != OFFLINE:
+                    try:
+                        write_clean_shutdown_marker(log_dir)
+                    except OSError as exc:
+                        logger.warning("Log dir %s: no clean-shutdown marker (%s); it will be recovered "
+                                       "at the next start", log_dir, exc)
         self._release_locks()
         logger.info("Log manager shut down (%d logs)", len(self._logs))
 

@@ -237,6 +237,7 @@ class BrokerCollector(Collector):
         flushes.add_metric([], _buckets(_le(log_manager.flush_stats.histogram.bounds), cumulative),
                            sum_value=total * 1000)
         yield flushes
+        yield from self._log_dir_metrics(log_manager)
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kafka_log_log_size", "Bytes of a partition's log segments", labels=labels)
         segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of a partition's log",
@@ -251,6 +252,30 @@ class BrokerCollector(Collector):
             start.add_metric(key, plog.log_start_offset)
             end.add_metric(key, plog.log_end_offset)
         yield from (size, segments, start, end)
+
+    @staticmethod
+    def _log_dir_metrics(log_manager: LogManager) -> Iterator[Metric]:
+        yield GaugeMetricFamily("kafka_log_logmanager_offlinelogdirectorycount",
+                                "Log dirs offline after an I/O error", value=len(log_manager.offline_dirs()))
+        offline = GaugeMetricFamily("kafka_log_logmanager_logdirectoryoffline",
+                                    "1 while the log dir is offline", labels=["logDirectory"])
+        refusing = GaugeMetricFamily("kafka_log_logmanager_logdirectoryrefusingappends",
+                                     "1 while the log dir is full or under log.dir.free.bytes.min",
+                                     labels=["logDirectory"])
+        low = GaugeMetricFamily("kafka_log_logmanager_logdirectorylowspace",
+                                "1 while the log dir's free space is under log.dir.free.bytes.alert",
+                                labels=["logDirectory"])
+        free = GaugeMetricFamily("kafka_log_logmanager_logdirectoryfreebytes",
+                                 "Free bytes of the log dir at its last check", labels=["logDirectory"])
+        low_dirs = set(log_manager.low_space_dirs())
+        for log_dir in log_manager.log_dirs:
+            state = log_manager.dir_state(log_dir)
+            offline.add_metric([log_dir], int(state == "offline"))
+            refusing.add_metric([log_dir], int(state in ("full", "low")))
+            low.add_metric([log_dir], int(log_dir in low_dirs))
+            if log_dir in log_manager.free_bytes:
+                free.add_metric([log_dir], log_manager.free_bytes[log_dir])
+        yield from (offline, refusing, low, free)
 
     # -- groups ------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log import LogConfig, LogManager
 from pykfk.log.checkpoints import read_offset_checkpoint
-from pykfk.log.log import Log
+from pykfk.log.log import Log, time_ms
 from pykfk.log.manager import InconsistentBrokerMetadataError, LogDirInUseError
 
 from .helpers import batch, read_records
@@ -204,20 +204,30 @@ def test_delete_log_waits_for_the_delay_and_restarts_finish_it(tmp_path):
 
 
 def test_flush_scheduler_follows_config_changes_and_new_logs(tmp_path):
-    m = manager([tmp_path / "a"], config_for=lambda topic: LogConfig(flush_interval_ms=0) if topic == "timed" else LogConfig())
+    # flush.ms of a minute, asked a minute later: due for the scheduler, not at the appends.
+    m = manager([tmp_path / "a"], config_for=lambda topic: LogConfig(flush_interval_ms=60_000) if topic == "timed" else LogConfig())
+    later = time_ms() + 120_000
     plain = m.create_log("plain", 0)
     plain.append(batch(2))
-    assert m.flush_dirty() == 0 and plain.recovery_point == 0  # no flush.ms: never asked
-    plain.update_config(LogConfig(flush_interval_ms=0))
-    assert m.flush_dirty() == 1 and plain.recovery_point == 2
+    assert m.flush_dirty(later) == 0 and plain.recovery_point == 0  # no flush.ms: never asked
+    plain.update_config(LogConfig(flush_interval_ms=60_000))
+    assert m.flush_dirty(later) == 1 and plain.recovery_point == 2
     timed = m.create_log("timed", 0)
     timed.append(batch(3))
     plain.append(batch(1))
-    assert m.flush_dirty() == 2 and (plain.recovery_point, timed.recovery_point) == (3, 3)
+    assert m.flush_dirty(later) == 2 and (plain.recovery_point, timed.recovery_point) == (3, 3)
     plain.update_config(LogConfig())
     plain.append(batch(1))
     m.delete_log("timed", 0)
-    assert m.flush_dirty() == 0 and plain.recovery_point == 3
+    assert m.flush_dirty(later) == 0 and plain.recovery_point == 3
+    m.shutdown()
+
+
+def test_an_append_due_for_flush_ms_waits_for_its_fsync(tmp_path):
+    m = manager([tmp_path / "a"], config_for=lambda topic: LogConfig(flush_interval_ms=0))
+    log = m.create_log("t", 0)
+    info = log.append(batch(2))  # flushed by the append (no loop yet: inline)
+    assert log.recovery_point == 2 and (info.flushed is None or info.flushed.done())
     m.shutdown()
 
 
@@ -315,7 +325,7 @@ async def test_background_retention_and_flush_run_off_the_loop(tmp_path):
     await eventually(lambda: state() == want)
     assert state() == want
     assert flush_threads and loop_thread not in flush_threads
-    assert all(name.startswith("pykfk-log") for name in flush_threads)
+    assert all(name.startswith(("pykfk-log", "pykfk-flush")) for name in flush_threads)
     await m.aclose()
     assert (tmp_path / "a" / ".kafka_cleanshutdown").exists()
 

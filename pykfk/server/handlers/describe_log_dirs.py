@@ -1,7 +1,9 @@
 """DescribeLogDirs (key 35): each log directory of this broker with the size of every
 partition in it (all partitions, or those asked for), its lag behind the high watermark,
 and (v4) the directory's file system size and free space. DESCRIBE on the cluster is
-needed: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) or empty.
+needed: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) or empty. An
+offline directory (an I/O error took it offline) answers KAFKA_STORAGE_ERROR and no
+partitions, as Kafka's does; a full one is online (its partitions are read).
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             "partition_index": partition, "partition_size": plog.size_bytes,
             "offset_lag": max(0, plog.high_watermark - plog.log_end_offset), "is_future_key": False})
     results = []
+    offline = set(log_manager.offline_dirs())
     for log_dir, topics in by_dir.items():
+        if log_dir in offline:
+            results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": log_dir, "total_bytes": -1,
+                            "usable_bytes": -1, "topics": []})
+            continue
         total, usable = _space(log_dir)
         results.append({"error_code": ErrorCode.NONE, "log_dir": log_dir, "total_bytes": total,
                          "usable_bytes": usable,

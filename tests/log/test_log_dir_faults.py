@@ -1,0 +1,275 @@
+"""Faults of the disks under a broker process: a full file system (a tmpfs of a few MiB
+mounted by the test), a free-space floor, and EIO injected into pwrite, fsync and open
+with Debian's libfiu (``fiu-run -x`` / ``fiu-ctrl``) for a window.
+
+For each: what was acknowledged is read back byte for byte, writes resume without a
+restart, and the broker logs each change of a dir's state once, naming the dir and the
+cause, with no traceback. The tests mount file systems, so they run as root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.config import LogConfig
+from pykfk.log.log import Log
+from pykfk.testing import BrokerProcess, RawClient
+
+from .helpers import batch, read_records
+
+VALUE_SIZE = 1000
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Any]:
+    """``mount(name, size)`` -> the path of a tmpfs of ``size`` bytes, unmounted at the end."""
+    mounted: list[str] = []
+
+    def mount(name: str, size: int) -> str:
+        path = tmp_path / name
+        path.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+        mounted.append(str(path))
+        return str(path)
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", path], check=False)
+
+
+def fill(path: str, leave: int) -> str:
+    """A ballast file that leaves about ``leave`` bytes free in ``path``'s file system."""
+    stats = os.statvfs(path)
+    free = stats.f_bavail * stats.f_frsize
+    ballast = os.path.join(path, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * max(free - leave, 0))
+    return ballast
+
+
+def value(tag: str, i: int) -> bytes:
+    head = f"{tag}-{i:06d}-".encode()
+    return head + bytes((i + k) % 251 for k in range(VALUE_SIZE - len(head)))
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], **config: Any) -> list[bytes]:
+    """Sends ``values`` (idempotent, acks=all) and returns those acknowledged."""
+    acked: list[bytes] = []
+    errors: set[str] = set()
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.value())
+        else:
+            errors.add(err.name())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "batch.size": 16384, "message.timeout.ms": 4000, **config})
+    for v in values:
+        producer.produce(topic, v, partition=partition, on_delivery=report)
+        producer.poll(0)
+    producer.flush(15)
+    if errors:
+        print(f"produce to {topic}-{partition}: {len(acked)} acknowledged, errors {sorted(errors)}")
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, partition: int, timeout_s: float = 15) -> list[bytes]:
+    """Every record of the partition, from its start to its high watermark."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "faults", "enable.auto.commit": False})
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < high and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value())
+        return out
+    finally:
+        consumer.close()
+
+
+def create(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(15)
+
+
+def eventually(check: Any, timeout_s: float = 10, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            assert result, what
+            return result
+        time.sleep(0.1)
+
+
+def partitions_in(log_dir: str, topic: str) -> list[str]:
+    return sorted(n for n in os.listdir(log_dir) if n.startswith(f"{topic}-") and not n.endswith("-delete"))
+
+
+def assert_clean_log(broker: BrokerProcess) -> str:
+    text = broker.log_text()
+    assert "Traceback" not in text, broker.log_tail(80)
+    return text
+
+
+def test_full_dir_refuses_writes_keeps_reads_resumes_and_takes_no_new_partitions(tmp_path: Path, tmpfs: Any) -> None:
+    healthy = str(tmp_path / "healthy")
+    small = tmpfs("small", 6 << 20)
+    broker = BrokerProcess(healthy, {
+        "log.dirs": f"{healthy},{small}", "log.segment.bytes": 64 << 10, "log.dir.free.bytes.min": 0,
+        "log.dir.free.bytes.alert": 0, "log.dir.check.interval.ms": 200,
+        "replica.high.watermark.checkpoint.interval.ms": 100}).start()
+    try:
+        create(broker.bootstrap, "t", 2)  # one partition in each dir
+        assert partitions_in(small, "t") == ["t-1"] and partitions_in(healthy, "t") == ["t-0"]
+        ballast = fill(small, 600 << 10)
+        values = [value("full", i) for i in range(1500)]
+        acked = produce(broker.bootstrap, "t", 1, values)
+        assert 0 < len(acked) < len(values)  # the file system filled up on the way
+        text = eventually(lambda: "is full" in broker.log_text() and broker.log_text(), what="no full line")
+        # Meanwhile: the other dir takes writes, the full one serves reads, and a new topic
+        # lands on the healthy dir only.
+        assert len(produce(broker.bootstrap, "t", 0, [value("other", i) for i in range(20)])) == 20
+        assert read_all(broker.bootstrap, "t", 1) == acked
+        create(broker.bootstrap, "fresh", 4)
+        assert partitions_in(small, "fresh") == [] and len(partitions_in(healthy, "fresh")) == 4
+        time.sleep(1)  # several checkpoint passes on the full dir
+        os.unlink(ballast)
+        more = eventually(lambda: produce(broker.bootstrap, "t", 1, [value("after", i) for i in range(50)]),
+                          what="writes did not resume")
+        assert read_all(broker.bootstrap, "t", 1) == acked + more
+        text = assert_clean_log(broker)
+        lines = [line for line in text.splitlines() if small in line and ("is full" in line or "resume" in line)]
+        assert len(lines) == 2, lines  # once full (with the cause), once resumed
+        assert "out of space" in lines[0]
+        assert "UNKNOWN_SERVER_ERROR" not in text
+    finally:
+        broker.stop()
+
+
+def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, tmpfs: Any) -> None:
+    small = tmpfs("floor", 8 << 20)
+    broker = BrokerProcess(small, {
+        "log.segment.bytes": 256 << 10, "log.dir.free.bytes.min": 2 << 20, "log.dir.free.bytes.alert": 3 << 20,
+        "log.dir.check.interval.ms": 100}).start()
+    try:
+        create(broker.bootstrap, "t", 1)
+        fill(small, 3500 << 10)
+        acked: list[bytes] = []
+        for round_ in range(6):  # until the floor refuses (well before the disk is full)
+            got = produce(broker.bootstrap, "t", 0, [value(f"r{round_}", i) for i in range(400)])
+            acked += got
+            if len(got) < 400:
+                break
+        assert 0 < len(acked) < 2400
+        stats = os.statvfs(small)
+        assert stats.f_bavail * stats.f_frsize > 1 << 20  # refused with space to spare
+        # No partition can be placed: CreateTopics fails whole, nothing made.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        with pytest.raises(KafkaException) as refused:
+            admin.create_topics([NewTopic("late", 3, 1)])["late"].result(15)
+        assert refused.value.args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+        assert partitions_in(small, "late") == []
+        assert "late" not in admin.list_topics(timeout=10).topics
+        assert read_all(broker.bootstrap, "t", 0) == acked
+        text = assert_clean_log(broker)
+        assert sum("under log.dir.free.bytes.min" in line for line in text.splitlines()) == 1
+        assert sum("under log.dir.free.bytes.alert" in line for line in text.splitlines()) == 1
+        assert "is full" not in text
+    finally:
+        broker.stop()
+
+
+class FiuBroker(BrokerProcess):
+    """A broker run under libfiu's POSIX preload, its failure points switched with fiu-ctrl."""
+
+    def command(self) -> list[str]:
+        return ["fiu-run", "-x", *super().command()]
+
+    def fail(self, point: str, on: bool) -> None:
+        command = f"enable name={point},failinfo=5" if on else f"disable name={point}"  # errno 5: EIO
+        subprocess.run(["fiu-ctrl", "-c", command, str(self.pid)], check=True, timeout=10)
+
+
+def dir_error(broker: BrokerProcess, log_dir: str) -> int:
+    client = RawClient(broker.host, broker.port)
+    try:
+        response: Any = client.call(35, 1, {"topics": None})  # DescribeLogDirs v1
+    finally:
+        client.close()
+    return next(r.error_code for r in response.results if r.log_dir == log_dir)
+
+
+@pytest.mark.skipif(shutil.which("fiu-run") is None, reason="needs Debian's fiu-utils (.ci/install)")
+def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_probe(tmp_path: Path) -> None:
+    healthy = str(tmp_path / "healthy")
+    failing = str(tmp_path / "failing")
+    broker = FiuBroker(healthy, {"log.dirs": f"{healthy},{failing}", "log.dir.check.interval.ms": 300,
+                                 "log.segment.bytes": 16 << 10})
+    broker.start()
+    try:
+        create(broker.bootstrap, "t", 2)
+        create(broker.bootstrap, "synced", 2, **{"flush.messages": "1"})
+        assert partitions_in(failing, "t") == ["t-1"] and partitions_in(failing, "synced") == ["synced-1"]
+        acked = {"t": produce(broker.bootstrap, "t", 1, [value("before", i) for i in range(100)]), "synced": []}
+        assert len(acked["t"]) == 100
+        faults = [("posix/io/rw/pwrite", "t"), ("posix/io/sync/fsync", "synced"), ("posix/io/oc/open", "t")]
+        for n, (point, topic) in enumerate(faults):
+            broker.fail(point, True)
+            try:
+                during = produce(broker.bootstrap, topic, 1, [value(f"fault{n}", i) for i in range(200)],
+                                 **{"message.timeout.ms": 1000})
+                eventually(lambda: dir_error(broker, failing) == ErrorCode.KAFKA_STORAGE_ERROR,
+                           what=f"{failing} not offline under {point}")
+            finally:
+                broker.fail(point, False)
+            if topic == "synced":
+                assert during == []  # no record acknowledged while every fsync failed
+            acked[topic] += during
+            eventually(lambda: dir_error(broker, failing) == ErrorCode.NONE, what=f"{failing} stayed offline")
+            after = eventually(lambda t=topic, k=n: produce(broker.bootstrap, t, 1,
+                                                            [value(f"after{k}", i) for i in range(50)]),
+                               what=f"writes did not resume after {point}")
+            acked[topic] += after
+        for topic, values in acked.items():
+            assert read_all(broker.bootstrap, topic, 1) == values
+        text = assert_clean_log(broker)
+        offline = [line for line in text.splitlines() if f"Log dir {failing} is offline" in line]
+        back = [line for line in text.splitlines() if f"Log dir {failing} passed a write probe" in line]
+        assert len(offline) == len(faults) and len(back) == len(faults), offline + back
+        assert all("Input/output error (errno 5)" in line for line in offline)
+    finally:
+        broker.stop()
+
+
+def test_a_roll_on_a_full_disk_fails_the_append_with_a_storage_error(tmp_path: Path, tmpfs: Any) -> None:
+    small = tmpfs("roll", 1 << 20)
+    errors: list[OSError] = []
+    log = Log(os.path.join(small, "t-0"), LogConfig(segment_bytes=4096), new=True)
+    log.io_error_handler = lambda _log, exc: errors.append(exc)
+    log.append(batch(20, value=b"x" * 100))
+    fill(small, 0)
+    with pytest.raises(KafkaError) as failed:
+        for _ in range(5):  # the next append that must roll finds no room for the new files
+            log.append(batch(20, value=b"y" * 100))
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert errors and all(exc.errno == 28 for exc in errors)  # ENOSPC, reported to the dir's manager
+    os.unlink(os.path.join(small, "ballast"))
+    log.append(batch(1, value=b"z"))  # room again: the roll goes through
+    assert [v for _o, v in read_records(log)][-1] == b"z-0"
+    log.close()
