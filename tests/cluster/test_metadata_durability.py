@@ -30,7 +30,9 @@ from pykfk.cluster.embedded import METADATA_FILE, EmbeddedMetadataStore
 from pykfk.cluster.metadata import BrokerInfo, MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from pykfk.security.credentials import scram_credential
 from pykfk.security.quotas import entity_of
+from pykfk.security.sasl import AuthenticationError
 from pykfk.testing import BrokerProcess, RawClient
 
 from .conftest import wait_until
@@ -109,6 +111,7 @@ def test_embedded_store_keeps_memory_and_file_as_they_were_when_a_save_fails(tmp
             lambda: store.alter_scram_credentials("alice", {"SCRAM-SHA-256": "salt=c2FsdA==,iterations=4096"}, []),
             lambda: store.alter_client_quotas(entity_of({"user": "alice"}), {"producer_byte_rate": 1024.0}, []),
             lambda: store.create_acls([reader]),
+            lambda: store.delete_acls([reader]),
             lambda: store.alter_broker_configs("0", {"log.retention.ms": "60000"}),
             # No id of a block that was not saved: asked twice, refused twice.
             store.allocate_producer_id,
@@ -415,3 +418,15 @@ def test_zookeeper_store_keeps_its_view_when_zookeeper_refuses_a_change(cluster_
     finally:
         raw.close()
     _assert_logged_once_each(broker.log_text(), "nothing changed: ZooKeeper refused it", 9)
+
+
+class _UnreachableStore:
+    """A store whose reads fail as the ZooKeeper store's do when ZooKeeper is down."""
+
+    async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
+        raise MetadataWriteError(ErrorCode.REQUEST_TIMED_OUT, "ZooKeeper could not be reached (TimeoutError)")
+
+
+def test_a_login_whose_credentials_cannot_be_read_fails_with_the_reason():
+    with pytest.raises(AuthenticationError, match="alice could not be read: ZooKeeper could not be reached"):
+        asyncio.run(scram_credential(_UnreachableStore(), "alice", "SCRAM-SHA-256"))
