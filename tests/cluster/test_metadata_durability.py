@@ -156,8 +156,8 @@ def _init_producer_id(raw: RawClient) -> Any:
                                           "producer_id": -1, "producer_epoch": -1})
 
 
-def _find_group_coordinator(raw: RawClient, group: str) -> int:
-    return raw.call(FIND_COORDINATOR, 3, {"key": group, "key_type": 0}).error_code
+def _find_coordinator(raw: RawClient, group: str, key_type: int = 0) -> int:
+    return raw.call(FIND_COORDINATOR, 3, {"key": group, "key_type": key_type}).error_code
 
 
 def _alter_configs(raw: RawClient, resource_type: int, name: str, key: str, value: str) -> int:
@@ -302,7 +302,9 @@ def test_standalone_broker_on_a_full_disk_refuses_changes_whole_and_never_reuses
                 (lambda: _set_scram(raw, "alice"), storage_error),
                 (lambda: _set_quota(raw, "alice"), storage_error),
                 # A new group's coordinator needs __consumer_offsets, which cannot be made.
-                (lambda: _find_group_coordinator(raw, "fresh-group"), ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                (lambda: _find_coordinator(raw, "fresh-group"), ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                # Nor __transaction_state, for a transactional id's coordinator.
+                (lambda: _find_coordinator(raw, "txn-id", key_type=1), ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 # No producer id from a block that was not saved, however often asked.
                 (lambda: _init_producer_id(raw).error_code, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
                 (lambda: _init_producer_id(raw).error_code, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
@@ -355,7 +357,7 @@ def test_standalone_broker_on_a_full_disk_refuses_changes_whole_and_never_reuses
             assert _values(broker.bootstrap, "during", 2) == [b"during-0"]
             with open(os.path.join(data, METADATA_FILE), encoding="utf-8") as f:
                 assert json.load(f)["topics"]["before"]["partitions"] == 2
-            _assert_logged_once_each(broker.log_text(), "metadata not saved", 11)
+            _assert_logged_once_each(broker.log_text(), "metadata not saved", 12)
         finally:
             broker.stop()
 
@@ -393,7 +395,7 @@ def test_zookeeper_store_keeps_its_view_when_zookeeper_refuses_a_change(cluster_
         assert _alter_configs(raw, BROKER_RESOURCE, "0", "log.retention.ms", "654321") == refused
         assert (_create_acl(raw, "zk-before"), _set_scram(raw, "alice"), _set_quota(raw, "alice")) == (
             refused, refused, refused)
-        assert _find_group_coordinator(raw, "zk-group") == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert _find_coordinator(raw, "zk-group") == ErrorCode.COORDINATOR_NOT_AVAILABLE
         answer = _init_producer_id(raw)
         assert (answer.error_code, answer.producer_id) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1)
         # The broker's view is what it was, on the connection that asked.
@@ -410,7 +412,7 @@ def test_zookeeper_store_keeps_its_view_when_zookeeper_refuses_a_change(cluster_
         assert (_create_acl(raw, "zk-before"), _set_scram(raw, "alice"), _set_quota(raw, "alice")) == (0, 0, 0)
         answer = _init_producer_id(raw)
         assert (answer.error_code, answer.producer_id) == (0, 1000)  # the block after the one stored
-        wait_until(lambda: _find_group_coordinator(raw, "zk-group") == 0, 20, "a coordinator for zk-group")
+        wait_until(lambda: _find_coordinator(raw, "zk-group") == 0, 20, "a coordinator for zk-group")
         assert _topics(raw) == {"zk-before": 2, "zk-during": 2, "__consumer_offsets": 1}
         assert _config(raw, TOPIC, "zk-before", "retention.ms") == "123456"
         assert _config(raw, BROKER_RESOURCE, "0", "log.retention.ms") == "654321"
