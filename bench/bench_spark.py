@@ -15,8 +15,18 @@ key + 188 random bytes of value, so Parquet cannot dictionary-encode them away),
   ``Message``'s value (what an application consuming them does);
 - consumer, decode only: the same fetches, counting the decoded records.
 
-The ratio printed is spark->parquet rows/s over consumer-messages rows/s. The machine
-has 2 cores shared with other work: read ratios from one run, not absolute numbers.
+The ratio printed is spark->parquet rows/s over consumer-messages rows/s.
+
+Isolation levels (``-k isolation``): a second topic of the same size and shape written
+by confluent-kafka's transactional producer, transactions of 5,000 records (625 a
+partition), every tenth aborted, read into ``noop`` with ``kafka.isolation.level``
+read_uncommitted (every record) and read_committed (aborted ones dropped, markers
+skipped), in alternation; figures are offsets covered per second, the ratio
+read_committed over read_uncommitted. The plain topic is read both ways too (no transaction: read_committed
+takes the same path).
+
+The machine has 2 cores shared with other work: read ratios from one run, not absolute
+numbers.
 """
 
 from __future__ import annotations
@@ -42,6 +52,9 @@ VALUE_BYTES = 188
 FULL_RECORDS = 1_000_000
 QUICK_RECORDS = 100_000
 TOPIC = "bench-spark"
+TXN_TOPIC = "bench-spark-txn"
+TXN_RECORDS = 5_000  # per transaction, spread over the partitions
+ABORT_EVERY = 10  # every tenth transaction is aborted
 
 
 def _expose_package() -> None:
@@ -109,6 +122,47 @@ def _produce(bootstrap: str, total: int) -> None:
             _check(conn.receive(entry))
 
 
+def _produce_transactions(bootstrap: str, total: int) -> int:
+    """``total`` records in transactions of TXN_RECORDS, every ABORT_EVERY-th aborted;
+    returns how many were aborted."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(TXN_TOPIC, PARTITIONS, 1)]).values():
+        future.result(60)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "bench-spark-txn",
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    producer.init_transactions(60)
+    blob = random.Random(7).randbytes(VALUE_BYTES * 4096)
+    aborted = 0
+    for txn, start in enumerate(range(0, total, TXN_RECORDS)):
+        n = min(TXN_RECORDS, total - start)
+        producer.begin_transaction()
+        for i in range(start, start + n):
+            at = (i % 4096) * VALUE_BYTES
+            producer.produce(
+                TXN_TOPIC, blob[at : at + VALUE_BYTES], b"key-%08d" % i, partition=i % PARTITIONS
+            )
+            if i % 100_000 == 0:
+                producer.poll(0)
+        if txn % ABORT_EVERY == ABORT_EVERY - 1:
+            producer.flush(60)  # in the log, then aborted
+            producer.abort_transaction(60)
+            aborted += n
+        else:
+            producer.commit_transaction(60)
+    producer.flush(60)
+    return aborted
+
+
 def _check(response: Any) -> None:
     for topic in response.responses:
         for part in topic.partition_responses:
@@ -126,6 +180,7 @@ class Setup:
         self.workdir = workdir
         self.broker = BrokerProcess(os.path.join(workdir, "broker")).start()
         _produce(self.broker.bootstrap, records)
+        self.aborted = _produce_transactions(self.broker.bootstrap, records)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         self.spark = (
@@ -144,11 +199,11 @@ class Setup:
 
         pykfk_spark.register(self.spark)
 
-    def reader(self, **options: str) -> Any:
+    def reader(self, topic: str = TOPIC, **options: str) -> Any:
         r = (
             self.spark.read.format("pykfk")
             .option("kafka.bootstrap.servers", self.broker.bootstrap)
-            .option("subscribe", TOPIC)
+            .option("subscribe", topic)
         )
         for k, v in options.items():
             r = r.option(k, v)
@@ -238,6 +293,42 @@ def measure(setup: Setup, report: Callable[[str], None]) -> float:
     return ratio
 
 
+def measure_isolation(setup: Setup, report: Callable[[str], None]) -> float:
+    """Both levels on both topics, in alternation (the best of at least three rounds of
+    each), so that load from other work hits them alike."""
+    n = setup.records
+    warm = json.dumps({TXN_TOPIC: {"0": min(20_000, n // PARTITIONS)}})
+    setup.reader(TXN_TOPIC, endingOffsets=warm).write.format("noop").mode("overwrite").save()
+    cases = [
+        (TXN_TOPIC, "read_uncommitted", n),
+        (TXN_TOPIC, "read_committed", n - setup.aborted),
+        (TOPIC, "read_uncommitted", n),
+        (TOPIC, "read_committed", n),
+    ]
+    frames = {(t, level): setup.reader(t, **{"kafka.isolation.level": level}) for t, level, _ in cases}
+    seconds = dict.fromkeys(frames, float("inf"))
+    for _ in range(max(3, setup.runs)):
+        for key, df in frames.items():
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            seconds[key] = min(seconds[key], time.perf_counter() - t0)
+    for topic, level, expected in cases:
+        rows = frames[(topic, level)].count()  # checked, not timed
+        assert rows == expected, (topic, level, rows, expected)
+        took = seconds[(topic, level)]
+        report(
+            f"{topic:<16} {level:<16} {n / took:>12,.0f} offsets/s "
+            f"{rows / took:>12,.0f} rows/s  ({took:.2f} s, {rows:,} rows)"
+        )
+    ratio = seconds[(TXN_TOPIC, "read_uncommitted")] / seconds[(TXN_TOPIC, "read_committed")]
+    plain = seconds[(TOPIC, "read_uncommitted")] / seconds[(TOPIC, "read_committed")]
+    report(
+        f"ratio read_committed / read_uncommitted offsets/s: {ratio:.2f} with "
+        f"{setup.aborted:,} aborted of {n:,}; {plain:.2f} without transactions"
+    )
+    return ratio
+
+
 @pytest.fixture(scope="module")
 def setup(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -259,6 +350,10 @@ def test_spark_reader_to_parquet_vs_consumer(setup: Setup, report: Callable[[str
     assert measure(setup, report) > 0
 
 
+def test_spark_reader_isolation_levels(setup: Setup, report: Callable[[str], None]) -> None:
+    assert measure_isolation(setup, report) > 0
+
+
 if __name__ == "__main__":
     quick = "--quick" in sys.argv
     _expose_package()
@@ -266,5 +361,6 @@ if __name__ == "__main__":
         s = Setup(QUICK_RECORDS if quick else FULL_RECORDS, 1 if quick else 2, workdir)
         try:
             measure(s, print)
+            measure_isolation(s, print)
         finally:
             s.close()
