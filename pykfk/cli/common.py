@@ -190,6 +190,34 @@ def progress(length: int, label: str, *, enabled: bool = True) -> Iterator[Calla
         yield bar.update
 
 
+# --------------------------------------------------------------------- completion
+
+# Completing a name asks the cluster, briefly: a shell must not hang on a dead broker.
+_COMPLETION_TIMEOUT = 2.0
+
+
+def _names_from_cluster(ctx: click.Context, incomplete: str,
+                        names: Callable[[AdminClient], Iterable[str]]) -> list[str]:
+    obj = ctx.find_object(CliContext) or CliContext()
+    try:
+        with AdminClient(obj.bootstrap, timeout=_COMPLETION_TIMEOUT,
+                         security=obj.security()) as admin:
+            return sorted(n for n in names(admin) if n.startswith(incomplete))
+    except (ConnectionError_, KafkaError, click.ClickException, ValueError, OSError):
+        return []
+
+
+def complete_topics(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of topic names (internal topics only when asked for by '_')."""
+    return _names_from_cluster(ctx, incomplete, lambda admin: [
+        t.name for t in admin.describe_topics(None) if not t.internal or incomplete.startswith("_")])
+
+
+def complete_groups(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of consumer group names."""
+    return _names_from_cluster(ctx, incomplete, lambda admin: [g["group"] for g in admin.list_groups()])
+
+
 # ------------------------------------------------------------------------ parsing
 
 

@@ -21,6 +21,7 @@ from pykfk.cli.common import (
     CliContext,
     CliError,
     admin_command,
+    complete_topics,
     emit,
     note,
     parse_key_values,
@@ -153,7 +154,7 @@ class _Sender:
 
 
 @click.command("produce")
-@click.argument("topic")
+@click.argument("topic", shell_complete=complete_topics)
 @click.option("--file", "-f", "source", type=click.File("r", encoding="utf-8"), default="-",
               help="Read records from this file [default: stdin].")
 @click.option("--input-format", type=click.Choice(["text", "json"]), default="text",
@@ -469,7 +470,7 @@ class _GroupSession:
 
 
 @click.command("consume")
-@click.argument("topic")
+@click.argument("topic", shell_complete=complete_topics)
 @click.option("--group", "-g", metavar="GROUP",
               help="Consume as a member of GROUP: share the partitions with its other members, "
                    "start at its committed offsets, and commit (every 5 s and at exit).")

@@ -13,6 +13,7 @@ from pykfk.cli.common import (
     CliContext,
     CliError,
     admin_command,
+    complete_groups,
     emit,
     emit_json,
     emit_table,
@@ -103,7 +104,7 @@ def lag_rows(admin: AdminClient, group: str, description: GroupDescription) -> l
 
 
 @group_group.command("describe")
-@click.argument("groups", nargs=-1)
+@click.argument("groups", shell_complete=complete_groups, nargs=-1)
 @click.option("--all-groups", is_flag=True, help="Every group of the cluster.")
 @admin_command
 @pass_cli
@@ -256,7 +257,7 @@ def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_date
 
 
 @group_group.command("reset-offsets")
-@click.argument("group")
+@click.argument("group", shell_complete=complete_groups)
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC[:PARTITIONS]",
               help="A topic, or some of its partitions (orders:0,2-3). Repeatable.")
 @click.option("--all-topics", is_flag=True, help="Every topic the group has offsets for.")
@@ -317,7 +318,7 @@ def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topi
 
 
 @group_group.command("delete")
-@click.argument("groups", nargs=-1, required=True)
+@click.argument("groups", shell_complete=complete_groups, nargs=-1, required=True)
 @admin_command
 @pass_cli
 def delete(cli: CliContext, groups: tuple[str, ...]) -> None:
@@ -331,7 +332,7 @@ def delete(cli: CliContext, groups: tuple[str, ...]) -> None:
 
 
 @group_group.command("delete-offsets")
-@click.argument("group")
+@click.argument("group", shell_complete=complete_groups)
 @click.option("--topic", "-t", required=True, metavar="TOPIC[:PARTITIONS]",
               help="The topic, or some of its partitions (orders:0,2).")
 @admin_command

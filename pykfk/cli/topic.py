@@ -11,6 +11,7 @@ from pykfk.cli.common import (
     CliContext,
     CliError,
     admin_command,
+    complete_topics,
     emit,
     emit_json,
     emit_table,
@@ -134,7 +135,7 @@ def _config_dict(entry: ConfigEntry) -> dict[str, Any]:
 
 
 @topic_group.command("describe")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", shell_complete=complete_topics, nargs=-1, required=True)
 @click.option("--all-configs", is_flag=True, help="Show default configs too.")
 @admin_command
 @pass_cli
@@ -170,7 +171,7 @@ def describe(cli: CliContext, names: tuple[str, ...], all_configs: bool) -> None
 
 
 @topic_group.command("alter-config")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_topics)
 @click.option("--set", "-s", "sets", multiple=True, metavar="KEY=VALUE", help="Set a config.")
 @click.option("--delete", "-d", "deletes", multiple=True, metavar="KEY",
               help="Remove a config (back to the broker default).")
@@ -221,7 +222,7 @@ def report_config_change(cli: CliContext, what: str, operations: list[tuple[str,
 
 
 @topic_group.command("add-partitions")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_topics)
 @click.option("--count", "-p", "--partitions", type=click.IntRange(min=1), required=True,
               help="The new total number of partitions.")
 @click.option("--validate-only", is_flag=True)
@@ -243,7 +244,7 @@ def add_partitions(cli: CliContext, name: str, count: int, validate_only: bool) 
 
 
 @topic_group.command("delete")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", shell_complete=complete_topics, nargs=-1, required=True)
 @click.option("--if-exists", is_flag=True, help="Succeed when a topic does not exist.")
 @click.option("--regex", "-r", "by_regex", is_flag=True,
               help="NAMES are regular expressions matching whole topic names (rpk's -r); "
@@ -283,7 +284,7 @@ def _matching_topics(topics: list[TopicInfo], patterns: tuple[str, ...]) -> list
 
 
 @topic_group.command("trim")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_topics)
 @click.option("--offset", required=True, metavar="OFFSET|latest",
               help="Delete records before this offset ('latest': everything up to the "
                    "high watermark).")

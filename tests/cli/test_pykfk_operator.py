@@ -172,7 +172,7 @@ def test_topic_create_messages_assignment_and_delete_by_regex(pykfk: Pykfk,
     pykfk.ok("topic", "delete", "-r", f"{re.escape(topic_name)}.*", "--if-exists")
 
 
-def test_version_and_shell_completion(pykfk: Pykfk) -> None:
+def test_version_and_shell_completion(pykfk: Pykfk, topic_name: str) -> None:
     version = pykfk.ok("--version").out
     assert version.startswith("pykfk ")
     assert "pykfk-broker and Apache Kafka brokers 0.11 and later" in version
@@ -183,6 +183,11 @@ def test_version_and_shell_completion(pykfk: Pykfk) -> None:
     words = pykfk(env={"_PYKFK_COMPLETE": "bash_complete", "COMP_WORDS": "pykfk group describe --al",
                        "COMP_CWORD": "3"}, bootstrap=False)
     assert words.out.split() == ["plain,--all-groups"]
+    # Topic names come from the cluster.
+    pykfk.ok("topic", "create", topic_name, "-p", "1")
+    topics = pykfk(env={"_PYKFK_COMPLETE": "bash_complete", "COMP_CWORD": "3",
+                        "COMP_WORDS": f"pykfk topic describe {topic_name[:6]}"})
+    assert f"plain,{topic_name}" in topics.out.split()
 
 
 def test_progress_bar_on_a_terminal_only(pykfk: Pykfk, topic_name: str) -> None:
