@@ -4,7 +4,7 @@ topic (pykfk/audit.py; the 2011 paper's section 5).
 Exit codes: 0 every window old enough to judge is complete; 1 a tier lost records or
 has duplicates in some window; 2 bad arguments; 3 nothing to compare (the audit topic
 does not exist, holds no counts, or lacks the tiers asked for; every window is still
-open) or the cluster cannot be reached. Each failure is one ``Error:`` line saying which.
+open), the cluster cannot be reached or the audit topic cannot be read. Each failure is one ``Error:`` line saying which.
 """
 
 from __future__ import annotations
@@ -51,13 +51,22 @@ def _nothing(reason: str) -> CliError:
 
 
 def _read(cli: CliContext, audit_topic: str) -> list[AuditRecord]:
+    """Every audit record; a topic that cannot be read gives no verdict (exit 3), never
+    the exit code of a loss."""
     try:
         return list(read_audit_records(cli.admin(), audit_topic))
     except KafkaError as exc:
         if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise _nothing(f"the audit topic {audit_topic} does not exist on {cli.bootstrap} "
                            "(no tier has published counts there yet)") from None
-        raise
+        detail = f"{exc.message}: " if exc.message else ""
+        raise _nothing(f"cannot read the audit topic {audit_topic}: "
+                       f"{detail}{exc.code.name} ({int(exc.code)})") from None
+    except TimeoutError as exc:
+        raise _nothing(f"cannot read the audit topic {audit_topic}: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:  # a record no emitter wrote
+        raise _nothing(f"the audit topic {audit_topic} holds a record that is not an audit "
+                       f"count ({type(exc).__name__}: {exc})") from None
 
 
 def _check_tiers(records: list[AuditRecord], audit_topic: str, reference: str,

@@ -386,3 +386,14 @@ def test_ingest_read_committed_killed_after_commit_then_audit_agrees(
     code, _, err = _audit(bootstrap, *audit_args)
     assert code == 1
     assert err.strip() == "Error: 0 records missing in 0 windows, 1 duplicates in 1 windows"
+
+
+def test_audit_of_a_topic_holding_other_records_gives_no_verdict(broker: Any) -> None:
+    create_topic(broker.bootstrap, "not-audit", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("not-audit", b'{"tier": "producer"}', partition=0)
+    producer.flush(TIMEOUT_S)
+    code, stdout, err = _audit(broker.bootstrap, "--audit-topic", "not-audit")
+    assert (code, stdout) == (3, "")
+    assert err.strip() == ("Error: nothing to compare: the audit topic not-audit holds a record "
+                           "that is not an audit count (KeyError: 'topic')")
