@@ -279,8 +279,14 @@ class Controller:
             self.post("delete", key)
         elif kind == "controlled_shutdown":
             self.post("shutdown", key)
+        elif kind == "partition" and self._leader_left_isr(*key):
+            self.post("orphaned", key)  # its leader's log dir failed: elect another
         elif kind == "partition" and self._moving(*key):
             self.post("reassignment", key[0])  # maybe the ISR the move waits for
+
+    def _leader_left_isr(self, topic: str, partition: int) -> bool:
+        state = self.store.partition_state(topic, partition)
+        return state is not None and state.leader != NO_LEADER and state.leader not in state.isr
 
     def _moving(self, topic: str, partition: int) -> bool:
         info = self.store.get_topic(topic)
@@ -327,6 +333,8 @@ class Controller:
             await self._rebalance()
         elif kind == "reassignment":
             await self._advance_reassignments(key)
+        elif kind == "orphaned":
+            await self._on_leader_left_isr(*key)
 
     # -- admin requests ----------------------------------------------------------------
 
@@ -536,7 +544,7 @@ class Controller:
     def _elect_if_needed(self, topic: str, state: PartitionState, replicas: tuple[int, ...],
                          live: set[int], registered: set[int]) -> PartitionState | None:
         isr_live = [r for r in state.isr if r in registered]
-        if state.leader != NO_LEADER and state.leader in registered:
+        if state.leader != NO_LEADER and state.leader in registered and state.leader in state.isr:
             # (A leader that is shutting down is moved by the controlled shutdown, which
             # knows when nobody can take over.)
             if len(isr_live) == len(state.isr):
@@ -572,6 +580,19 @@ class Controller:
         log.warning("controller: %s partition has no live in-sync replica (ISR %s): offline", topic,
                     list(state.isr))
         return self._new_state(state, NO_LEADER, isr, True)
+
+    async def _on_leader_left_isr(self, topic: str, partition: int) -> None:
+        """A leader wrote itself out of the ISR (its log dir went offline, KIP-112's
+        notification): another live ISR member leads, as when a leader dies."""
+        info = self.store.get_topic(topic)
+        state = self.store.partition_state(topic, partition)
+        if info is None or state is None or not self._leader_left_isr(topic, partition):
+            return
+        change = self._elect_if_needed(topic, state, info.replicas(partition, NO_LEADER), self._live(),
+                                       set(self.store.live_broker_ids()))
+        if change is not None:
+            log.info("controller: %s-%d: leader %d left the ISR %s", topic, partition, state.leader, list(state.isr))
+            await self._write([(topic, partition, change, state.version)])
 
     async def _on_delete(self, topic: str) -> None:
         if topic not in self.store.delete_requests():
