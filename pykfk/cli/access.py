@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -164,7 +164,7 @@ def acl_create(cli: CliContext, /, **kw: Any) -> None:
         raise click.UsageError("acl create needs " + ", ".join(missing))
     if any(o.lower() == "any" for o in kw["operations"]):
         raise click.BadParameter("'any' only filters; name an operation", param_hint="--operation")
-    bindings = [{
+    bindings: list[Mapping[str, Any]] = [{
         "resource_type": resource_type, "resource_name": name,
         "resource_pattern_type": int(PatternType.PREFIXED if kw["prefixed"] else PatternType.LITERAL),
         "principal": kw["principal"], "host": kw["host"] or "*",

@@ -246,7 +246,7 @@ def parse_duration_ms(text: str, param_hint: str, *, default_unit: str = "s") ->
     return int(float(match.group(1)) * _UNIT_MS[match.group(2) or default_unit])
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic in click >= 8.2 only
     """A click option type for ``parse_duration_ms``: the value becomes ms."""
 
     name = "duration"

@@ -115,8 +115,8 @@ def describe(cli: CliContext, groups: tuple[str, ...], all_groups: bool) -> None
         raise click.UsageError("name groups or give --all-groups")
     admin = cli.admin()
     names = [g["group"] for g in admin.list_groups()] if all_groups else list(groups)
-    described = [_describe_one(admin, group, missing_ok=all_groups) for group in names]
-    described = [d for d in described if d is not None]
+    described = [d for d in (_describe_one(admin, group, missing_ok=all_groups) for group in names)
+                 if d is not None]
     if cli.json:
         emit_json(described if all_groups or len(described) > 1 else described[0])
         return
