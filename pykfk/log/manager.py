@@ -487,12 +487,15 @@ class LogManager:
             if existing is not None:
                 return existing
             log_dir = self.next_log_dir()
+            path = os.path.join(log_dir, f"{topic}-{partition}")
+            existed = os.path.exists(path)
             try:
-                log = Log(os.path.join(log_dir, f"{topic}-{partition}"),
-                          config or self.config_for(topic), scheduler=self._scheduler,
+                log = Log(path, config or self.config_for(topic), scheduler=self._scheduler,
                           clean_shutdown=True, new=True)
             except OSError as exc:
                 self.report_dir_error(log_dir, exc)
+                if not existed:  # no half-made partition left behind
+                    shutil.rmtree(path, ignore_errors=True)
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                                  f"creating the log of {topic}-{partition} in {log_dir} failed: {exc}") from None
             self._adopt(log)
@@ -880,7 +883,7 @@ class LogManager:
                 continue
             try:
                 log.close()
-            except KafkaError as exc:  # its dir just failed (logged with the state change)
+            except (KafkaError, OSError) as exc:  # a full or failing dir: no traceback
                 logger.warning("Closing log %s failed; its dir will be recovered at the next start: %s",
                                log.name, exc)
                 failed_dirs.add(os.path.dirname(log.dir))

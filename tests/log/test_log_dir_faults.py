@@ -10,9 +10,11 @@ cause, with no traceback. The tests mount file systems, so they run as root.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
-from pykfk.testing import BrokerProcess, RawClient
+from pykfk.testing import BrokerProcess, RawClient, free_port
 
 from .helpers import batch, read_records
 
@@ -33,13 +35,14 @@ VALUE_SIZE = 1000
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Any]:
-    """``mount(name, size)`` -> the path of a tmpfs of ``size`` bytes, unmounted at the end."""
+    """``mount(name, size, options)`` -> the path of a tmpfs of ``size`` bytes (more
+    mount ``options`` after a comma), unmounted at the end."""
     mounted: list[str] = []
 
-    def mount(name: str, size: int) -> str:
+    def mount(name: str, size: int, options: str = "") -> str:
         path = tmp_path / name
         path.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}{options}", "tmpfs", str(path)], check=True)
         mounted.append(str(path))
         return str(path)
 
@@ -160,6 +163,7 @@ def test_full_dir_refuses_writes_keeps_reads_resumes_and_takes_no_new_partitions
         assert "UNKNOWN_SERVER_ERROR" not in text
     finally:
         broker.stop()
+    assert_clean_log(broker)  # shutdown included
 
 
 def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, tmpfs: Any) -> None:
@@ -193,6 +197,7 @@ def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, 
         assert "is full" not in text
     finally:
         broker.stop()
+    assert_clean_log(broker)  # shutdown included
 
 
 class FiuBroker(BrokerProcess):
@@ -215,12 +220,21 @@ def dir_error(broker: BrokerProcess, log_dir: str) -> int:
     return next(r.error_code for r in response.results if r.log_dir == log_dir)
 
 
+def offline_dir_count(port: int) -> float:
+    """Kafka's OfflineLogDirectoryCount, scraped from the broker's metrics endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return float(re.search(r"^kafka_log_logmanager_offlinelogdirectorycount (\S+)$", text, re.MULTILINE).group(1))
+
+
 @pytest.mark.skipif(shutil.which("fiu-run") is None, reason="needs Debian's fiu-utils (.ci/install)")
 def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_probe(tmp_path: Path) -> None:
     healthy = str(tmp_path / "healthy")
     failing = str(tmp_path / "failing")
+    metrics_port = free_port()
     broker = FiuBroker(healthy, {"log.dirs": f"{healthy},{failing}", "log.dir.check.interval.ms": 300,
-                                 "log.segment.bytes": 16 << 10})
+                                 "log.segment.bytes": 16 << 10,
+                                 "metrics.listener": f"http://127.0.0.1:{metrics_port}"})
     broker.start()
     try:
         create(broker.bootstrap, "t", 2)
@@ -236,12 +250,14 @@ def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_pr
                                  **{"message.timeout.ms": 1000})
                 eventually(lambda: dir_error(broker, failing) == ErrorCode.KAFKA_STORAGE_ERROR,
                            what=f"{failing} not offline under {point}")
+                assert offline_dir_count(metrics_port) >= 1
             finally:
                 broker.fail(point, False)
             if topic == "synced":
                 assert during == []  # no record acknowledged while every fsync failed
             acked[topic] += during
-            eventually(lambda: dir_error(broker, failing) == ErrorCode.NONE, what=f"{failing} stayed offline")
+            eventually(lambda: dir_error(broker, failing) == ErrorCode.NONE and offline_dir_count(metrics_port) == 0,
+                       what=f"{failing} stayed offline")
             after = eventually(lambda t=topic, k=n: produce(broker.bootstrap, t, 1,
                                                             [value(f"after{k}", i) for i in range(50)]),
                                what=f"writes did not resume after {point}")
@@ -255,6 +271,7 @@ def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_pr
         assert all("Input/output error (errno 5)" in line for line in offline)
     finally:
         broker.stop()
+    assert_clean_log(broker)  # shutdown included
 
 
 def test_a_roll_on_a_full_disk_fails_the_append_with_a_storage_error(tmp_path: Path, tmpfs: Any) -> None:
@@ -273,3 +290,30 @@ def test_a_roll_on_a_full_disk_fails_the_append_with_a_storage_error(tmp_path: P
     log.append(batch(1, value=b"z"))  # room again: the roll goes through
     assert [v for _o, v in read_records(log)][-1] == b"z-0"
     log.close()
+
+
+def test_create_topics_that_cannot_make_every_partition_fails_whole(tmp_path: Path, tmpfs: Any) -> None:
+    healthy = str(tmp_path / "healthy")
+    few_files = tmpfs("inodes", 8 << 20, ",nr_inodes=64")
+    broker = BrokerProcess(healthy, {"log.dirs": f"{healthy},{few_files}", "log.dir.check.interval.ms": 60000,
+                                     "replica.high.watermark.checkpoint.interval.ms": 60000})
+    broker.start()
+    try:
+        create(broker.bootstrap, "first", 2)  # one partition in each dir
+        # Room for bytes, none for files: the second partition of the next topic placed
+        # in this dir fails half-way (its directory made, its segment files not).
+        fillers = os.path.join(few_files, "fillers")
+        os.mkdir(fillers)
+        with pytest.raises(OSError):
+            for i in range(100):
+                open(os.path.join(fillers, str(i)), "wb").close()
+        os.unlink(os.path.join(fillers, "0"))  # room for one file: a directory, no segment
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        with pytest.raises(KafkaException) as refused:
+            admin.create_topics([NewTopic("half", 4, 1)])["half"].result(15)
+        assert refused.value.args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+        assert "half" not in admin.list_topics(timeout=10).topics
+        assert partitions_in(healthy, "half") == [] and partitions_in(few_files, "half") == []
+    finally:
+        broker.stop()
+    assert_clean_log(broker)  # a full dir at shutdown too
