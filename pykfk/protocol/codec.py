@@ -16,13 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import types as t
-from .types import ProtocolError, Struct, read_uvarint, write_uvarint
+from .types import Decoder, Encoder, ProtocolError, Struct, read_uvarint, write_uvarint
 
 if TYPE_CHECKING:
-    from .schema import Field, Schema
+    from .fields import Field, Schema
 
-Decoder = Callable[[memoryview, int], "tuple[Struct, int]"]
-Encoder = Callable[[bytearray, Any, list[Any]], None]
+__all__ = ["Decoder", "Encoder", "decoder", "encoder"]
 
 _int8 = struct.Struct(">b")
 

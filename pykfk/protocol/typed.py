@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Protocol, TypedDict
 
 from pykfk._core.regions import FileRegion
-from pykfk.protocol.types import PreEncoded
 
 # What a response's records field may hold (pykfk.protocol.types.records_writer).
 RecordsChunk = bytes | bytearray | memoryview | FileRegion
@@ -51,17 +50,17 @@ class ProduceResponsePartitionProduceResponse(TypedDict, total=False):
     base_offset: int  # v0+
     log_append_time_ms: int  # v2+, default -1
     log_start_offset: int  # v5+, default -1
-    record_errors: Sequence[ProduceResponseBatchIndexAndErrorMessage] | PreEncoded  # v8+
+    record_errors: Sequence[ProduceResponseBatchIndexAndErrorMessage]  # v8+
     error_message: str | None  # v8+, nullable v8+, default None
 
 
 class ProduceResponseTopicProduceResponse(TypedDict, total=False):
     name: str  # v0+
-    partition_responses: Sequence[ProduceResponsePartitionProduceResponse] | PreEncoded  # v0+
+    partition_responses: Sequence[ProduceResponsePartitionProduceResponse]  # v0+
 
 
 class ProduceResponse(TypedDict, total=False):
-    responses: Sequence[ProduceResponseTopicProduceResponse] | PreEncoded  # v0+
+    responses: Sequence[ProduceResponseTopicProduceResponse]  # v0+
     throttle_time_ms: int  # v1+
 
 
@@ -138,7 +137,7 @@ class FetchResponsePartitionData(TypedDict, total=False):
     diverging_epoch: FetchResponseEpochEndOffset | None  # v12+, tag 0 v12+
     current_leader: FetchResponseLeaderIdAndEpoch | None  # v12+, tag 1 v12+
     snapshot_id: FetchResponseSnapshotId | None  # v12+, tag 2 v12+
-    aborted_transactions: Sequence[FetchResponseAbortedTransaction] | PreEncoded | None  # v4+, nullable v4+
+    aborted_transactions: Sequence[FetchResponseAbortedTransaction] | None  # v4+, nullable v4+
     preferred_read_replica: int  # v11+, default -1
     records: RecordsData | None  # v0+, nullable v0+, default None
 
@@ -146,7 +145,7 @@ class FetchResponsePartitionData(TypedDict, total=False):
 class FetchableTopicResponse(TypedDict, total=False):
     topic: str  # v0-12
     topic_id: uuid.UUID  # v13+, default UUID('00000000-0000-0000-0000-000000000000')
-    partitions: Sequence[FetchResponsePartitionData] | PreEncoded  # v0+
+    partitions: Sequence[FetchResponsePartitionData]  # v0+
 
 
 class FetchResponseNodeEndpoint(TypedDict, total=False):
@@ -160,8 +159,8 @@ class FetchResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int  # v7+
     session_id: int  # v7+
-    responses: Sequence[FetchableTopicResponse] | PreEncoded  # v0+
-    node_endpoints: Sequence[FetchResponseNodeEndpoint] | PreEncoded  # v16+, tag 0 v16+
+    responses: Sequence[FetchableTopicResponse]  # v0+
+    node_endpoints: Sequence[FetchResponseNodeEndpoint]  # v16+, tag 0 v16+
 
 
 # -- ListOffsets (key 2, v0-8, flexible 6+)
@@ -188,7 +187,7 @@ class ListOffsetsRequest(Protocol):
 class ListOffsetsPartitionResponse(TypedDict, total=False):
     partition_index: int  # v0+
     error_code: int  # v0+
-    old_style_offsets: Sequence[int] | PreEncoded  # v0
+    old_style_offsets: Sequence[int]  # v0
     timestamp: int  # v1+, default -1
     offset: int  # v1+, default -1
     leader_epoch: int  # v4+, default -1
@@ -196,12 +195,12 @@ class ListOffsetsPartitionResponse(TypedDict, total=False):
 
 class ListOffsetsTopicResponse(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[ListOffsetsPartitionResponse] | PreEncoded  # v0+
+    partitions: Sequence[ListOffsetsPartitionResponse]  # v0+
 
 
 class ListOffsetsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[ListOffsetsTopicResponse] | PreEncoded  # v0+
+    topics: Sequence[ListOffsetsTopicResponse]  # v0+
 
 
 # -- Metadata (key 3, v0-12, flexible 9+)
@@ -231,9 +230,9 @@ class MetadataResponsePartition(TypedDict, total=False):
     partition_index: int  # v0+
     leader_id: int  # v0+
     leader_epoch: int  # v7+, default -1
-    replica_nodes: Sequence[int] | PreEncoded  # v0+
-    isr_nodes: Sequence[int] | PreEncoded  # v0+
-    offline_replicas: Sequence[int] | PreEncoded  # v5+
+    replica_nodes: Sequence[int]  # v0+
+    isr_nodes: Sequence[int]  # v0+
+    offline_replicas: Sequence[int]  # v5+
 
 
 class MetadataResponseTopic(TypedDict, total=False):
@@ -241,16 +240,16 @@ class MetadataResponseTopic(TypedDict, total=False):
     name: str | None  # v0+, nullable v12+
     topic_id: uuid.UUID  # v10+, default UUID('00000000-0000-0000-0000-000000000000')
     is_internal: bool  # v1+
-    partitions: Sequence[MetadataResponsePartition] | PreEncoded  # v0+
+    partitions: Sequence[MetadataResponsePartition]  # v0+
     topic_authorized_operations: int  # v8+, default -2147483648
 
 
 class MetadataResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    brokers: Sequence[MetadataResponseBroker] | PreEncoded  # v0+
+    brokers: Sequence[MetadataResponseBroker]  # v0+
     cluster_id: str | None  # v2+, nullable v2+, default None
     controller_id: int  # v1+, default -1
-    topics: Sequence[MetadataResponseTopic] | PreEncoded  # v0+
+    topics: Sequence[MetadataResponseTopic]  # v0+
     cluster_authorized_operations: int  # v8-10, default -2147483648
 
 
@@ -286,12 +285,12 @@ class OffsetCommitResponsePartition(TypedDict, total=False):
 
 class OffsetCommitResponseTopic(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[OffsetCommitResponsePartition] | PreEncoded  # v0+
+    partitions: Sequence[OffsetCommitResponsePartition]  # v0+
 
 
 class OffsetCommitResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    topics: Sequence[OffsetCommitResponseTopic] | PreEncoded  # v0+
+    topics: Sequence[OffsetCommitResponseTopic]  # v0+
 
 
 # -- OffsetFetch (key 9, v0-7, flexible 6+)
@@ -318,12 +317,12 @@ class OffsetFetchResponsePartition(TypedDict, total=False):
 
 class OffsetFetchResponseTopic(TypedDict, total=False):
     name: str  # v0-7
-    partitions: Sequence[OffsetFetchResponsePartition] | PreEncoded  # v0-7
+    partitions: Sequence[OffsetFetchResponsePartition]  # v0-7
 
 
 class OffsetFetchResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
-    topics: Sequence[OffsetFetchResponseTopic] | PreEncoded  # v0-7
+    topics: Sequence[OffsetFetchResponseTopic]  # v0-7
     error_code: int  # v2-7
 
 
@@ -352,7 +351,7 @@ class FindCoordinatorResponse(TypedDict, total=False):
     node_id: int  # v0-3
     host: str  # v0-3
     port: int  # v0-3
-    coordinators: Sequence[FindCoordinatorResponseCoordinator] | PreEncoded  # v4+
+    coordinators: Sequence[FindCoordinatorResponseCoordinator]  # v4+
 
 
 # -- JoinGroup (key 11, v0-7, flexible 6+)
@@ -387,7 +386,7 @@ class JoinGroupResponse(TypedDict, total=False):
     protocol_name: str | None  # v0+, nullable v7+
     leader: str  # v0+
     member_id: str  # v0+
-    members: Sequence[JoinGroupResponseMember] | PreEncoded  # v0+
+    members: Sequence[JoinGroupResponseMember]  # v0+
 
 
 # -- Heartbeat (key 12, v0-4, flexible 4+)
@@ -428,7 +427,7 @@ class LeaveGroupResponseMemberResponse(TypedDict, total=False):
 class LeaveGroupResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int  # v0+
-    members: Sequence[LeaveGroupResponseMemberResponse] | PreEncoded  # v3+
+    members: Sequence[LeaveGroupResponseMemberResponse]  # v3+
 
 
 # -- SyncGroup (key 14, v0-5, flexible 4+)
@@ -481,13 +480,13 @@ class DescribeGroupsResponseDescribedGroup(TypedDict, total=False):
     group_state: str  # v0+
     protocol_type: str  # v0+
     protocol_data: str  # v0+
-    members: Sequence[DescribeGroupsResponseDescribedGroupMember] | PreEncoded  # v0+
+    members: Sequence[DescribeGroupsResponseDescribedGroupMember]  # v0+
     authorized_operations: int  # v3+, default -2147483648
 
 
 class DescribeGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
-    groups: Sequence[DescribeGroupsResponseDescribedGroup] | PreEncoded  # v0+
+    groups: Sequence[DescribeGroupsResponseDescribedGroup]  # v0+
 
 
 # -- ListGroups (key 16, v0-5, flexible 3+)
@@ -508,7 +507,7 @@ class ListGroupsResponseListedGroup(TypedDict, total=False):
 class ListGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
     error_code: int  # v0+
-    groups: Sequence[ListGroupsResponseListedGroup] | PreEncoded  # v0+
+    groups: Sequence[ListGroupsResponseListedGroup]  # v0+
 
 
 # -- SaslHandshake (key 17, v0-1)
@@ -520,7 +519,7 @@ class SaslHandshakeRequest(Protocol):
 
 class SaslHandshakeResponse(TypedDict, total=False):
     error_code: int  # v0+
-    mechanisms: Sequence[str] | PreEncoded  # v0+
+    mechanisms: Sequence[str]  # v0+
 
 
 # -- ApiVersions (key 18, v0-4, flexible 3+)
@@ -551,11 +550,11 @@ class ApiVersionsResponseFinalizedFeatureKey(TypedDict, total=False):
 
 class ApiVersionsResponse(TypedDict, total=False):
     error_code: int  # v0+
-    api_keys: Sequence[ApiVersionsResponseApiVersion] | PreEncoded  # v0+
+    api_keys: Sequence[ApiVersionsResponseApiVersion]  # v0+
     throttle_time_ms: int  # v1+
-    supported_features: Sequence[ApiVersionsResponseSupportedFeatureKey] | PreEncoded  # v3+, tag 0 v3+
+    supported_features: Sequence[ApiVersionsResponseSupportedFeatureKey]  # v3+, tag 0 v3+
     finalized_features_epoch: int  # v3+, tag 1 v3+, default -1
-    finalized_features: Sequence[ApiVersionsResponseFinalizedFeatureKey] | PreEncoded  # v3+, tag 2 v3+
+    finalized_features: Sequence[ApiVersionsResponseFinalizedFeatureKey]  # v3+, tag 2 v3+
     zk_migration_ready: bool  # v3+, tag 3 v3+
 
 
@@ -602,12 +601,12 @@ class CreateTopicsResponseCreatableTopicResult(TypedDict, total=False):
     topic_config_error_code: int  # v5+, tag 0 v5+
     num_partitions: int  # v5+, default -1
     replication_factor: int  # v5+, default -1
-    configs: Sequence[CreateTopicsResponseCreatableTopicConfigs] | PreEncoded | None  # v5+, nullable v5+
+    configs: Sequence[CreateTopicsResponseCreatableTopicConfigs] | None  # v5+, nullable v5+
 
 
 class CreateTopicsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[CreateTopicsResponseCreatableTopicResult] | PreEncoded  # v0+
+    topics: Sequence[CreateTopicsResponseCreatableTopicResult]  # v0+
 
 
 # -- DeleteTopics (key 20, v0-6, flexible 4+)
@@ -633,7 +632,7 @@ class DeleteTopicsResponseDeletableTopicResult(TypedDict, total=False):
 
 class DeleteTopicsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
-    responses: Sequence[DeleteTopicsResponseDeletableTopicResult] | PreEncoded  # v0+
+    responses: Sequence[DeleteTopicsResponseDeletableTopicResult]  # v0+
 
 
 # -- DeleteRecords (key 21, v0-2, flexible 2+)
@@ -662,12 +661,12 @@ class DeleteRecordsPartitionResult(TypedDict, total=False):
 
 class DeleteRecordsTopicResult(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[DeleteRecordsPartitionResult] | PreEncoded  # v0+
+    partitions: Sequence[DeleteRecordsPartitionResult]  # v0+
 
 
 class DeleteRecordsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    topics: Sequence[DeleteRecordsTopicResult] | PreEncoded  # v0+
+    topics: Sequence[DeleteRecordsTopicResult]  # v0+
 
 
 # -- InitProducerId (key 22, v0-4, flexible 2+)
@@ -715,12 +714,12 @@ class OffsetForLeaderEpochResponseEpochEndOffset(TypedDict, total=False):
 
 class OffsetForLeaderEpochResponseOffsetForLeaderTopicResult(TypedDict, total=False):
     topic: str  # v0+
-    partitions: Sequence[OffsetForLeaderEpochResponseEpochEndOffset] | PreEncoded  # v0+
+    partitions: Sequence[OffsetForLeaderEpochResponseEpochEndOffset]  # v0+
 
 
 class OffsetForLeaderEpochResponse(TypedDict, total=False):
     throttle_time_ms: int  # v2+
-    topics: Sequence[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] | PreEncoded  # v0+
+    topics: Sequence[OffsetForLeaderEpochResponseOffsetForLeaderTopicResult]  # v0+
 
 
 # -- AddPartitionsToTxn (key 24, v0-5, flexible 3+)
@@ -754,19 +753,19 @@ class AddPartitionsToTxnPartitionResult(TypedDict, total=False):
 
 class AddPartitionsToTxnTopicResult(TypedDict, total=False):
     name: str  # v4+
-    results_by_partition: Sequence[AddPartitionsToTxnPartitionResult] | PreEncoded  # v4+
+    results_by_partition: Sequence[AddPartitionsToTxnPartitionResult]  # v4+
 
 
 class AddPartitionsToTxnResult(TypedDict, total=False):
     transactional_id: str  # v4+
-    topic_results: Sequence[AddPartitionsToTxnTopicResult] | PreEncoded  # v4+
+    topic_results: Sequence[AddPartitionsToTxnTopicResult]  # v4+
 
 
 class AddPartitionsToTxnResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v4+
-    results_by_transaction: Sequence[AddPartitionsToTxnResult] | PreEncoded  # v4+
-    results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnTopicResult] | PreEncoded  # v0-3
+    results_by_transaction: Sequence[AddPartitionsToTxnResult]  # v4+
+    results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnTopicResult]  # v0-3
 
 
 # -- AddOffsetsToTxn (key 25, v0-3, flexible 3+)
@@ -826,16 +825,16 @@ class WriteTxnMarkersResponseWritableTxnMarkerPartitionResult(TypedDict, total=F
 
 class WriteTxnMarkersResponseWritableTxnMarkerTopicResult(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult] | PreEncoded  # v0+
+    partitions: Sequence[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]  # v0+
 
 
 class WriteTxnMarkersResponseWritableTxnMarkerResult(TypedDict, total=False):
     producer_id: int  # v0+
-    topics: Sequence[WriteTxnMarkersResponseWritableTxnMarkerTopicResult] | PreEncoded  # v0+
+    topics: Sequence[WriteTxnMarkersResponseWritableTxnMarkerTopicResult]  # v0+
 
 
 class WriteTxnMarkersResponse(TypedDict, total=False):
-    markers: Sequence[WriteTxnMarkersResponseWritableTxnMarkerResult] | PreEncoded  # v0+
+    markers: Sequence[WriteTxnMarkersResponseWritableTxnMarkerResult]  # v0+
 
 
 # -- TxnOffsetCommit (key 28, v0-4, flexible 3+)
@@ -871,12 +870,12 @@ class TxnOffsetCommitResponsePartition(TypedDict, total=False):
 
 class TxnOffsetCommitResponseTopic(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[TxnOffsetCommitResponsePartition] | PreEncoded  # v0+
+    partitions: Sequence[TxnOffsetCommitResponsePartition]  # v0+
 
 
 class TxnOffsetCommitResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    topics: Sequence[TxnOffsetCommitResponseTopic] | PreEncoded  # v0+
+    topics: Sequence[TxnOffsetCommitResponseTopic]  # v0+
 
 
 # -- DescribeAcls (key 29, v0-3, flexible 2+)
@@ -903,14 +902,14 @@ class DescribeAclsResource(TypedDict, total=False):
     resource_type: int  # v0+
     resource_name: str  # v0+
     pattern_type: int  # v1+, default 3
-    acls: Sequence[DescribeAclsResponseAclDescription] | PreEncoded  # v0+
+    acls: Sequence[DescribeAclsResponseAclDescription]  # v0+
 
 
 class DescribeAclsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    resources: Sequence[DescribeAclsResource] | PreEncoded  # v0+
+    resources: Sequence[DescribeAclsResource]  # v0+
 
 
 # -- CreateAcls (key 30, v0-3, flexible 2+)
@@ -937,7 +936,7 @@ class CreateAclsResponseAclCreationResult(TypedDict, total=False):
 
 class CreateAclsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    results: Sequence[CreateAclsResponseAclCreationResult] | PreEncoded  # v0+
+    results: Sequence[CreateAclsResponseAclCreationResult]  # v0+
 
 
 # -- DeleteAcls (key 31, v0-3, flexible 2+)
@@ -972,12 +971,12 @@ class DeleteAclsMatchingAcl(TypedDict, total=False):
 class DeleteAclsFilterResult(TypedDict, total=False):
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    matching_acls: Sequence[DeleteAclsMatchingAcl] | PreEncoded  # v0+
+    matching_acls: Sequence[DeleteAclsMatchingAcl]  # v0+
 
 
 class DeleteAclsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    filter_results: Sequence[DeleteAclsFilterResult] | PreEncoded  # v0+
+    filter_results: Sequence[DeleteAclsFilterResult]  # v0+
 
 
 # -- DescribeConfigs (key 32, v0-4, flexible 4+)
@@ -1008,7 +1007,7 @@ class DescribeConfigsResourceResult(TypedDict, total=False):
     is_default: bool  # v0
     config_source: int  # v1+, default -1
     is_sensitive: bool  # v0+
-    synonyms: Sequence[DescribeConfigsSynonym] | PreEncoded  # v1+
+    synonyms: Sequence[DescribeConfigsSynonym]  # v1+
     config_type: int  # v3+
     documentation: str | None  # v3+, nullable v0+
 
@@ -1018,12 +1017,12 @@ class DescribeConfigsResult(TypedDict, total=False):
     error_message: str | None  # v0+, nullable v0+
     resource_type: int  # v0+
     resource_name: str  # v0+
-    configs: Sequence[DescribeConfigsResourceResult] | PreEncoded  # v0+
+    configs: Sequence[DescribeConfigsResourceResult]  # v0+
 
 
 class DescribeConfigsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    results: Sequence[DescribeConfigsResult] | PreEncoded  # v0+
+    results: Sequence[DescribeConfigsResult]  # v0+
 
 
 # -- AlterConfigs (key 33, v0-2, flexible 2+)
@@ -1054,7 +1053,7 @@ class AlterConfigsResourceResponse(TypedDict, total=False):
 
 class AlterConfigsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    responses: Sequence[AlterConfigsResourceResponse] | PreEncoded  # v0+
+    responses: Sequence[AlterConfigsResourceResponse]  # v0+
 
 
 # -- DescribeLogDirs (key 35, v0-4, flexible 2+)
@@ -1078,13 +1077,13 @@ class DescribeLogDirsPartition(TypedDict, total=False):
 
 class DescribeLogDirsTopic(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[DescribeLogDirsPartition] | PreEncoded  # v0+
+    partitions: Sequence[DescribeLogDirsPartition]  # v0+
 
 
 class DescribeLogDirsResult(TypedDict, total=False):
     error_code: int  # v0+
     log_dir: str  # v0+
-    topics: Sequence[DescribeLogDirsTopic] | PreEncoded  # v0+
+    topics: Sequence[DescribeLogDirsTopic]  # v0+
     total_bytes: int  # v4+, default -1
     usable_bytes: int  # v4+, default -1
 
@@ -1092,7 +1091,7 @@ class DescribeLogDirsResult(TypedDict, total=False):
 class DescribeLogDirsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v3+
-    results: Sequence[DescribeLogDirsResult] | PreEncoded  # v0+
+    results: Sequence[DescribeLogDirsResult]  # v0+
 
 
 # -- SaslAuthenticate (key 36, v0-2, flexible 2+)
@@ -1136,7 +1135,7 @@ class CreatePartitionsTopicResult(TypedDict, total=False):
 
 class CreatePartitionsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    results: Sequence[CreatePartitionsTopicResult] | PreEncoded  # v0+
+    results: Sequence[CreatePartitionsTopicResult]  # v0+
 
 
 # -- DeleteGroups (key 42, v0-2, flexible 2+)
@@ -1153,7 +1152,7 @@ class DeleteGroupsResponseDeletableGroupResult(TypedDict, total=False):
 
 class DeleteGroupsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    results: Sequence[DeleteGroupsResponseDeletableGroupResult] | PreEncoded  # v0+
+    results: Sequence[DeleteGroupsResponseDeletableGroupResult]  # v0+
 
 
 # -- ElectLeaders (key 43, v0-2, flexible 2+)
@@ -1178,13 +1177,13 @@ class ElectLeadersResponsePartitionResult(TypedDict, total=False):
 
 class ElectLeadersResponseReplicaElectionResult(TypedDict, total=False):
     topic: str  # v0+
-    partition_result: Sequence[ElectLeadersResponsePartitionResult] | PreEncoded  # v0+
+    partition_result: Sequence[ElectLeadersResponsePartitionResult]  # v0+
 
 
 class ElectLeadersResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v1+
-    replica_election_results: Sequence[ElectLeadersResponseReplicaElectionResult] | PreEncoded  # v0+
+    replica_election_results: Sequence[ElectLeadersResponseReplicaElectionResult]  # v0+
 
 
 # -- IncrementalAlterConfigs (key 44, v0-1, flexible 1+)
@@ -1216,7 +1215,7 @@ class IncrementalAlterConfigsResponseAlterConfigsResourceResponse(TypedDict, tot
 
 class IncrementalAlterConfigsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    responses: Sequence[IncrementalAlterConfigsResponseAlterConfigsResourceResponse] | PreEncoded  # v0+
+    responses: Sequence[IncrementalAlterConfigsResponseAlterConfigsResourceResponse]  # v0+
 
 
 # -- AlterPartitionReassignments (key 45, v0-1, flexible 0+)
@@ -1246,7 +1245,7 @@ class AlterPartitionReassignmentsResponseReassignablePartitionResponse(TypedDict
 
 class AlterPartitionReassignmentsResponseReassignableTopicResponse(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[AlterPartitionReassignmentsResponseReassignablePartitionResponse] | PreEncoded  # v0+
+    partitions: Sequence[AlterPartitionReassignmentsResponseReassignablePartitionResponse]  # v0+
 
 
 class AlterPartitionReassignmentsResponse(TypedDict, total=False):
@@ -1254,7 +1253,7 @@ class AlterPartitionReassignmentsResponse(TypedDict, total=False):
     allow_replication_factor_change: bool  # v1+, default True
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    responses: Sequence[AlterPartitionReassignmentsResponseReassignableTopicResponse] | PreEncoded  # v0+
+    responses: Sequence[AlterPartitionReassignmentsResponseReassignableTopicResponse]  # v0+
 
 
 # -- ListPartitionReassignments (key 46, v0-0, flexible 0+)
@@ -1272,21 +1271,21 @@ class ListPartitionReassignmentsRequest(Protocol):
 
 class ListPartitionReassignmentsResponseOngoingPartitionReassignment(TypedDict, total=False):
     partition_index: int  # v0+
-    replicas: Sequence[int] | PreEncoded  # v0+
-    adding_replicas: Sequence[int] | PreEncoded  # v0+
-    removing_replicas: Sequence[int] | PreEncoded  # v0+
+    replicas: Sequence[int]  # v0+
+    adding_replicas: Sequence[int]  # v0+
+    removing_replicas: Sequence[int]  # v0+
 
 
 class ListPartitionReassignmentsResponseOngoingTopicReassignment(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[ListPartitionReassignmentsResponseOngoingPartitionReassignment] | PreEncoded  # v0+
+    partitions: Sequence[ListPartitionReassignmentsResponseOngoingPartitionReassignment]  # v0+
 
 
 class ListPartitionReassignmentsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    topics: Sequence[ListPartitionReassignmentsResponseOngoingTopicReassignment] | PreEncoded  # v0+
+    topics: Sequence[ListPartitionReassignmentsResponseOngoingTopicReassignment]  # v0+
 
 
 # -- OffsetDelete (key 47, v0-0)
@@ -1313,13 +1312,13 @@ class OffsetDeleteResponsePartition(TypedDict, total=False):
 
 class OffsetDeleteResponseTopic(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[OffsetDeleteResponsePartition] | PreEncoded  # v0+
+    partitions: Sequence[OffsetDeleteResponsePartition]  # v0+
 
 
 class OffsetDeleteResponse(TypedDict, total=False):
     error_code: int  # v0+
     throttle_time_ms: int  # v0+
-    topics: Sequence[OffsetDeleteResponseTopic] | PreEncoded  # v0+
+    topics: Sequence[OffsetDeleteResponseTopic]  # v0+
 
 
 # -- DescribeClientQuotas (key 48, v0-1, flexible 1+)
@@ -1347,15 +1346,15 @@ class DescribeClientQuotasResponseValueData(TypedDict, total=False):
 
 
 class DescribeClientQuotasResponseEntryData(TypedDict, total=False):
-    entity: Sequence[DescribeClientQuotasResponseEntityData] | PreEncoded  # v0+
-    values: Sequence[DescribeClientQuotasResponseValueData] | PreEncoded  # v0+
+    entity: Sequence[DescribeClientQuotasResponseEntityData]  # v0+
+    values: Sequence[DescribeClientQuotasResponseValueData]  # v0+
 
 
 class DescribeClientQuotasResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    entries: Sequence[DescribeClientQuotasResponseEntryData] | PreEncoded | None  # v0+, nullable v0+
+    entries: Sequence[DescribeClientQuotasResponseEntryData] | None  # v0+, nullable v0+
 
 
 # -- AlterClientQuotas (key 49, v0-1, flexible 1+)
@@ -1390,12 +1389,12 @@ class AlterClientQuotasResponseEntityData(TypedDict, total=False):
 class AlterClientQuotasResponseEntryData(TypedDict, total=False):
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    entity: Sequence[AlterClientQuotasResponseEntityData] | PreEncoded  # v0+
+    entity: Sequence[AlterClientQuotasResponseEntityData]  # v0+
 
 
 class AlterClientQuotasResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    entries: Sequence[AlterClientQuotasResponseEntryData] | PreEncoded  # v0+
+    entries: Sequence[AlterClientQuotasResponseEntryData]  # v0+
 
 
 # -- DescribeUserScramCredentials (key 50, v0-0, flexible 0+)
@@ -1418,14 +1417,14 @@ class DescribeUserScramCredentialsResult(TypedDict, total=False):
     user: str  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    credential_infos: Sequence[DescribeUserScramCredentialsResponseCredentialInfo] | PreEncoded  # v0+
+    credential_infos: Sequence[DescribeUserScramCredentialsResponseCredentialInfo]  # v0+
 
 
 class DescribeUserScramCredentialsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    results: Sequence[DescribeUserScramCredentialsResult] | PreEncoded  # v0+
+    results: Sequence[DescribeUserScramCredentialsResult]  # v0+
 
 
 # -- AlterUserScramCredentials (key 51, v0-0, flexible 0+)
@@ -1457,7 +1456,7 @@ class AlterUserScramCredentialsResult(TypedDict, total=False):
 
 class AlterUserScramCredentialsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    results: Sequence[AlterUserScramCredentialsResult] | PreEncoded  # v0+
+    results: Sequence[AlterUserScramCredentialsResult]  # v0+
 
 
 # -- DescribeCluster (key 60, v0-2, flexible 0+)
@@ -1484,7 +1483,7 @@ class DescribeClusterResponse(TypedDict, total=False):
     endpoint_type: int  # v1+, default 1
     cluster_id: str  # v0+
     controller_id: int  # v0+, default -1
-    brokers: Sequence[DescribeClusterBroker] | PreEncoded  # v0+
+    brokers: Sequence[DescribeClusterBroker]  # v0+
     cluster_authorized_operations: int  # v0+, default -2147483648
 
 
@@ -1513,17 +1512,17 @@ class DescribeProducersResponsePartitionResponse(TypedDict, total=False):
     partition_index: int  # v0+
     error_code: int  # v0+
     error_message: str | None  # v0+, nullable v0+, default None
-    active_producers: Sequence[DescribeProducersResponseProducerState] | PreEncoded  # v0+
+    active_producers: Sequence[DescribeProducersResponseProducerState]  # v0+
 
 
 class DescribeProducersResponseTopicResponse(TypedDict, total=False):
     name: str  # v0+
-    partitions: Sequence[DescribeProducersResponsePartitionResponse] | PreEncoded  # v0+
+    partitions: Sequence[DescribeProducersResponsePartitionResponse]  # v0+
 
 
 class DescribeProducersResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    topics: Sequence[DescribeProducersResponseTopicResponse] | PreEncoded  # v0+
+    topics: Sequence[DescribeProducersResponseTopicResponse]  # v0+
 
 
 # -- DescribeTransactions (key 65, v0-0, flexible 0+)
@@ -1535,7 +1534,7 @@ class DescribeTransactionsRequest(Protocol):
 
 class DescribeTransactionsResponseTopicData(TypedDict, total=False):
     topic: str  # v0+
-    partitions: Sequence[int] | PreEncoded  # v0+
+    partitions: Sequence[int]  # v0+
 
 
 class DescribeTransactionsResponseTransactionState(TypedDict, total=False):
@@ -1546,12 +1545,12 @@ class DescribeTransactionsResponseTransactionState(TypedDict, total=False):
     transaction_start_time_ms: int  # v0+
     producer_id: int  # v0+
     producer_epoch: int  # v0+
-    topics: Sequence[DescribeTransactionsResponseTopicData] | PreEncoded  # v0+
+    topics: Sequence[DescribeTransactionsResponseTopicData]  # v0+
 
 
 class DescribeTransactionsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    transaction_states: Sequence[DescribeTransactionsResponseTransactionState] | PreEncoded  # v0+
+    transaction_states: Sequence[DescribeTransactionsResponseTransactionState]  # v0+
 
 
 # -- ListTransactions (key 66, v0-2, flexible 0+)
@@ -1573,8 +1572,8 @@ class ListTransactionsResponseTransactionState(TypedDict, total=False):
 class ListTransactionsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
-    unknown_state_filters: Sequence[str] | PreEncoded  # v0+
-    transaction_states: Sequence[ListTransactionsResponseTransactionState] | PreEncoded  # v0+
+    unknown_state_filters: Sequence[str]  # v0+
+    transaction_states: Sequence[ListTransactionsResponseTransactionState]  # v0+
 
 
 # -- ConsumerGroupHeartbeat (key 68, v0-1, flexible 0+)
@@ -1600,11 +1599,11 @@ class ConsumerGroupHeartbeatRequest(Protocol):
 
 class ConsumerGroupHeartbeatResponseTopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
-    partitions: Sequence[int] | PreEncoded  # v0+
+    partitions: Sequence[int]  # v0+
 
 
 class ConsumerGroupHeartbeatResponseAssignment(TypedDict, total=False):
-    topic_partitions: Sequence[ConsumerGroupHeartbeatResponseTopicPartitions] | PreEncoded  # v0+
+    topic_partitions: Sequence[ConsumerGroupHeartbeatResponseTopicPartitions]  # v0+
 
 
 class ConsumerGroupHeartbeatResponse(TypedDict, total=False):
@@ -1628,11 +1627,11 @@ class ConsumerGroupDescribeRequest(Protocol):
 class ConsumerGroupDescribeResponseTopicPartitions(TypedDict, total=False):
     topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
     topic_name: str  # v0+
-    partitions: Sequence[int] | PreEncoded  # v0+
+    partitions: Sequence[int]  # v0+
 
 
 class ConsumerGroupDescribeResponseAssignment(TypedDict, total=False):
-    topic_partitions: Sequence[ConsumerGroupDescribeResponseTopicPartitions] | PreEncoded  # v0+
+    topic_partitions: Sequence[ConsumerGroupDescribeResponseTopicPartitions]  # v0+
 
 
 class ConsumerGroupDescribeResponseMember(TypedDict, total=False):
@@ -1642,7 +1641,7 @@ class ConsumerGroupDescribeResponseMember(TypedDict, total=False):
     member_epoch: int  # v0+
     client_id: str  # v0+
     client_host: str  # v0+
-    subscribed_topic_names: Sequence[str] | PreEncoded  # v0+
+    subscribed_topic_names: Sequence[str]  # v0+
     subscribed_topic_regex: str | None  # v0+, nullable v0+, default None
     assignment: ConsumerGroupDescribeResponseAssignment | None  # v0+
     target_assignment: ConsumerGroupDescribeResponseAssignment | None  # v0+
@@ -1657,13 +1656,13 @@ class ConsumerGroupDescribeResponseDescribedGroup(TypedDict, total=False):
     group_epoch: int  # v0+
     assignment_epoch: int  # v0+
     assignor_name: str  # v0+
-    members: Sequence[ConsumerGroupDescribeResponseMember] | PreEncoded  # v0+
+    members: Sequence[ConsumerGroupDescribeResponseMember]  # v0+
     authorized_operations: int  # v0+, default -2147483648
 
 
 class ConsumerGroupDescribeResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    groups: Sequence[ConsumerGroupDescribeResponseDescribedGroup] | PreEncoded  # v0+
+    groups: Sequence[ConsumerGroupDescribeResponseDescribedGroup]  # v0+
 
 
 # -- DescribeTopicPartitions (key 75, v0-0, flexible 0+)
@@ -1689,11 +1688,11 @@ class DescribeTopicPartitionsResponsePartition(TypedDict, total=False):
     partition_index: int  # v0+
     leader_id: int  # v0+
     leader_epoch: int  # v0+, default -1
-    replica_nodes: Sequence[int] | PreEncoded  # v0+
-    isr_nodes: Sequence[int] | PreEncoded  # v0+
-    eligible_leader_replicas: Sequence[int] | PreEncoded | None  # v0+, nullable v0+
-    last_known_elr: Sequence[int] | PreEncoded | None  # v0+, nullable v0+
-    offline_replicas: Sequence[int] | PreEncoded  # v0+
+    replica_nodes: Sequence[int]  # v0+
+    isr_nodes: Sequence[int]  # v0+
+    eligible_leader_replicas: Sequence[int] | None  # v0+, nullable v0+
+    last_known_elr: Sequence[int] | None  # v0+, nullable v0+
+    offline_replicas: Sequence[int]  # v0+
 
 
 class DescribeTopicPartitionsResponseTopic(TypedDict, total=False):
@@ -1701,7 +1700,7 @@ class DescribeTopicPartitionsResponseTopic(TypedDict, total=False):
     name: str | None  # v0+, nullable v0+
     topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
     is_internal: bool  # v0+
-    partitions: Sequence[DescribeTopicPartitionsResponsePartition] | PreEncoded  # v0+
+    partitions: Sequence[DescribeTopicPartitionsResponsePartition]  # v0+
     topic_authorized_operations: int  # v0+, default -2147483648
 
 
@@ -1712,5 +1711,5 @@ class DescribeTopicPartitionsResponseCursor(TypedDict, total=False):
 
 class DescribeTopicPartitionsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
-    topics: Sequence[DescribeTopicPartitionsResponseTopic] | PreEncoded  # v0+
+    topics: Sequence[DescribeTopicPartitionsResponseTopic]  # v0+
     next_cursor: DescribeTopicPartitionsResponseCursor | None  # v0+, nullable v0+

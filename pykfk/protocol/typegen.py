@@ -24,8 +24,9 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .fields import _OPEN, Field, Schema
 from .messages import API_SPECS
-from .schema import _OPEN, ApiSpec, Field, Schema
+from .schema import ApiSpec
 
 TARGET = Path(__file__).with_name("typed.py")
 
@@ -54,7 +55,6 @@ from collections.abc import Sequence
 from typing import Protocol, TypedDict
 
 from pykfk._core.regions import FileRegion
-from pykfk.protocol.types import PreEncoded
 
 # What a response's records field may hold (pykfk.protocol.types.records_writer).
 RecordsChunk = bytes | bytearray | memoryview | FileRegion
@@ -109,8 +109,6 @@ def _field_type(field: Field, side: str, nested: str | None) -> str:
     base = nested if nested is not None else (
         _REQUEST_TYPES if side == "Request" else _RESPONSE_TYPES)[field.type_name.removeprefix("[]")]
     text = f"Sequence[{base}]" if field.is_array else base
-    if field.is_array and side == "Response":
-        text += " | PreEncoded"  # an array encoded ahead (pykfk.protocol.types.PreEncoded)
     nullable = field.nullable[0] <= field.nullable[1] or (
         field.default is None and not field.is_array and base != "RecordsData")
     if field.type_name == "records" and side == "Request":

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pykfk._core.regions import FileRegion
 from pykfk._core.structs import Struct
@@ -35,6 +35,21 @@ __all__ = ["FileRegion", "Struct"]
 
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
 Writer = Callable[[bytearray, Any, list[Any]], None]
+# A declared struct compiled for one version (codec.py): decode(buf, pos) -> (value,
+# end); encode(out, body, extra).
+Decoder = Callable[[memoryview, int], "tuple[Struct, int]"]
+Encoder = Callable[[bytearray, Any, list[Any]], None]
+
+
+Request = TypeVar("Request")
+
+
+def replaced(request: Request, **fields: object) -> Request:
+    """A copy of the decoded ``request`` (a Struct, typed by ``pykfk.protocol.typed``) with
+    ``fields`` replaced: a handler passing on the part of a request it may serve."""
+    copy = Struct(cast("Mapping[str, object]", request))
+    copy.update(fields)
+    return cast(Request, copy)
 
 
 class ProtocolError(ValueError):
