@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from pykfk.cluster.metadata import MetadataStore
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
@@ -35,7 +34,7 @@ class StoreCatalog:
         self._topics: dict[str, tuple[uuid.UUID, int]] | None = None
         store.add_listener(self._changed)
 
-    def _changed(self, kind: str, _key: Any) -> None:
+    def _changed(self, kind: str, _key: object) -> None:
         if kind in ("topic", "delete_topic"):
             self.version += 1
             self._topics = None
@@ -54,7 +53,7 @@ def catalog(store: MetadataStore) -> StoreCatalog:
     return store_cache(StoreCatalog, store)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
     if not group_allowed(ctx, Operation.READ, request.group_id):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
                 "member_epoch": 0, "heartbeat_interval_ms": 0}

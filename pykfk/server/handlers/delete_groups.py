@@ -6,11 +6,11 @@ response for every version.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import DeleteGroupsRequest, DeleteGroupsResponse
+from pykfk.protocol.typed import DeleteGroupsResponseDeletableGroupResult as DeletableGroupResult
+from pykfk.protocol.types import replaced
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
@@ -19,13 +19,13 @@ API_KEY = 42
 VERSIONS = (0, 2)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     denied = [g for g in request.groups_names if not group_allowed(ctx, Operation.DELETE, g)]
     if not denied:
         return await api.delete_groups(ctx.broker.group_coordinator, ctx.api_version, request)
-    allowed = Struct(request)
-    allowed["groups_names"] = [g for g in request.groups_names if g not in denied]
+    allowed = replaced(request, groups_names=[g for g in request.groups_names if g not in denied])
     body = await api.delete_groups(ctx.broker.group_coordinator, ctx.api_version, allowed)
-    body["results"] = list(body["results"]) + [
+    refused: list[DeletableGroupResult] = [
         {"group_id": g, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED} for g in denied]
+    body["results"] = [*body.get("results", ()), *refused]
     return body

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
 
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    FindCoordinatorResponseCoordinator,
+)
+from pykfk.protocol.types import replaced
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -26,13 +30,13 @@ API_KEY = 10
 VERSIONS = (0, 4)
 
 
-DENIED = {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": "Authorization failed.",
+DENIED: api.Location = {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": "Authorization failed.",
           "node_id": -1, "host": "", "port": -1}
-TRANSACTION_DENIED = {**DENIED, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+TRANSACTION_DENIED: api.Location = {**DENIED, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 KEY_TYPE_TRANSACTION = 1
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = [request.key] if ctx.api_version < 4 else list(request.coordinator_keys)
     if request.key_type == KEY_TYPE_TRANSACTION:
         return await _find_transaction_coordinators(ctx, keys)
@@ -40,21 +44,21 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     if request.key_type == api.KEY_TYPE_GROUP:
         denied = {key for key in keys if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, key)}
         if ctx.api_version < 4 and denied:
-            return {"throttle_time_ms": 0, **DENIED}
+            return api.located(DENIED)
         if len(denied) < len(keys):
             # A topic that could not be made (the store logged why) has no leader: the
             # answer is COORDINATOR_NOT_AVAILABLE and the client asks again.
             with contextlib.suppress(MetadataWriteError):
                 await ctx.broker.ensure_offsets_topic()
     if denied:
-        request = Struct(request)
-        request["coordinator_keys"] = [key for key in keys if key not in denied]
+        request = replaced(request, coordinator_keys=[key for key in keys if key not in denied])
     body = await api.find_coordinator(
         ctx.broker.group_coordinator, ctx.api_version, request,
         node_for_partition=functools.partial(_node_for_partition, ctx),
     )
     if denied:
-        body["coordinators"] = list(body["coordinators"]) + [{"key": key, **DENIED} for key in keys if key in denied]
+        refused: list[FindCoordinatorResponseCoordinator] = [{"key": key, **DENIED} for key in keys if key in denied]
+        body["coordinators"] = [*body.get("coordinators", ()), *refused]
     return body
 
 
@@ -62,16 +66,16 @@ def _node_for_partition(ctx: RequestContext, partition: int) -> tuple[int, str, 
     return ctx.broker.coordinator_node(partition, ctx.session.listener_name)
 
 
-async def _find_transaction_coordinators(ctx: RequestContext, keys: list[str]) -> dict[str, Any]:
+async def _find_transaction_coordinators(ctx: RequestContext, keys: list[str]) -> FindCoordinatorResponse:
     allowed = {key for key in keys if ctx.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)}
     if allowed:
         with contextlib.suppress(MetadataWriteError):  # no leader then: COORDINATOR_NOT_AVAILABLE
             await ctx.broker.ensure_transaction_topic()
     coordinator = ctx.broker.transaction_coordinator
 
-    def locate(key: str) -> dict[str, Any]:
+    def locate(key: str) -> api.Location:
         if key not in allowed:
-            return dict(TRANSACTION_DENIED)
+            return TRANSACTION_DENIED
         node = None if coordinator is None else ctx.broker.transaction_coordinator_node(
             coordinator.partition_for(key), ctx.session.listener_name)
         if node is None:
@@ -82,5 +86,5 @@ async def _find_transaction_coordinators(ctx: RequestContext, keys: list[str]) -
         return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node_id, "host": host, "port": port}
 
     if ctx.api_version < 4:
-        return {"throttle_time_ms": 0, **locate(keys[0])}
+        return api.located(locate(keys[0]))
     return {"throttle_time_ms": 0, "coordinators": [{"key": key, **locate(key)} for key in keys]}

@@ -6,10 +6,8 @@ response for every version.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import ListGroupsRequest, ListGroupsResponse
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
@@ -18,8 +16,8 @@ API_KEY = 16
 VERSIONS = (0, 5)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     body = await api.list_groups(ctx.broker.group_coordinator, ctx.api_version, request)
     if ctx.broker.authorizer is not None and not ctx.allowed_on_cluster(Operation.DESCRIBE):
-        body["groups"] = [g for g in body["groups"] if group_allowed(ctx, Operation.DESCRIBE, g["group_id"])]
+        body["groups"] = [g for g in body.get("groups", ()) if group_allowed(ctx, Operation.DESCRIBE, g["group_id"])]
     return body

@@ -8,10 +8,12 @@ offsets of topics the group's members still subscribe to (GROUP_SUBSCRIBED_TO_TO
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import (
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponseTopic,
+)
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed, topics_denied
@@ -25,11 +27,11 @@ def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
-def _answer(error: int, topics: list[dict[str, Any]]) -> dict[str, Any]:
+def _answer(error: int, topics: list[OffsetDeleteResponseTopic]) -> OffsetDeleteResponse:
     return {"error_code": error, "throttle_time_ms": 0, "topics": topics}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     if not group_allowed(ctx, Operation.DELETE, request.group_id):
         return _answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, [])
     denied = topics_denied(ctx, Operation.READ, [t.name for t in request.topics])

@@ -6,31 +6,28 @@ response for every version.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import OffsetFetchRequest, OffsetFetchResponse
+from pykfk.protocol.types import replaced
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import (
     fetch_denied_topics,
     group_allowed,
     topics_denied,
-    without_topics,
 )
 
 API_KEY = 9
 VERSIONS = (0, 7)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     if not group_allowed(ctx, Operation.DESCRIBE, request.group_id):
         if ctx.api_version >= 2:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []}
-        return {"topics": [{"name": t["name"], "partitions": [{**p, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
-                                                             for p in t["partitions"]]}
-                           for t in fetch_denied_topics(request, {t.name for t in request.topics or ()})]}
+        return {"topics": fetch_denied_topics(request, {t.name for t in request.topics or ()},
+                                              ErrorCode.GROUP_AUTHORIZATION_FAILED)}
     if request.topics is None:  # every committed topic: leave out those the principal may not see
         body = await api.offset_fetch(ctx.broker.group_coordinator, ctx.api_version, request)
         hidden = topics_denied(ctx, Operation.DESCRIBE, (t["name"] for t in body.get("topics", [])))
@@ -39,6 +36,6 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     denied = topics_denied(ctx, Operation.DESCRIBE, (t.name for t in request.topics))
     if not denied:
         return await api.offset_fetch(ctx.broker.group_coordinator, ctx.api_version, request)
-    body = await api.offset_fetch(ctx.broker.group_coordinator, ctx.api_version, without_topics(request, denied))
-    body["topics"] = list(body.get("topics", [])) + fetch_denied_topics(request, denied)
+    body = await api.offset_fetch(ctx.broker.group_coordinator, ctx.api_version, replaced(request, topics=[t for t in request.topics if t.name not in denied]))
+    body["topics"] = [*body.get("topics", ()), *fetch_denied_topics(request, denied)]
     return body

@@ -6,19 +6,18 @@ response for every version.
 
 from __future__ import annotations
 
-from typing import Any
-
+from pykfk.errors import ErrorCode
 from pykfk.group import api
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import SyncGroupRequest, SyncGroupResponse
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
-from pykfk.server.group_access import GROUP_DENIED, group_allowed
+from pykfk.server.group_access import group_allowed
 
 API_KEY = 14
 VERSIONS = (0, 5)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     if not group_allowed(ctx, Operation.READ, request.group_id):
-        return dict(GROUP_DENIED)
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     return await api.sync_group(ctx.broker.group_coordinator, ctx.api_version, request)

@@ -15,12 +15,10 @@ COORDINATOR_NOT_AVAILABLE below v2, as Kafka answers clients older than 2.0).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group import api
 from pykfk.group.offsets import OFFSETS_TOPIC
-from pykfk.protocol.types import Struct
+from pykfk.protocol.typed import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -28,13 +26,13 @@ API_KEY = 28
 VERSIONS = (0, 4)
 
 
-def _all(request: Struct, code: int) -> dict[str, Any]:
+def _all(request: TxnOffsetCommitRequest, code: int) -> TxnOffsetCommitResponse:
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
                                         for p in t.partitions]} for t in request.topics]}
 
 
-async def _verify(ctx: RequestContext, request: Struct) -> int:
+async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> int:
     """NONE when the group's offsets partition is in the producer's open transaction (or
     this broker is not the group's coordinator, which the group coordinator answers),
     else the error for this request's version."""
@@ -60,7 +58,7 @@ async def _verify(ctx: RequestContext, request: Struct) -> int:
     return code
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return _all(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
