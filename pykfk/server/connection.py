@@ -48,7 +48,7 @@ import socket
 import struct
 from collections.abc import Awaitable
 from time import perf_counter
-from typing import Any, TypeAlias, cast
+from typing import TypeAlias, cast
 
 from pykfk._core.sendfile import gather as _gather
 from pykfk._core.sendfile import sendfile as _sendfile
@@ -87,7 +87,7 @@ _SIZE = struct.Struct(">i")
 SlotWork: TypeAlias = "asyncio.Future[Chunks | None] | Chunks | Failed | None"
 
 
-def _is_file_region(chunk: Any) -> bool:
+def _is_file_region(chunk: object) -> bool:
     return type(chunk) is FileRegion
 
 

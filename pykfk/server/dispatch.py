@@ -28,12 +28,14 @@ import importlib
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from types import ModuleType
+from typing import Any, cast
 
 from pykfk._core.wire import decode_request_header
 from pykfk.metrics.stats import VERSION_SLOTS, RequestStats
-from pykfk.protocol.types import FileRegion
+from pykfk.protocol.typed import ApiVersionsResponseApiVersion
+from pykfk.protocol.types import FileRegion, Struct
 from pykfk.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pykfk.security.quotas import REQUEST_PERCENTAGE
 from pykfk.server.services import BrokerServices
@@ -42,8 +44,9 @@ from pykfk.server.session import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, SASL
 # A response frame as chunks in wire order: bytes-like objects, and FileRegions whose
 # bytes stay in a segment file until sendfile sends them.
 Chunks = list[Any]
-# A response body as a handler gives it: a dict to encode, None for no response.
-Body = dict[str, Any] | None
+# A response body as a handler gives it: a dict to encode (typed by the API's response
+# TypedDict in pykfk.protocol.typed), None for no response.
+Body = Mapping[str, object] | None
 
 NEVER_FLEXIBLE = 1 << 15  # flexible_from of an api without flexible versions (int16 versions)
 
@@ -135,9 +138,10 @@ class ApiHandler:
     name: str
     min_version: int
     max_version: int
-    handle: Callable[[RequestContext, Any], Awaitable[Body] | Body]
-    decode: Callable[[memoryview, int, int], Any] | None = None
-    encode: Callable[[int, int, Any], Chunks] | None = None
+    # The request and response types are the API's (pykfk.protocol.typed), hence "...".
+    handle: Callable[..., Awaitable[Body] | Body]
+    decode: Callable[[memoryview, int, int], Struct] | None = None
+    encode: Callable[..., Chunks] | None = None
     flexible_from: int = NEVER_FLEXIBLE  # first version with request header v2
 
 
@@ -213,17 +217,18 @@ class RequestContext:
 def _report_throttle(body: Body, throttle_ms: int) -> None:
     """Kafka answers with the longest of a request's throttles (byte rate, request time)."""
     if throttle_ms and body is not None and "throttle_time_ms" in body:
-        body["throttle_time_ms"] = max(body["throttle_time_ms"], throttle_ms)
+        answer = cast("dict[str, int]", body)  # a dict at run time
+        answer["throttle_time_ms"] = max(answer["throttle_time_ms"], throttle_ms)
 
 
 class _StepTimer:
     """Awaits a coroutine and adds up the time of its own steps (between its waits)."""
 
-    def __init__(self, awaitable: Awaitable[Any]):
+    def __init__(self, awaitable: Awaitable[Body]):
         self._awaitable = awaitable
         self.elapsed = 0.0
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[object, object, Body]:
         steps = self._awaitable.__await__()
         sent: Any = None
         error: BaseException | None = None
@@ -233,7 +238,7 @@ class _StepTimer:
                 yielded = steps.send(sent) if error is None else steps.throw(error)
             except StopIteration as done:
                 self.elapsed += time.perf_counter() - started
-                return done.value
+                return cast(Body, done.value)
             self.elapsed += time.perf_counter() - started
             try:
                 sent, error = (yield yielded), None
@@ -259,7 +264,7 @@ Work = Awaitable[Chunks | None] | Chunks | Failed | None
 class Registry:
     """API key -> handler, built from handler modules."""
 
-    def __init__(self, modules: Iterable[Any]):
+    def __init__(self, modules: Iterable[ModuleType]):
         from pykfk.protocol.messages import API_SPECS
 
         self._handlers: dict[int, ApiHandler] = {}
@@ -294,7 +299,7 @@ class Registry:
     def get(self, api_key: int) -> ApiHandler | None:
         return self._handlers.get(api_key)
 
-    def api_versions(self) -> list[dict[str, int]]:
+    def api_versions(self) -> list[ApiVersionsResponseApiVersion]:
         """The ApiVersions ``api_keys`` array, ascending by key."""
         return [
             {"api_key": h.api_key, "min_version": h.min_version, "max_version": h.max_version}
@@ -376,16 +381,16 @@ class Dispatcher:
                     return handler.encode(api_version, correlation_id, body), ctx
                 return self._encode(handler, ctx, body), ctx
             if body is not None and not isinstance(body, dict):
-                return self._run(handler, ctx, body), ctx  # awaitable: answered later
+                return self._run(handler, ctx, cast("Awaitable[Body]", body)), ctx  # answered later
             return self._encode(handler, ctx, body), ctx
         except Exception as exc:  # noqa: BLE001 - reported when this request's turn comes
             return Failed(exc), ctx
 
-    def _timed(self, handler: ApiHandler, ctx: RequestContext, body: Any, start: float) -> Work:
+    def _timed(self, handler: ApiHandler, ctx: RequestContext, body: Awaitable[Body] | Body, start: float) -> Work:
         """With request_percentage quotas: the request's handling time, its own steps
         only (not the time it waits), charged to the client once it is answered."""
         if body is not None and not isinstance(body, dict):
-            return self._run_timed(handler, ctx, body, time.perf_counter() - start)
+            return self._run_timed(handler, ctx, cast("Awaitable[Body]", body), time.perf_counter() - start)
         _report_throttle(body, self._charge_time(ctx, time.perf_counter() - start))
         return self._encode(handler, ctx, body)
 

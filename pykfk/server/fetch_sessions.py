@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
+from pykfk.protocol import typed
 
 NO_SESSION = 0
 INITIAL_EPOCH = 0
@@ -43,6 +45,28 @@ INT32_MAX = 2**31 - 1
 EVICTION_GRACE_MS = 120_000
 
 TopicPartition = tuple[str, int]
+
+
+class ReadPartition(Protocol):
+    """A partition to read, as a Fetch request or a session names it."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def fetch_offset(self) -> int: ...
+    @property
+    def partition_max_bytes(self) -> int: ...
+    @property
+    def current_leader_epoch(self) -> int: ...
+
+
+class ReadTopic(Protocol):
+    """A topic to read: a Fetch request's (``typed.FetchTopic``) or a session's."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[ReadPartition]: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,7 +83,7 @@ class SessionPartition:
     sent_last_stable_offset: int = -1
     sent_log_start_offset: int = -1
 
-    def changed(self, answer: dict[str, Any]) -> bool:
+    def changed(self, answer: typed.FetchResponsePartitionData) -> bool:
         """Whether ``answer`` tells the client something it has not heard; remembers it."""
         new = (answer["error_code"] != 0 or bool(answer["records"])
                or answer["high_watermark"] != self.sent_high_watermark
@@ -92,9 +116,10 @@ class FetchSession:
         self.partitions: OrderedDict[TopicPartition, SessionPartition] = OrderedDict()
         # The id the client knows each topic by (Fetch v13+): a topic deleted and made
         # again under the same name is another topic, never read for the old id.
-        self.topic_ids: dict[str, Any] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
 
-    def update(self, topics: Iterable[Any], forgotten: Iterable[Any] = ()) -> None:
+    def update(self, topics: Iterable[typed.FetchTopic],
+               forgotten: Iterable[typed.FetchRequestForgottenTopic] = ()) -> None:
         """Add or update the request's partitions, then drop the forgotten ones."""
         for topic in topics:
             for part in topic.partitions:
@@ -109,9 +134,9 @@ class FetchSession:
                     known.partition_max_bytes = part.partition_max_bytes
                     known.current_leader_epoch = part.current_leader_epoch
                     known.log_start_offset = part.log_start_offset
-        for topic in forgotten:
-            for partition in topic.partitions:
-                self.partitions.pop((topic.topic, partition), None)
+        for gone in forgotten:
+            for partition in gone.partitions:
+                self.partitions.pop((gone.topic, partition), None)
 
     def topics(self) -> list[SessionTopic]:
         """The session's partitions grouped by topic, for reading."""

@@ -15,10 +15,10 @@ both, the answer their Produce handling expects).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -26,14 +26,14 @@ API_KEY = 24
 VERSIONS = (0, 5)
 
 
-def _results(codes: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _results(codes: dict[tuple[str, int], int]) -> list[typed.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[typed.AddPartitionsToTxnPartitionResult]] = {}
     for (topic, partition), code in codes.items():
         by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
     return [{"name": topic, "results_by_partition": results} for topic, results in by_topic.items()]
 
 
-async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int, topics: Any,
+async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, epoch: int, topics: Sequence[typed.AddPartitionsToTxnTopic],
                verify_only: bool = False) -> dict[tuple[str, int], int]:
     partitions = [(t.name, p) for t in topics for p in t.partitions]
     coordinator = ctx.broker.transaction_coordinator
@@ -64,12 +64,12 @@ def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.AddPartitionsToTxnRequest) -> typed.AddPartitionsToTxnResponse:
     if ctx.api_version < 4:
         codes = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                            request.v3_and_below_producer_epoch, request.v3_and_below_topics)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results(codes)}
-    results = []
+    results: list[typed.AddPartitionsToTxnResult] = []
     for txn in request.transactions:
         codes = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
                            verify_only=txn.verify_only)

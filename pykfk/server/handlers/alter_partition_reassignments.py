@@ -6,10 +6,8 @@ NOT_CONTROLLER."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 
@@ -17,12 +15,13 @@ API_KEY = 45
 VERSIONS = (0, 1)
 
 
-def _error_body(request: Struct, code: ErrorCode, message: str | None) -> dict[str, Any]:
+def _error_body(request: typed.AlterPartitionReassignmentsRequest, code: ErrorCode,
+                message: str | None) -> typed.AlterPartitionReassignmentsResponse:
     return {"throttle_time_ms": 0, "allow_replication_factor_change": request.allow_replication_factor_change,
             "error_code": code, "error_message": message, "responses": []}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.AlterPartitionReassignmentsRequest) -> typed.AlterPartitionReassignmentsResponse:
     if not ctx.allowed_on_cluster(Operation.ALTER):
         return _error_body(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
     targets = {(t.name, p.partition_index): None if p.replicas is None else list(p.replicas)
@@ -33,7 +32,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             targets, allow_factor_change, request.timeout_ms / 1000)
     except KafkaError as exc:
         return _error_body(request, exc.code, exc.message)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+    by_topic: dict[str, list[typed.AlterPartitionReassignmentsResponseReassignablePartitionResponse]] = {}
     for (topic, partition), error in outcomes.items():
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,

@@ -5,10 +5,8 @@ from their fetches. Only the leader answers; DELETE on the topic is needed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -17,7 +15,7 @@ VERSIONS = (0, 2)
 HIGH_WATERMARK = -1
 
 
-def _delete(ctx: RequestContext, topic: str, partition: Struct) -> dict[str, Any]:
+def _delete(ctx: RequestContext, topic: str, partition: typed.DeleteRecordsPartition) -> typed.DeleteRecordsPartitionResult:
     try:
         plog = ctx.broker.replica_manager.leader_log(topic, partition.partition_index)
         offset = plog.high_watermark if partition.offset == HIGH_WATERMARK else partition.offset
@@ -30,11 +28,11 @@ def _delete(ctx: RequestContext, topic: str, partition: Struct) -> dict[str, Any
         return {"partition_index": partition.partition_index, "low_watermark": -1, "error_code": exc.code}
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    topics = []
+def handle(ctx: RequestContext, request: typed.DeleteRecordsRequest) -> typed.DeleteRecordsResponse:
+    topics: list[typed.DeleteRecordsTopicResult] = []
     for topic in request.topics:
         if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, topic.name):
-            partitions = [{"partition_index": p.partition_index, "low_watermark": -1,
+            partitions: list[typed.DeleteRecordsPartitionResult] = [{"partition_index": p.partition_index, "low_watermark": -1,
                            "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED} for p in topic.partitions]
         else:
             partitions = [_delete(ctx, topic.name, p) for p in topic.partitions]

@@ -4,10 +4,8 @@ and MirrorMaker 2 expect)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import AclError, Operation, filter_from_codes
 from pykfk.server.dispatch import RequestContext
 
@@ -15,7 +13,7 @@ API_KEY = 29
 VERSIONS = (0, 3)
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: typed.DescribeAclsRequest) -> typed.DescribeAclsResponse:
     if ctx.broker.authorizer is None:
         return {"error_code": ErrorCode.SECURITY_DISABLED, "error_message": "No Authorizer is configured on the broker"}
     if not ctx.allowed_on_cluster(Operation.DESCRIBE):
@@ -27,7 +25,7 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         acl_filter.check()
     except AclError as exc:
         return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc)}
-    resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    resources: dict[tuple[int, str, int], list[typed.DescribeAclsResponseAclDescription]] = {}
     for binding in ctx.broker.metadata.acls():
         if acl_filter.matches(binding):
             key = (int(binding.resource_type), binding.name, int(binding.pattern_type))

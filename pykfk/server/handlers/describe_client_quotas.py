@@ -4,10 +4,8 @@ an entity must have no other types. Needs DESCRIBE_CONFIGS on the cluster."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.security.quotas import ENTITY_TYPES, Entity
 from pykfk.server.dispatch import RequestContext
@@ -17,7 +15,7 @@ VERSIONS = (0, 1)
 EXACT, DEFAULT, ANY = 0, 1, 2
 
 
-def _matches(entity: Entity, components: list[Struct], strict: bool) -> bool:
+def _matches(entity: Entity, components: list[typed.DescribeClientQuotasRequestComponentData], strict: bool) -> bool:
     names = dict(entity)
     for c in components:
         if c.entity_type not in names:
@@ -28,7 +26,7 @@ def _matches(entity: Entity, components: list[Struct], strict: bool) -> bool:
     return not strict or len(names) == len(components)
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: typed.DescribeClientQuotasRequest) -> typed.DescribeClientQuotasResponse:
     if not ctx.allowed_on_cluster(Operation.DESCRIBE_CONFIGS):
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": "Authorization failed.",
                 "entries": None}
@@ -42,7 +40,7 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     if len(set(types)) != len(types):
         return {"error_code": ErrorCode.INVALID_REQUEST, "entries": None,
                 "error_message": "Duplicate entity type in the filter"}
-    entries = [
+    entries: list[typed.DescribeClientQuotasResponseEntryData] = [
         {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
          "values": [{"key": k, "value": v} for k, v in sorted(values.items())]}
         for entity, values in sorted(ctx.broker.metadata.client_quotas().items(), key=lambda e: repr(e[0]))

@@ -6,10 +6,8 @@ answers (NOT_LEADER_OR_FOLLOWER elsewhere)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -17,13 +15,14 @@ API_KEY = 61
 VERSIONS = (0, 0)
 
 
-def _partition(ctx: RequestContext, topic: str, partition: int) -> dict[str, Any]:
-    answer: dict[str, Any] = {"partition_index": partition, "error_code": ErrorCode.NONE, "error_message": None,
+def _partition(ctx: RequestContext, topic: str, partition: int) -> typed.DescribeProducersResponsePartitionResponse:
+    answer: typed.DescribeProducersResponsePartitionResponse = {"partition_index": partition, "error_code": ErrorCode.NONE, "error_message": None,
                               "active_producers": []}
     try:
         state = ctx.broker.replica_manager.leader_log(topic, partition).producer_state
     except KafkaError as exc:
-        return {**answer, "error_code": exc.code}
+        answer["error_code"] = exc.code
+        return answer
     answer["active_producers"] = [
         {"producer_id": pid, "producer_epoch": entry.producer_epoch, "last_sequence": entry.last_seq,
          "last_timestamp": entry.last_timestamp, "coordinator_epoch": entry.coordinator_epoch,
@@ -32,11 +31,11 @@ def _partition(ctx: RequestContext, topic: str, partition: int) -> dict[str, Any
     return answer
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    topics = []
+async def handle(ctx: RequestContext, request: typed.DescribeProducersRequest) -> typed.DescribeProducersResponse:
+    topics: list[typed.DescribeProducersResponseTopicResponse] = []
     for topic in request.topics:
         if not ctx.allowed(Operation.READ, ResourceType.TOPIC, topic.name):
-            partitions = [{"partition_index": p, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            partitions: list[typed.DescribeProducersResponsePartitionResponse] = [{"partition_index": p, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                            "error_message": None, "active_producers": []} for p in topic.partition_indexes]
         else:
             partitions = [_partition(ctx, topic.name, p) for p in topic.partition_indexes]

@@ -9,11 +9,12 @@ leader replicas (KIP-966's ELR is a KRaft feature).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import ZERO_UUID, Struct
+from pykfk.protocol import typed
+from pykfk.protocol.types import ZERO_UUID
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.handlers.metadata import partition_entry, topic_operations, topic_uuid
@@ -23,18 +24,19 @@ VERSIONS = (0, 0)
 PARTITION_LIMIT = 2000
 
 
-def _names(ctx: RequestContext, request: Struct) -> list[str]:
+def _names(ctx: RequestContext, request: typed.DescribeTopicPartitionsRequest) -> list[str]:
     if request.topics:
         return sorted({t.name for t in request.topics})
     return [n for n in sorted(ctx.broker.metadata.topics())
             if ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n)]
 
 
-def _missing(name: str, code: int) -> dict[str, Any]:
+def _missing(name: str, code: int) -> typed.DescribeTopicPartitionsResponseTopic:
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID, "is_internal": False, "partitions": []}
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: typed.DescribeTopicPartitionsRequest
+           ) -> typed.DescribeTopicPartitionsResponse:
     store = ctx.broker.metadata
     names = _names(ctx, request)
     cursor = request.cursor
@@ -43,8 +45,8 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 "next_cursor": None}
     budget = max(1, min(request.response_partition_limit, PARTITION_LIMIT))
     live = {b.node_id for b in store.brokers()}
-    topics: list[dict[str, Any]] = []
-    next_cursor = None
+    topics: list[typed.DescribeTopicPartitionsResponseTopic] = []
+    next_cursor: typed.DescribeTopicPartitionsResponseCursor | None = None
     for name in names:
         first = 0
         if cursor is not None:
@@ -66,7 +68,8 @@ def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         budget -= last - first
         topics.append({"error_code": ErrorCode.NONE, "name": name, "topic_id": topic_uuid(info),
                        "is_internal": is_internal_topic(name),
-                       "partitions": [partition_entry(store, info, p, ctx.broker.broker_id, live)
+                       "partitions": [cast(typed.DescribeTopicPartitionsResponsePartition,  # Metadata's fields
+                                           partition_entry(store, info, p, ctx.broker.broker_id, live))
                                       for p in range(first, last)],
                        "topic_authorized_operations": topic_operations(ctx, name)})
         if last < info.partitions:

@@ -4,10 +4,8 @@ TRANSACTIONAL_ID_NOT_FOUND for unknown ones). Needs Describe on each transaction
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.txn.records import TxnState, partitions_by_topic
@@ -16,8 +14,8 @@ API_KEY = 65
 VERSIONS = (0, 0)
 
 
-def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
-    answer: dict[str, Any] = {"transactional_id": transactional_id, "transaction_state": "",
+def _describe(ctx: RequestContext, transactional_id: str) -> typed.DescribeTransactionsResponseTransactionState:
+    answer: typed.DescribeTransactionsResponseTransactionState = {"transactional_id": transactional_id, "transaction_state": "",
                               "transaction_timeout_ms": 0, "transaction_start_time_ms": -1, "producer_id": -1,
                               "producer_epoch": -1, "topics": []}
     coordinator = ctx.broker.transaction_coordinator
@@ -35,6 +33,6 @@ def _describe(ctx: RequestContext, transactional_id: str) -> dict[str, Any]:
             "topics": [{"topic": t, "partitions": ps} for t, ps in partitions_by_topic(meta.partitions).items()]}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.DescribeTransactionsRequest) -> typed.DescribeTransactionsResponse:
     return {"throttle_time_ms": 0,
             "transaction_states": [_describe(ctx, tid) for tid in request.transactional_ids]}

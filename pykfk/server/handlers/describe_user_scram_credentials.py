@@ -5,10 +5,9 @@ user named twice."""
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.security.scram import MECHANISM_TYPES, ScramCredential, ScramError
 from pykfk.server.dispatch import RequestContext
@@ -17,8 +16,8 @@ API_KEY = 50
 VERSIONS = (0, 0)
 
 
-def _infos(credentials: dict[str, str]) -> list[dict[str, int]]:
-    infos = []
+def _infos(credentials: dict[str, str]) -> list[typed.DescribeUserScramCredentialsResponseCredentialInfo]:
+    infos: list[typed.DescribeUserScramCredentialsResponseCredentialInfo] = []
     for mechanism, text in sorted(credentials.items()):
         if mechanism not in MECHANISM_TYPES:
             continue
@@ -30,12 +29,12 @@ def _infos(credentials: dict[str, str]) -> list[dict[str, int]]:
     return infos
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.DescribeUserScramCredentialsRequest) -> typed.DescribeUserScramCredentialsResponse:
     if not ctx.allowed_on_cluster(Operation.DESCRIBE):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     asked = None if request.users is None else [u.name for u in request.users]
     found = await ctx.broker.metadata.scram_credentials(asked)
-    results = []
+    results: list[typed.DescribeUserScramCredentialsResult] = []
     if asked is None:
         results = [{"user": user, "error_code": ErrorCode.NONE, "credential_infos": _infos(creds)}
                    for user, creds in sorted(found.items())]

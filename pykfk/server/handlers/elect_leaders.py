@@ -7,11 +7,10 @@ named in Metadata (Kafka's ZooKeeper-mode brokers answer the same way)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pykfk.cluster.controller import PREFERRED, ElectionOutcome
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 
@@ -19,14 +18,15 @@ API_KEY = 43
 VERSIONS = (0, 2)
 
 
-def _requested(request: Struct) -> list[tuple[str, int]] | None:
+def _requested(request: typed.ElectLeadersRequest) -> list[tuple[str, int]] | None:
     if request.topic_partitions is None:
         return None
     return list(dict.fromkeys((t.topic, p) for t in request.topic_partitions for p in t.partitions))
 
 
-def _body(outcomes: Mapping[tuple[str, int], ElectionOutcome], error_code: ErrorCode = ErrorCode.NONE) -> dict[str, Any]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+def _body(outcomes: Mapping[tuple[str, int], ElectionOutcome], error_code: ErrorCode = ErrorCode.NONE
+          ) -> typed.ElectLeadersResponse:
+    by_topic: dict[str, list[typed.ElectLeadersResponsePartitionResult]] = {}
     for (topic, partition), (code, message) in outcomes.items():
         by_topic.setdefault(topic, []).append(
             {"partition_id": partition, "error_code": code, "error_message": message})
@@ -34,12 +34,12 @@ def _body(outcomes: Mapping[tuple[str, int], ElectionOutcome], error_code: Error
             "replica_election_results": [{"topic": t, "partition_result": r} for t, r in by_topic.items()]}
 
 
-def _failed(requested: list[tuple[str, int]] | None, code: ErrorCode, message: str) -> dict[str, Any]:
+def _failed(requested: list[tuple[str, int]] | None, code: ErrorCode, message: str) -> typed.ElectLeadersResponse:
     """Every requested partition gets ``code`` (an empty list when all were asked for)."""
     return _body({key: (code, message) for key in requested or ()}, code)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.ElectLeadersRequest) -> typed.ElectLeadersResponse:
     requested = _requested(request)
     if not ctx.allowed_on_cluster(Operation.ALTER):
         return _failed(requested, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")

@@ -10,10 +10,8 @@ bump per transaction, transaction version 2) is not served.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -21,11 +19,11 @@ API_KEY = 26
 VERSIONS = (0, 4)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.EndTxnRequest) -> typed.EndTxnResponse:
     return {"throttle_time_ms": 0, "error_code": await _end(ctx, request)}
 
 
-async def _end(ctx: RequestContext, request: Struct) -> int:
+async def _end(ctx: RequestContext, request: typed.EndTxnRequest) -> int:
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     coordinator = ctx.broker.transaction_coordinator

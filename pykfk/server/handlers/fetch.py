@@ -35,23 +35,24 @@ import asyncio
 import logging
 import uuid
 import weakref
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Sequence
 
 from pykfk._core.wire import decode_fetch, encode_fetch_response
+from pykfk.cluster.metadata import MetadataStore
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.metrics.stats import BrokerTopicStats
-from pykfk.protocol import framing
+from pykfk.protocol import framing, typed
 from pykfk.protocol.types import ZERO_UUID, FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import CONSUMER_BYTE_RATE
-from pykfk.server.dispatch import RequestContext
+from pykfk.server.dispatch import Chunks, RequestContext
 from pykfk.server.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     NO_SESSION,
     FetchSession,
     FetchSessionCache,
+    ReadTopic,
 )
 from pykfk.server.handlers.metadata import topic_ids
 
@@ -68,7 +69,7 @@ def decode_request(view: memoryview, offset: int, version: int) -> Struct:
     return decode_fetch(view, offset, version)
 
 
-def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> list[Any]:
+def encode_response(version: int, correlation_id: int, body: typed.FetchResponse) -> Chunks:
     """The response frame as chunks, compiled (``pykfk._core.wire``); a body with a field
     that encoder leaves out (tagged fields) goes through the generic encoder."""
     chunks = encode_fetch_response(version, correlation_id, body)
@@ -77,7 +78,7 @@ def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> 
     return chunks
 
 
-def _partition_error(partition: int, code: int) -> dict[str, Any]:
+def _partition_error(partition: int, code: int) -> typed.FetchResponsePartitionData:
     return {
         "partition_index": partition,
         "error_code": code,
@@ -90,9 +91,9 @@ def _partition_error(partition: int, code: int) -> dict[str, Any]:
     }
 
 
-def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int, first_pass: bool,
-              denied: frozenset[str] = frozenset(),
-              read_committed: bool = False, client_rack: str | None = None) -> tuple[list[dict[str, Any]], int, bool]:
+def _read_all(ctx: RequestContext, topics: Sequence[ReadTopic], replica_id: int, max_bytes: int, first_pass: bool,
+              denied: frozenset[str] = frozenset(), read_committed: bool = False, client_rack: str | None = None
+              ) -> tuple[list[typed.FetchableTopicResponse], int, bool]:
     """One pass over the requested partitions: (responses, bytes available, any error).
 
     The FileRegions point at duplicated fds owned by the request context, so the
@@ -104,9 +105,9 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
     remaining = max_bytes if version >= 3 else INT32_MAX
     total = 0
     error = False
-    responses = []
+    responses: list[typed.FetchableTopicResponse] = []
     for topic in topics:
-        partitions = []
+        partitions: list[typed.FetchResponsePartitionData] = []
         if topic.topic in denied:
             responses.append({"topic": topic.topic, "partitions": [
                 _partition_error(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic.partitions]})
@@ -141,7 +142,7 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
             limit = part.partition_max_bytes
             if limit > remaining:  # noqa: PLR1730
                 limit = remaining
-            records: Any = b""
+            records: typed.RecordsData = b""
             try:
                 if part.fetch_offset == max_offset and plog.log_start_offset <= max_offset:
                     # Nothing new (a caught-up follower or consumer): no segment lookup.
@@ -170,7 +171,7 @@ def _read_all(ctx: RequestContext, topics: Any, replica_id: int, max_bytes: int,
                 total += region.size
                 remaining -= region.size
                 records = _owned_region(ctx, region, version)
-            aborted = None
+            aborted: list[typed.FetchResponseAbortedTransaction] | None = None
             if read_committed and region is not None and len(plog.aborted_txns):
                 aborted = [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
                            for txn in plog.aborted_transactions(part.fetch_offset, max_offset)] or None
@@ -204,7 +205,7 @@ def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, cli
     return min(in_rack, default=-1)
 
 
-def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
+def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> typed.RecordsData:
     if version < 4:
         from pykfk._core.records import to_legacy
 
@@ -217,19 +218,20 @@ def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> Any:
     return pinned
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+def handle(ctx: RequestContext, request: typed.FetchRequest
+           ) -> typed.FetchResponse | Coroutine[None, None, typed.FetchResponse]:
     """The answer at once when the first read has it (data, an error, no wait asked);
     otherwise a coroutine that parks until an append or ``max_wait_ms``. A fetch
     answered at once costs no task."""
     broker = ctx.broker
     if ctx.api_version >= 15:  # the replica id moved into the tagged replica state
         state = request.replica_state
-        request["replica_id"] = state.replica_id if state is not None else -1
+        request.replica_id = state.replica_id if state is not None else -1
     known_as: dict[str, uuid.UUID] | None = None
-    unknown: list[dict[str, Any]] = []
+    unknown: list[typed.FetchableTopicResponse] = []
     if ctx.api_version >= 13:
         known_as, unknown = _named_by_id(broker.metadata, request)
-    topics: Any = request.topics
+    topics: Sequence[ReadTopic] = request.topics
     session: FetchSession | None = None
     if ctx.api_version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):
         found = _session(ctx, request)
@@ -256,8 +258,9 @@ class _Fetch:
     response body when the request is done (enough bytes, an error, its wait over);
     ``parked`` waits for appends between reads until then."""
 
-    def __init__(self, ctx: RequestContext, request: Struct, topics: Any, session: FetchSession | None,
-                 known_as: dict[str, uuid.UUID] | None, unknown: list[dict[str, Any]]):
+    def __init__(self, ctx: RequestContext, request: typed.FetchRequest, topics: Sequence[ReadTopic],
+                 session: FetchSession | None, known_as: dict[str, uuid.UUID] | None,
+                 unknown: list[typed.FetchableTopicResponse]):
         broker = ctx.broker
         self.ctx = ctx
         self.request = request
@@ -273,7 +276,7 @@ class _Fetch:
         self.client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
             broker.config["replica.selector.class"] else None
 
-    def answer(self, first_pass: bool) -> dict[str, Any] | None:
+    def answer(self, first_pass: bool) -> typed.FetchResponse | None:
         ctx, request, broker = self.ctx, self.request, self.ctx.broker
         responses, available, error = _read_all(ctx, self.topics, request.replica_id, request.max_bytes, first_pass,
                                                 self.denied, self.read_committed, self.client_rack)
@@ -296,7 +299,7 @@ class _Fetch:
                 "session_id": session.session_id if session is not None else NO_SESSION,
                 "responses": responses}
 
-    async def parked(self) -> dict[str, Any]:
+    async def parked(self) -> typed.FetchResponse:
         request = self.request
         keys = [(t.topic, p.partition) for t in self.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
@@ -308,33 +311,36 @@ class _Fetch:
                 return body
 
 
-def _named_by_id(store: Any, request: Struct) -> tuple[dict[str, uuid.UUID], list[dict[str, Any]]]:
+def _named_by_id(store: MetadataStore, request: typed.FetchRequest
+                 ) -> tuple[dict[str, uuid.UUID], list[typed.FetchableTopicResponse]]:
     """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
     topics whose id no topic has are taken out of the request and answered
     UNKNOWN_TOPIC_ID. Returns the id of each name and those answers."""
     ids = topic_ids(store)
     known_as: dict[str, uuid.UUID] = {}
-    unknown = []
-    kept = []
+    unknown: list[typed.FetchableTopicResponse] = []
+    kept: list[typed.FetchTopic] = []
     for topic in request.topics:
         name = ids.name_of(topic.topic_id)
         if name is None:
             unknown.append(_unknown_topic_id(topic.topic_id, [p.partition for p in topic.partitions]))
             continue
-        topic["topic"] = name
+        topic.topic = name
         known_as[name] = topic.topic_id
         kept.append(topic)
-    request["topics"] = kept
+    request.topics = kept
     for forgotten in request.forgotten_topics_data:
-        forgotten["topic"] = ids.name_of(forgotten.topic_id) or ""
+        forgotten.topic = ids.name_of(forgotten.topic_id) or ""
     return known_as, unknown
 
 
-def _split_stale(store: Any, topics: list[Any], known_as: dict[str, uuid.UUID]) -> tuple[list[Any], list[dict[str, Any]]]:
+def _split_stale(store: MetadataStore, topics: Sequence[ReadTopic], known_as: dict[str, uuid.UUID]
+                 ) -> tuple[list[ReadTopic], list[typed.FetchableTopicResponse]]:
     """A session's topics still the topics the client knows (same id), and answers for
     those deleted and made again since (UNKNOWN_TOPIC_ID: never the new topic's records)."""
     ids = topic_ids(store)
-    current, stale = [], []
+    current: list[ReadTopic] = []
+    stale: list[typed.FetchableTopicResponse] = []
     for topic in topics:
         if ids.id_of(topic.topic) == known_as.get(topic.topic):
             current.append(topic)
@@ -343,12 +349,12 @@ def _split_stale(store: Any, topics: list[Any], known_as: dict[str, uuid.UUID]) 
     return current, stale
 
 
-def _unknown_topic_id(topic_id: uuid.UUID, partitions: list[int]) -> dict[str, Any]:
+def _unknown_topic_id(topic_id: uuid.UUID, partitions: list[int]) -> typed.FetchableTopicResponse:
     return {"topic": "", "topic_id": topic_id,
             "partitions": [_partition_error(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]}
 
 
-_SESSION_CACHES: weakref.WeakKeyDictionary[Any, FetchSessionCache] = weakref.WeakKeyDictionary()
+_SESSION_CACHES: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
 
 
 def session_cache(ctx: RequestContext) -> FetchSessionCache:
@@ -361,7 +367,7 @@ def session_cache(ctx: RequestContext) -> FetchSessionCache:
     return cache
 
 
-def _session(ctx: RequestContext, request: Struct) -> FetchSession | int | None:
+def _session(ctx: RequestContext, request: typed.FetchRequest) -> FetchSession | int | None:
     """The session this fetch opens or continues (None: answer without one), or the
     error code that refuses it."""
     cache = session_cache(ctx)
@@ -385,12 +391,13 @@ def _session(ctx: RequestContext, request: Struct) -> FetchSession | int | None:
     return session
 
 
-def _session_answer(session: FetchSession, responses: list[dict[str, Any]], incremental: bool) -> list[dict[str, Any]]:
+def _session_answer(session: FetchSession, responses: list[typed.FetchableTopicResponse], incremental: bool
+                    ) -> list[typed.FetchableTopicResponse]:
     """Remember what each partition's answer told the client; an incremental answer keeps
     only the partitions with news."""
-    out = []
+    out: list[typed.FetchableTopicResponse] = []
     for topic in responses:
-        kept = []
+        kept: list[typed.FetchResponsePartitionData] = []
         for answer in topic["partitions"]:
             state = session.partitions.get((topic["topic"], answer["partition_index"]))
             news = state.changed(answer) if state is not None else True
@@ -401,14 +408,15 @@ def _session_answer(session: FetchSession, responses: list[dict[str, Any]], incr
     return out
 
 
-def _count_bytes_out(stats: BrokerTopicStats, responses: list[dict[str, Any]], replication: bool) -> None:
+def _count_bytes_out(stats: BrokerTopicStats, responses: list[typed.FetchableTopicResponse], replication: bool) -> None:
     """Per topic, the record bytes of the answer (once per partition, never per record)."""
     for topic in responses:
         sent = 0
         for part in topic["partitions"]:
             records = part["records"]
             if records:
-                sent += records.size if type(records) is FileRegion else len(records)
+                # Records the reads put in an answer: a FileRegion or bytes (never a list).
+                sent += records.size if type(records) is FileRegion else len(records)  # type: ignore[arg-type]
         if sent:
             topic_stats = stats.for_topic(topic["topic"])
             if replication:
@@ -417,7 +425,7 @@ def _count_bytes_out(stats: BrokerTopicStats, responses: list[dict[str, Any]], r
                 topic_stats.bytes_out += sent
 
 
-def _denied_topics(ctx: RequestContext, replica_id: int, topics: Any) -> frozenset[str]:
+def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTopic]) -> frozenset[str]:
     """Topics this fetch may not read: all of them for a follower without CLUSTER_ACTION
     on the cluster, else those without READ."""
     names = {t.topic for t in topics}

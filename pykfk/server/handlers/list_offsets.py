@@ -17,12 +17,12 @@ leader change.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pykfk._core.records import iter_records
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.log import Log
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -106,16 +106,16 @@ def _legacy_offsets(plog: Log, timestamp: int, max_num_offsets: int, consumer: b
     return offsets
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.ListOffsetsRequest) -> typed.ListOffsetsResponse:
     replicas = ctx.broker.replica_manager
     v0 = ctx.api_version == 0
     read_committed = ctx.api_version >= 2 and request.isolation_level == 1
-    topics = []
+    topics: list[typed.ListOffsetsTopicResponse] = []
     for topic in request.topics:
-        partitions = []
+        partitions: list[typed.ListOffsetsPartitionResponse] = []
         denied = not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
-            entry: dict[str, Any] = {"partition_index": part.partition_index}
+            entry: typed.ListOffsetsPartitionResponse = {"partition_index": part.partition_index}
             try:
                 if denied:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -125,14 +125,15 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 if v0:
                     offsets = _legacy_offsets(plog, part.timestamp, part.max_num_offsets,
                                               request.replica_id == CONSUMER_REPLICA_ID)
-                    entry.update(error_code=ErrorCode.NONE, old_style_offsets=offsets)
+                    entry.update({"error_code": ErrorCode.NONE, "old_style_offsets": offsets})
                 else:
                     timestamp, offset = _lookup(leader, part.timestamp, read_committed,
                                                 request.replica_id == CONSUMER_REPLICA_ID)
-                    entry.update(error_code=ErrorCode.NONE, timestamp=timestamp, offset=offset,
-                                 leader_epoch=leader.epochs.epoch_for(offset) if offset >= 0 else -1)
+                    entry.update({"error_code": ErrorCode.NONE, "timestamp": timestamp, "offset": offset,
+                                  "leader_epoch": leader.epochs.epoch_for(offset) if offset >= 0 else -1})
             except KafkaError as exc:
-                entry.update(error_code=exc.code, timestamp=-1, offset=-1, old_style_offsets=[], leader_epoch=-1)
+                entry.update({"error_code": exc.code, "timestamp": -1, "offset": -1, "old_style_offsets": [],
+                              "leader_epoch": -1})
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}

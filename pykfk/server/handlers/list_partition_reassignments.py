@@ -5,10 +5,8 @@ needed; brokers other than the controller answer NOT_CONTROLLER."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 
@@ -16,11 +14,11 @@ API_KEY = 46
 VERSIONS = (0, 0)
 
 
-def _error_body(code: ErrorCode, message: str | None) -> dict[str, Any]:
+def _error_body(code: ErrorCode, message: str | None) -> typed.ListPartitionReassignmentsResponse:
     return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "topics": []}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.ListPartitionReassignmentsRequest) -> typed.ListPartitionReassignmentsResponse:
     if not ctx.allowed_on_cluster(Operation.DESCRIBE):
         return _error_body(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
     requested = None
@@ -30,7 +28,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         ongoing = await ctx.broker.cluster.list_partition_reassignments(requested, request.timeout_ms / 1000)
     except KafkaError as exc:
         return _error_body(exc.code, exc.message)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+    by_topic: dict[str, list[typed.ListPartitionReassignmentsResponseOngoingPartitionReassignment]] = {}
     for (topic, partition), moving in sorted(ongoing.items()):
         by_topic.setdefault(topic, []).append({
             "partition_index": partition, "replicas": list(moving.replicas),

@@ -9,10 +9,9 @@ may not Describe are left out."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.txn.records import TxnState
@@ -23,12 +22,13 @@ VERSIONS = (0, 2)
 _STATE_NAMES = {state.display_name: state for state in TxnState}
 
 
-def _answer(code: int, unknown: list[str], listed: list[dict[str, Any]]) -> dict[str, Any]:
+def _answer(code: int, unknown: list[str], listed: list[typed.ListTransactionsResponseTransactionState]
+            ) -> typed.ListTransactionsResponse:
     return {"throttle_time_ms": 0, "error_code": code, "unknown_state_filters": unknown,
             "transaction_states": listed}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.ListTransactionsRequest) -> typed.ListTransactionsResponse:
     coordinator = ctx.broker.transaction_coordinator
     unknown = [name for name in request.state_filters if name not in _STATE_NAMES]
     states = {_STATE_NAMES[name] for name in request.state_filters if name in _STATE_NAMES}
@@ -41,7 +41,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         except (re.error, RecursionError, OverflowError):
             return _answer(ErrorCode.INVALID_REGULAR_EXPRESSION, unknown, [])
     now_ms = ctx.broker.replica_manager.clock.time_ms()
-    listed = []
+    listed: list[typed.ListTransactionsResponseTransactionState] = []
     for meta in coordinator.list_transactions() if coordinator is not None else ():
         if (states and meta.state not in states) or (producer_ids and meta.producer_id not in producer_ids):
             continue

@@ -10,10 +10,8 @@ epoch 0 and answers the same way.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.services import BrokerServices
@@ -23,19 +21,20 @@ VERSIONS = (0, 4)
 
 
 
-def _answer(broker: BrokerServices, topic: str, part: Struct) -> dict[str, Any]:
+def _answer(broker: BrokerServices, topic: str, part: typed.OffsetForLeaderEpochRequestOffsetForLeaderPartition
+            ) -> typed.OffsetForLeaderEpochResponseEpochEndOffset:
     # current_leader_epoch is in the request from v2; the decoder's default (-1) before.
     epoch, end_offset = broker.replica_manager.end_offset_for_epoch(
         topic, part.partition, part.leader_epoch, part.current_leader_epoch)
     return {"error_code": ErrorCode.NONE, "partition": part.partition, "leader_epoch": epoch, "end_offset": end_offset}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    topics = []
+async def handle(ctx: RequestContext, request: typed.OffsetForLeaderEpochRequest) -> typed.OffsetForLeaderEpochResponse:
+    topics: list[typed.OffsetForLeaderEpochResponseOffsetForLeaderTopicResult] = []
     follower = ctx.api_version >= 3 and request.replica_id >= 0
     cluster_ok = not follower or ctx.allowed_on_cluster(Operation.CLUSTER_ACTION)
     for topic in request.topics:
-        partitions = []
+        partitions: list[typed.OffsetForLeaderEpochResponseEpochEndOffset] = []
         denied = not cluster_ok or (not follower and not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC,
                                                                     topic.topic))
         for part in topic.partitions:

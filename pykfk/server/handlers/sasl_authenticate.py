@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.sasl import AuthenticationError
 from pykfk.server.dispatch import RequestContext
 
@@ -23,7 +22,7 @@ VERSIONS = (0, 2)
 log = logging.getLogger("pykfk.server")
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.SaslAuthenticateRequest) -> typed.SaslAuthenticateResponse:
     session = ctx.session
     sasl = session.sasl
     if sasl is None or sasl.complete or session.handshake_version < 1:

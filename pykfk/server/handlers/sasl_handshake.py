@@ -9,10 +9,9 @@ answers ILLEGAL_SASL_STATE.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.credentials import scram_credential
 from pykfk.server.dispatch import RequestContext
 
@@ -20,7 +19,7 @@ API_KEY = 17
 VERSIONS = (0, 1)
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: typed.SaslHandshakeRequest) -> typed.SaslHandshakeResponse:
     session = ctx.session
     mechanisms = session.security.mechanisms
     relogin = session.authenticated and bool(session.security.reauth_ms) and ctx.api_version >= 1

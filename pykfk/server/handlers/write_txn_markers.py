@@ -7,10 +7,9 @@ is answered once its marker is replicated to the in-sync replicas.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.txn.markers import write_local_marker
@@ -19,10 +18,10 @@ API_KEY = 27
 VERSIONS = (0, 1)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.WriteTxnMarkersRequest) -> typed.WriteTxnMarkersResponse:
     allowed = ctx.allowed_on_cluster(Operation.CLUSTER_ACTION)
     timeout_ms = ctx.broker.config["offsets.commit.timeout.ms"]
-    results = []
+    results: list[typed.WriteTxnMarkersResponseWritableTxnMarkerResult] = []
     for marker in request.markers:
         targets = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         if allowed:
@@ -32,7 +31,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
                 for topic, partition in targets))
         else:
             codes = [int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)] * len(targets)
-        by_topic: dict[str, list[dict[str, int]]] = {}
+        by_topic: dict[str, list[typed.WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]] = {}
         for (topic, partition), code in zip(targets, codes, strict=True):
             by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
         results.append({"producer_id": marker.producer_id,
