@@ -686,6 +686,11 @@ class LogManager:
             probe_dir(log_dir)
         except OSError:
             return False
+        if read_meta_properties(os.path.join(log_dir, META_PROPERTIES)) is None:
+            # Not the file system that failed (an unmounted disk leaves its empty mount
+            # point): loading it would pass for partitions that lost their data.
+            self._dir_cause[log_dir] = f"{META_PROPERTIES} is missing: not the dir that went offline"
+            return False
         with self._lock:
             old = self._logs_in(log_dir)
             for log in old:
