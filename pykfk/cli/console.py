@@ -554,7 +554,9 @@ def _consume_loop(consumer: _Consumer, max_messages: int | None, exit_at_end: bo
                   idle_timeout: float | None, session: _GroupSession | None) -> None:
     last_record = time.monotonic()
     ends = _end_offsets(consumer) if exit_at_end else None
-    with progress(max_messages or 0, "consuming", enabled=bool(max_messages)) as advance:
+    # The bar is for records going to a file or a pipe: on the terminal they show themselves.
+    with progress(max_messages or 0, "consuming",
+                  enabled=bool(max_messages) and not consumer.out.isatty()) as advance:
         while True:
             if max_messages is not None and consumer.count >= max_messages:
                 return
