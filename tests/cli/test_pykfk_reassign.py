@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from .conftest import Pykfk
+from .conftest import Pykfk, on_terminal
 
 THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
@@ -68,8 +68,10 @@ def test_execute_and_verify_move_a_partition_in_a_cluster(tmp_path: Path, zookee
             rates = cli.ok("cluster", "config", "get", "--broker", str(broker),
                            *THROTTLE_RATES, "-o", "json").json()["configs"]
             assert {c["source"] for c in rates} == {"DEFAULT_CONFIG"}, rates
-        again = cli.ok("reassign", "verify", str(plan))
+        again = on_terminal(cli, "reassign", "verify", str(plan), "--wait", "30s")
+        assert again.code == 0, again
         assert re.search(r"moving\s+0\s+\d\s+\d\s+complete", again.out), again
+        assert re.search(r"reassigning\s+\[#+\]\s+100%", again.err), again
         consumed = cli.ok("consume", "moving", "--from-beginning", "-n", "3").out.split()
         assert consumed == ["a", "b", "c"]
     finally:
