@@ -614,10 +614,12 @@ class LogManager:
             if not self._set_state(log_dir, OFFLINE, cause):
                 return
             logs = self._logs_in(log_dir)
-            reason = f"log dir {log_dir} is offline: {cause}"
-            for log in logs:
-                log.go_offline(reason)
-            partitions = [(log.topic, log.partition) for log in logs]
+        # Outside the manager's lock: an append failing on the loop thread holds its
+        # log's lock while it reports here.
+        reason = f"log dir {log_dir} is offline: {cause}"
+        for log in logs:
+            log.go_offline(reason)
+        partitions = [(log.topic, log.partition) for log in logs]
         logger.error("Log dir %s is offline: %s; its %d partitions are offline until it passes a "
                      "write probe", log_dir, cause, len(partitions))
         self._tell_listeners(log_dir, OFFLINE, partitions)
