@@ -132,7 +132,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     their lag, as Spark's Kafka source). Under ``Trigger.AvailableNow`` the latest offsets
     are fixed when the query starts, and the query ends once it has read up to them.
     Partitions that appear later (new topics matching subscribePattern, added partitions)
-    are read from their earliest offset.
+    are read from their earliest offset. With ``kafka.isolation.level=read_committed`` the
+    latest offsets are last stable offsets: a micro-batch ends before a transaction still
+    open, and the next one starts there.
     """
 
     def __init__(self, options: ReadOptions):

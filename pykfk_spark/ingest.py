@@ -378,18 +378,22 @@ def run_ingest(spark: Any, config: IngestConfig, progress: Progress = print) -> 
         )
 
         register(spark)
+        # Only the partitions with offsets to load: one whose committed end lies past
+        # today's last stable offset (a read_uncommitted run before, a transaction open
+        # now) waits, instead of failing the read as "beyond the log end".
+        busy = sorted(tp for tp in start if end[tp] > start[tp])
+        assigned: dict[str, list[int]] = {}
+        for topic, partition in busy:
+            assigned.setdefault(topic, []).append(partition)
         reader = (
             spark.read.format("pykfk")
             .option("kafka.bootstrap.servers", config.bootstrap_servers)
-            .option("startingOffsets", json.dumps(offsets_json(start)))
-            .option("endingOffsets", json.dumps(offsets_json(end)))
+            .option("assign", json.dumps(assigned))
+            .option("startingOffsets", json.dumps(offsets_json({tp: start[tp] for tp in busy})))
+            .option("endingOffsets", json.dumps(offsets_json({tp: end[tp] for tp in busy})))
             .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
             .option("kafka.isolation.level", config.isolation_level)
         )
-        if config.pattern:
-            reader = reader.option("subscribePattern", config.pattern)
-        else:
-            reader = reader.option("subscribe", ",".join(config.topics))
         if config.max_records_per_partition:
             reader = reader.option("maxRecordsPerPartition", str(config.max_records_per_partition))
         # Event date and hour in UTC from the record timestamp, independent of the session

@@ -94,7 +94,7 @@ def resolve_offsets(
                 value = earliest[tp]
             elif value == JSON_LATEST:
                 value = latest[tp]
-            out[tp] = _within(tp, value, earliest[tp], latest[tp], name, options.fail_on_data_loss)
+            out[tp] = _within(tp, value, earliest[tp], latest[tp], name, options)
         return out
     if spec.kind == "timestamps":
         unknown = sorted(set(spec.offsets) - set(tps))
@@ -124,8 +124,9 @@ def resolve_offsets(
 
 
 def _within(
-    tp: TopicPartition, value: int, earliest: int, latest: int, name: str, fail: bool
+    tp: TopicPartition, value: int, earliest: int, latest: int, name: str, options: ReadOptions
 ) -> int:
+    fail = options.fail_on_data_loss
     if value < earliest:
         if fail:
             raise DataLossError(
@@ -135,9 +136,12 @@ def _within(
         return earliest
     if value > latest:
         if fail:
-            raise OptionError(
-                f"{name}: {tp[0]}[{tp[1]}] offset {value} is beyond the log end {latest}"
+            end = (
+                f"the last stable offset {latest} (read_committed reads no further)"
+                if options.read_committed
+                else f"the log end {latest}"
             )
+            raise OptionError(f"{name}: {tp[0]}[{tp[1]}] offset {value} is beyond {end}")
         return latest
     return value
 

@@ -26,6 +26,7 @@ from pykfk.cli.common import (
     emit_table,
     pass_cli,
 )
+from pykfk.client.connection import ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError
 
 # Nothing to compare shares the code of an unreachable cluster: no verdict either way.
@@ -55,6 +56,8 @@ def _read(cli: CliContext, audit_topic: str) -> list[AuditRecord]:
     the exit code of a loss."""
     try:
         return list(read_audit_records(cli.admin(), audit_topic))
+    except ConnectionError_:
+        raise  # "cannot reach the cluster" (exit 3), as every command says it
     except KafkaError as exc:
         if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise _nothing(f"the audit topic {audit_topic} does not exist on {cli.bootstrap} "

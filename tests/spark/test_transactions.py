@@ -397,3 +397,27 @@ def test_audit_of_a_topic_holding_other_records_gives_no_verdict(broker: Any) ->
     assert (code, stdout) == (3, "")
     assert err.strip() == ("Error: nothing to compare: the audit topic not-audit holds a record "
                            "that is not an audit count (KeyError: 'topic')")
+
+
+def test_ingest_switched_to_read_committed_waits_for_an_open_transaction(
+    spark: SparkSession, broker: Any, tmp_path: Path
+) -> None:
+    """Run 1 read_uncommitted ends partition 0 past a transaction still open; run 2
+    read_committed loads the other partitions and leaves partition 0 where it was."""
+    writer = transactional_topic(broker.bootstrap, "txn-switch")
+    written = writer.written
+    writer.plain_records(f"{written.topic}:before", 6)
+    writer.begin("a", f"{written.topic}:a:open", 1)  # partition 0 only
+    writer.plain_records(f"{written.topic}:after", 6)
+    config = IngestConfig(bootstrap_servers=broker.bootstrap, output=str(tmp_path / "lake"),
+                          topics=[written.topic], isolation_level="read_uncommitted")
+    first = run_ingest(spark, config, lambda _line: None)
+    assert first.records == 13
+    writer.plain_records(f"{written.topic}:later", 6)
+    config.isolation_level = "read_committed"
+    second = run_ingest(spark, config, lambda _line: None)
+    assert {tp[1]: p.records for tp, p in second.partitions.items()} == {1: 2, 2: 2}
+    manifest = read_manifest(config.output, 2)
+    assert manifest["start"][written.topic]["0"] == manifest["end"][written.topic]["0"] == 5
+    writer.end("a", commit=False)
+    writer.close()
