@@ -42,6 +42,8 @@ _CONNECTION_NOISE = re.compile(
     r"Metadata request failed|Leader not available|LEADER_NOT_AVAILABLE|NOT_LEADER",
 )
 
+_CLIENT_NAME = re.compile(r"\[(rdkafka#|thrd:)[^\]]*\]")
+
 # Error codes that mean the cluster is not answering (not that it refused something).
 _UNREACHABLE_CODES = frozenset({
     KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
@@ -79,7 +81,8 @@ class _ClientLogFilter(logging.Filter):
         message = record.getMessage()
         if _CONNECTION_NOISE.search(message):
             return False
-        kind = " ".join(message.split()[:3])
+        # The kind: the facility and the first words, without the client's name.
+        kind = " ".join(_CLIENT_NAME.sub("", message).split()[:8])
         now = time.monotonic()
         with self._lock:
             if now - self._last.get(kind, -CLIENT_LOG_INTERVAL_S) < CLIENT_LOG_INTERVAL_S:
@@ -145,14 +148,13 @@ class ClusterState:
         return max(0.0, self._retry_at - time.monotonic()) if self.down_since is not None else 0.0
 
     def on_client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback: a cluster-wide connection failure marks it down."""
-        if self._quiet:
+        """librdkafka's error callback. Connection failures are left to the mirror's own
+        calls to judge (an idle client's connection closed by the broker is no outage)."""
+        if self._quiet or error.code() in _UNREACHABLE_CODES:
             return
-        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
-            self.failed()
-        elif error.fatal():
+        if error.fatal():
             log.warning("%s client: %s", self.role, error.str())
-        elif error.code() not in _UNREACHABLE_CODES:
+        else:
             CLIENT_LOGGER.warning("%s client: %s", self.role, error.str())
 
 

@@ -139,14 +139,15 @@ class Mirror:
         self.rates = (0.0, 0.0)  # records/s and bytes/s over the last report interval
         self._stop = threading.Event()
         self._failed = False
-        self._owned: set[SourcePartition] = set()
+        # The partitions this process copies -> the source offset from which the next
+        # record copied gives an offset sync (its target offset; exactly once), NEVER at
+        # least once: one lookup per record for both.
+        self._owned: dict[SourcePartition, int] = {}
         self._positions: dict[SourcePartition, int] = {}  # next source offset, records sent
         self._written: dict[SourcePartition, int] = {}  # progress offset last written
         self._syncs: dict[SourcePartition, OffsetSyncs] = defaultdict(OffsetSyncs)
-        # Offset syncs to write with the partition's next progress entry, and (exactly
-        # once) the source offset from which the next record's target offset is asked for.
+        # Offset syncs to write with the partition's next progress entry.
         self._new_syncs: dict[SourcePartition, list[tuple[int, int]]] = defaultdict(list)
-        self._sync_due: dict[SourcePartition, int] = {}
         # Bumped when a partition's uncommitted copies are dropped: their late delivery
         # reports name aborted records.
         self._generation: dict[SourcePartition, int] = defaultdict(int)
@@ -292,7 +293,7 @@ class Mirror:
         except TargetUnavailable as exc:
             self.target_state.failed(str(exc))
             return
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             if not unreachable(exc):
                 raise
             self.target_state.failed(_describe(exc))
@@ -307,7 +308,10 @@ class Mirror:
         if assignment:
             self._consumer.pause(assignment)
             for tp in assignment:
-                self._seek((tp.topic, tp.partition))
+                try:
+                    self._seek((tp.topic, tp.partition))
+                except MirrorError as exc:  # not fetching yet: nothing fetched to drop
+                    log.debug("%s", exc)
         self._paused = True
 
     def _resume(self) -> None:
@@ -347,7 +351,7 @@ class Mirror:
                 call()
                 state.ok()
                 return
-            except KafkaException as exc:
+            except (KafkaException, TimeoutError) as exc:
                 if not unreachable(exc):
                     raise
                 state.failed(_describe(exc))
@@ -387,7 +391,7 @@ class Mirror:
             return
         try:
             self._refresh_topics_once()
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             if not unreachable(exc):
                 raise
             # Whichever did not answer: the source's listing comes first.
@@ -415,23 +419,37 @@ class Mirror:
     def _route(self, topic: str, partition: int) -> _Route:
         route = self._routes.get(topic)
         if route is None or (route.same_partition and partition >= route.partitions):
-            # A topic or partition the target may not have yet: sync that topic now.
-            metadata = self.topic_sync.source_admin.list_topics(topic, timeout=30).topics[topic]
-            source_count = len(metadata.partitions)
-            self.topic_sync.refresh_target()
-            self.topic_sync.sync_topic(topic, source_count)
-            remote = self.policy.remote_topic(topic)
-            target_count = self.topic_sync.target_partitions[remote]
-            route = _Route(remote, target_count == source_count, target_count)
+            route = self._new_route(topic)
             self._routes[topic] = route
         return route
+
+    def _new_route(self, topic: str) -> _Route:
+        """A topic or partition the target may not have yet: sync that topic now."""
+        try:
+            metadata = self.topic_sync.source_admin.list_topics(topic, timeout=ANSWER_TIMEOUT_S).topics[topic]
+        except (KafkaException, TimeoutError) as exc:
+            if not unreachable(exc):
+                raise
+            self.source_state.failed(_describe(exc))
+            raise TargetUnavailable(f"the source's partitions of {topic}: {_describe(exc)}") from None
+        source_count = len(metadata.partitions)
+        remote = self.policy.remote_topic(topic)
+        try:
+            self.topic_sync.refresh_target()
+            self.topic_sync.sync_topic(topic, source_count)
+        except (KafkaException, TimeoutError) as exc:
+            if not unreachable(exc):
+                raise
+            raise TargetUnavailable(f"the target's partitions of {remote}: {_describe(exc)}") from None
+        target_count = self.topic_sync.target_partitions[remote]
+        return _Route(remote, target_count == source_count, target_count)
 
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
             self._assign(consumer, partitions)
-        except TargetUnavailable as exc:
+        except (TargetUnavailable, TimeoutError) as exc:
             raise MirrorError(f"partitions assigned while the target does not answer ({exc}); "
                               "the next start takes them") from None
 
@@ -455,11 +473,10 @@ class Mirror:
                 self._written[key] = entry.offset
                 if self.audit is not None and entry.audit:
                     self.audit.add(key, entry.audit)  # committed, maybe never published
-            if self.transactions is not None:
-                self._sync_due[key] = -1  # the first record copied: its target offset
-            else:
+            if self.transactions is None:
                 self._resume_sync(consumer, key, entry)
-            self._owned.add(key)
+            # Exactly once, the first record copied gives a sync (its target offset).
+            self._owned[key] = -1 if self.transactions is not None else NEVER
         consumer.assign(partitions)
         if self._paused:
             consumer.pause(partitions)
@@ -496,7 +513,7 @@ class Mirror:
         for tp in partitions:
             key = (tp.topic, tp.partition)
             self._forget(key)
-            self._owned.discard(key)
+            self._owned.pop(key, None)
             self._written.pop(key, None)
             self._syncs.pop(key, None)
             self._assigned.pop(key, None)
@@ -511,7 +528,6 @@ class Mirror:
         self._positions.pop(partition, None)
         self._staged.pop(partition, None)
         self._new_syncs.pop(partition, None)
-        self._sync_due.pop(partition, None)
         self._generation[partition] += 1
         for key in [k for k in self._audit_counts if k[0] == partition[0] and k[1] == partition[1]]:
             del self._audit_counts[key]
@@ -519,14 +535,14 @@ class Mirror:
     def _rewind(self, partition: SourcePartition) -> None:
         """The partition's open transaction was aborted: copy again from its progress."""
         self._forget(partition)
-        self._sync_due[partition] = -1
+        if partition in self._owned:
+            self._owned[partition] = -1
         self._seek(partition)
 
     # ------------------------------------------------------------------ copying
 
     def _copy(self, messages: list[Message]) -> None:
         owned, positions, marks = self._owned, self._positions, self.policy.marks_records
-        sync_due = self._sync_due
         audit = self._audit_counts if self.audit is not None else None
         window = self.config.audit_window_ms
         by_topic: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -537,7 +553,8 @@ class Mirror:
                 continue
             topic, partition, offset = str(message.topic()), int(message.partition() or 0), int(message.offset() or 0)
             key = (topic, partition)
-            if key not in owned:
+            sync_due = owned.get(key)
+            if sync_due is None:
                 continue  # fetched before a revocation: the new owner copies it
             headers = _header_list(message.headers())
             if marks:
@@ -546,7 +563,7 @@ class Mirror:
                     positions[key] = offset + 1
                     self.stats.skipped_cycles += 1
                     continue
-            if offset >= sync_due.get(key, NEVER):
+            if offset >= sync_due:
                 size = self._copy_sync(message, key, offset, headers)
             else:
                 size = self._copy_one(message, topic, partition, headers)
@@ -578,7 +595,7 @@ class Mirror:
     def _copy_sync(self, message: Message, partition: SourcePartition, offset: int, headers: Headers | None) -> int:
         """``_copy_one`` for a record whose target offset becomes an offset sync (exactly
         once, every offset.lag.max source offsets): its delivery report gives the offset."""
-        self._sync_due[partition] = offset + self.config.offset_lag_max
+        self._owned[partition] = offset + self.config.offset_lag_max
         route = self._route(*partition)
         if not route.same_partition:
             return self._copy_one(message, partition[0], partition[1], headers)
@@ -832,9 +849,9 @@ def _produce_reported(producer: Producer, topic: str, value: bytes | None, key: 
             producer.poll(0.05)
 
 
-def _describe(exc: KafkaException) -> str:
+def _describe(exc: BaseException) -> str:
     error = exc.args[0] if exc.args else None
-    return f"{error.name()}: {error.str()}" if isinstance(error, KafkaError) else str(exc)
+    return f"{error.name()}: {error.str()}" if isinstance(error, KafkaError) else str(exc) or type(exc).__name__
 
 
 def _header_list(headers: Headers | dict[str, str | bytes | None] | None) -> Headers | None:

@@ -34,7 +34,6 @@ from tests.mirror.helpers import (
     create_topic,
     end_offsets,
     last_value,
-    offsets_used,
     read_partition,
     wait_until,
     write_config,
@@ -51,6 +50,18 @@ STATUS_LINES_MAX = 10
 
 def _caught_up(source: str, target: str) -> bool:
     return all(last_value(source, "trades", p) == last_value(target, "a.trades", p) for p in range(PARTITIONS))
+
+
+def _committed(target: str) -> list[int]:
+    """Each target partition's last stable offset: how far committed transactions reach."""
+    consumer = Consumer({"bootstrap.servers": target, "group.id": "test-ends", "isolation.level": "read_committed"})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition("a.trades", p), timeout=10)[1]
+                for p in range(PARTITIONS)]
+    except Exception:  # noqa: BLE001 - the topic may not exist yet
+        return [0] * PARTITIONS
+    finally:
+        consumer.close()
 
 
 def _lines_since(mirror: MirrorProcess, offset: int) -> list[str]:
@@ -117,8 +128,10 @@ def test_killed_twice_and_target_down_for_30_s(standalone_factory: Any, tmp_path
     writer = PacedWriter(source, "trades", 16_000, PARTITIONS, rate=2500)
     writer.start()
     try:
-        for copied in (2500, 8000):  # killed twice while the writer writes
-            wait_until(lambda c=copied: offsets_used(target, "a.trades", PARTITIONS) >= c, 60, f"{copied} copied")
+        # Killed twice while the writer writes, each time after it committed copies of
+        # every partition (the first kill: partition 0's first offsets among them).
+        for copied in (2500, 8000):
+            wait_until(lambda c=copied: min(_committed(target)) >= c // PARTITIONS, 60, f"{copied} committed")
             mirror.kill9()
             mirror.start()
         writer.join(60)
