@@ -49,9 +49,10 @@ from pykfk.mirror.config import ClientConfig
 
 __all__ = ["AuditRange", "OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
 
-# How many offset syncs per partition are kept for translating group offsets: at one
-# per offset.lag.max (100) source offsets, the last 1,000,000 records of a partition.
-SYNCS_KEPT = 10_000
+# How many offset syncs per partition are kept for translating group offsets. Past it
+# every other sync of the older half goes (as MirrorMaker 2 keeps its syncs): recent
+# offsets translate within offset.lag.max, older ones more coarsely, none is lost.
+SYNCS_KEPT = 1000
 # Longest a read of an internal topic up to its end may take (seconds).
 READ_TIMEOUT_S = 30
 
@@ -171,7 +172,9 @@ class OffsetSyncs:
         self.source.append(source_offset)
         self.target.append(target_offset)
         if len(self.source) > SYNCS_KEPT:
-            del self.source[0], self.target[0]
+            half = len(self.source) // 2
+            self.source[:half] = self.source[:half:2]
+            self.target[:half] = self.target[:half:2]
 
     def translate(self, source_offset: int) -> int | None:
         """The target offset from which a consumer misses nothing at or after

@@ -136,3 +136,15 @@ def test_a_cluster_state_prints_one_line_per_change() -> None:
     # A client's lost connections are no outage by themselves (idle ones get closed).
     state.on_client_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
     assert len(lines) == 2 and not state.down
+
+
+def test_offset_syncs_thin_out_old_ones_and_still_translate_everything() -> None:
+    syncs = OffsetSyncs()
+    for n in range(5000):
+        syncs.add(n * 100, n * 103)
+    assert len(syncs.source) <= 1000
+    assert syncs.translate(0) == 0  # the oldest stays
+    assert syncs.translate(499_950) == 4999 * 103  # recent ones stay dense
+    for offset in range(0, 500_000, 997):
+        translated = syncs.translate(offset)
+        assert translated is not None and translated <= offset // 100 * 103
