@@ -27,6 +27,7 @@ from pykfk.cluster.metadata import (
 )
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.protocol import typed
 from pykfk.protocol.messages import API_SPECS
 from pykfk.protocol.types import ZERO_UUID, PreEncoded, Struct
 from pykfk.security.acl import Operation, ResourceType
@@ -62,10 +63,12 @@ def topic_uuid(info: TopicInfo) -> uuid.UUID:
         return ZERO_UUID
 
 
-def _names(store: MetadataStore, requested: Any) -> tuple[list[str], dict[str, uuid.UUID]]:
+def _names(store: MetadataStore, requested: Sequence[typed.MetadataRequestTopic]
+           ) -> tuple[list[str], dict[str, uuid.UUID]]:
     """The requested topic names, a topic named by id alone (v12) resolved to its name;
     ids that name no topic are returned apart (keyed by a placeholder)."""
-    names, unknown_ids = [], {}
+    names: list[str] = []
+    unknown_ids: dict[str, uuid.UUID] = {}
     for topic in requested:
         if topic.name is not None:
             names.append(topic.name)
@@ -91,7 +94,7 @@ class TopicIds:
         self._by_id: dict[uuid.UUID, str] | None = None
         store.add_listener(self._changed)
 
-    def _changed(self, kind: str, _key: Any) -> None:
+    def _changed(self, kind: str, _key: object) -> None:
         if kind in ("topic", "delete_topic"):
             self._by_id = None
 
@@ -160,7 +163,7 @@ class EncodedPartitions:
         self.topics: dict[str, _TopicView] = {}
         store.add_listener(self._changed)
 
-    def _changed(self, kind: str, key: Any) -> None:
+    def _changed(self, kind: str, key: object) -> None:
         if kind == "partition" and isinstance(key, tuple):
             name, partition = key
             view = self.topics.get(name)
@@ -219,7 +222,7 @@ def encoded_partitions(store: MetadataStore) -> EncodedPartitions:
     return store_cache(EncodedPartitions, store)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.MetadataRequest) -> typed.MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
     store = broker.metadata
@@ -237,7 +240,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             version < 4 or request.allow_auto_topic_creation
         )
     partitions = encoded_partitions(store)
-    topics: list[dict[str, Any]] = [
+    topics: list[typed.MetadataResponseTopic] = [
         {"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []}
         for topic_id in unknown_ids.values()] if requested else []
     for name in dict.fromkeys(names):  # keep order, drop duplicates
@@ -265,17 +268,18 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
         if info is None:
             topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
             continue
-        entry = {
+        entry: typed.MetadataResponseTopic = {
             "error_code": ErrorCode.NONE,
             "name": name,
             "topic_id": topic_uuid(info),
             "is_internal": is_internal_topic(name),
-            "partitions": partitions.get(info, version, broker.broker_id),
+            # The array encoded ahead (PreEncoded), which the codec writes as is.
+            "partitions": cast("list[typed.MetadataResponsePartition]", partitions.get(info, version, broker.broker_id)),
         }
         if version >= 8 and request.include_topic_authorized_operations:
             entry["topic_authorized_operations"] = topic_operations(ctx, name)
         topics.append(entry)
-    body = {
+    body: typed.MetadataResponse = {
         "throttle_time_ms": 0,
         "brokers": _brokers(store, ctx.session.listener_name),
         "cluster_id": store.cluster_id,
@@ -296,10 +300,10 @@ def _may_see(ctx: RequestContext, name: str, creating: bool) -> bool:
         Operation.CREATE, ResourceType.TOPIC, name)
 
 
-def _brokers(store: MetadataStore, listener: str) -> list[dict[str, Any]]:
+def _brokers(store: MetadataStore, listener: str) -> list[typed.MetadataResponseBroker]:
     """Every broker at its address on the client's listener (Kafka leaves out brokers
     without that listener)."""
-    brokers = []
+    brokers: list[typed.MetadataResponseBroker] = []
     for b in store.brokers():
         address = b.address(listener)
         if address is not None:
@@ -343,7 +347,8 @@ def partition_entries(store: MetadataStore, info: TopicInfo, me: int, live: set[
     return entries
 
 
-def partition_entry(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]) -> dict[str, Any]:
+def partition_entry(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]
+                    ) -> typed.MetadataResponsePartition:
     """One partition's entry (see partition_entries) as the generic encoder takes it."""
     entry = partition_entries(store, info, me, live, range(partition, partition + 1))[0]
-    return dict(zip(PARTITION_FIELDS, entry))
+    return cast(typed.MetadataResponsePartition, dict(zip(PARTITION_FIELDS, entry)))
