@@ -6,12 +6,10 @@ INVALID_PRODUCER_EPOCH (KIP-588).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.group.offsets import OFFSETS_TOPIC
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -19,11 +17,11 @@ API_KEY = 25
 VERSIONS = (0, 3)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.AddOffsetsToTxnRequest) -> typed.AddOffsetsToTxnResponse:
     return {"throttle_time_ms": 0, "error_code": await _add(ctx, request)}
 
 
-async def _add(ctx: RequestContext, request: Struct) -> int:
+async def _add(ctx: RequestContext, request: typed.AddOffsetsToTxnRequest) -> int:
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if not ctx.allowed(Operation.READ, ResourceType.GROUP, request.group_id):
