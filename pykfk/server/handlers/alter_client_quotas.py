@@ -5,11 +5,10 @@ repeated type, a value not above zero). Needs ALTER_CONFIGS on the cluster."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.security.quotas import ENTITY_TYPES, QUOTA_KEYS, Entity, entity_of
 from pykfk.server.dispatch import RequestContext
@@ -18,7 +17,7 @@ API_KEY = 49
 VERSIONS = (0, 1)
 
 
-def _check(entry: Struct) -> str | None:
+def _check(entry: typed.AlterClientQuotasRequestEntryData) -> str | None:
     types = [e.entity_type for e in entry.entity]
     if not types or any(t not in ENTITY_TYPES for t in types):
         return f"Invalid quota entity {types}: entity types are {', '.join(ENTITY_TYPES)}"
@@ -32,11 +31,11 @@ def _check(entry: Struct) -> str | None:
     return None
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    results = []
+async def handle(ctx: RequestContext, request: typed.AlterClientQuotasRequest) -> typed.AlterClientQuotasResponse:
+    results: list[typed.AlterClientQuotasResponseEntryData] = []
     allowed = ctx.allowed_on_cluster(Operation.ALTER_CONFIGS)
     for entry in request.entries:
-        described = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
+        described: list[typed.AlterClientQuotasResponseEntityData] = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
         if not allowed:
             results.append({"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "entity": described,
                             "error_message": "Authorization failed."})
