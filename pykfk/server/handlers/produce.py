@@ -24,16 +24,21 @@ import asyncio
 import logging
 import struct
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pykfk._core import records as core_records
 from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.log.log import AppendInfo
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import PRODUCER_BYTE_RATE
 from pykfk.server.dispatch import CloseConnection, RequestContext
+
+if TYPE_CHECKING:
+    from pykfk.cluster.replica import Partition
 
 API_KEY = 0
 VERSIONS = (0, 9)
@@ -52,10 +57,14 @@ _ATTR_CONTROL = core_records.ATTR_CONTROL
 _CONTROL_REFUSED = "clients may not write control batches (transaction markers)"
 _NONE = ErrorCode.NONE
 
-ProduceRequest = tuple[str | None, int, int, list[tuple[str, list[tuple[int, Any]]]]]
-PartitionResponse = dict[str, Any]
+# Record data: a view of the request frame, a copy of it, or a converted legacy set.
+Records = memoryview | bytearray | bytes
+# The compiled decoder's walk (pykfk._core.wire.decode_produce), in place of the
+# generic decoder's typed.ProduceRequest: (transactional_id, acks, timeout_ms, topics).
+ProduceRequest = tuple[str | None, int, int, list[tuple[str, list[tuple[int, memoryview | None]]]]]
+PartitionResponse = typed.ProduceResponsePartitionProduceResponse
 # A partition whose acks=all answer is still pending: its response entry and the wait.
-Pending = tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]
+Pending = tuple[PartitionResponse, Coroutine[None, None, ErrorCode]]
 
 
 def decode_request(view: memoryview, offset: int, version: int) -> ProduceRequest:
@@ -64,12 +73,12 @@ def decode_request(view: memoryview, offset: int, version: int) -> ProduceReques
     return decode_produce(view, offset, version)
 
 
-def encode_response(version: int, correlation_id: int, body: dict[str, Any]) -> list[bytes]:
+def encode_response(version: int, correlation_id: int, body: typed.ProduceResponse) -> list[bytes]:
     """The response frame as chunks (the same bytes as the generic encoder)."""
     return [encode_produce_response(version, correlation_id, body)]
 
 
-def _checked_records(records: Any, version: int) -> Any:
+def _checked_records(records: Records | None, version: int) -> Records:
     """What the log's single validating pass cannot tell: no data at all, (v3+) a legacy
     message set, which is INVALID_RECORD there, not a corrupt batch, and control batches
     (transaction markers), which only the broker writes. All read a byte or two; v0-2
@@ -96,7 +105,7 @@ def _checked_records(records: Any, version: int) -> Any:
     return records
 
 
-def _has_control_batch(records: Any) -> bool:
+def _has_control_batch(records: Records) -> bool:
     """Any control batch among the whole magic-2 batches of a v0-2 request (several may
     come in one; rare enough to read each header). Bad framing is left to the log."""
     try:
@@ -118,7 +127,7 @@ _ASK_COORDINATOR = -1
 Deferred = tuple[str, int, bytearray, PartitionResponse, int, int]
 
 
-def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Any, records: Any) -> int:
+def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Partition, records: Records | None) -> int:
     """A transactional batch must belong to its producer's open transaction, with the
     partition added to it (Kafka's KIP-890 verification): NONE, INVALID_TXN_STATE,
     INVALID_PRODUCER_EPOCH or INVALID_PRODUCER_ID_MAPPING, or _ASK_COORDINATOR when the
@@ -141,7 +150,7 @@ def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Any, 
                                             (leader.topic, leader.partition)))
 
 
-def _success(info: Any, partition: int) -> PartitionResponse:
+def _success(info: AppendInfo, partition: int) -> PartitionResponse:
     return {
         "index": partition,
         "error_code": _NONE,
@@ -156,13 +165,14 @@ def _error(code: int, partition: int) -> PartitionResponse:
             "log_start_offset": -1}
 
 
-def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | None | Coroutine[Any, Any, Any]:
+def handle(ctx: RequestContext, request: ProduceRequest
+           ) -> typed.ProduceResponse | None | Coroutine[None, None, typed.ProduceResponse | None]:
     """The response body now, or a coroutine giving it when acks=all must wait."""
     transactional_id, acks, timeout_ms, topics = request
     replicas = ctx.broker.replica_manager
     version = ctx.api_version
     valid_acks = acks in _VALID_ACKS
-    responses: list[dict[str, Any]] = []
+    responses: list[typed.ProduceResponseTopicProduceResponse] = []
     by_topic: dict[str, list[PartitionResponse]] = {}
     pending: list[Pending] | None = None
     deferred: list[Deferred] | None = None
@@ -188,6 +198,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                     code = _check_transaction(ctx, transactional_id, leader, records)
                     if code == _ASK_COORDINATOR:
                         # Appended once the coordinator answers; the frame may be reused.
+                        assert records is not None  # null records need no coordinator
                         deferred = deferred or []
                         result = _error(_NONE, index)
                         deferred.append((name, index, bytearray(records), result,
@@ -215,7 +226,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
                 log.exception("produce to %s-%d failed", name, index)
                 results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
                 replicas.topic_stats.for_topic(name).failed_produce_requests += 1
-    body = {"responses": responses, "throttle_time_ms": 0}
+    body: typed.ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
     if ctx.broker.quotas.active:
         body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
             len(records) for _name, partitions in topics for _index, records in partitions if records is not None))
@@ -228,8 +239,8 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> dict[str, Any] | Non
 
 
 async def _verified_appends(ctx: RequestContext, transactional_id: str, deferred: list[Deferred],
-                            body: dict[str, Any], pending: list[Pending], acks: int,
-                            timeout_ms: int) -> dict[str, Any] | None:
+                            body: typed.ProduceResponse, pending: list[Pending], acks: int,
+                            timeout_ms: int) -> typed.ProduceResponse | None:
     """The partitions whose transaction another broker coordinates: asked there
     (AddPartitionsToTxn v4, verify_only), then appended like the others."""
     version = ctx.api_version
@@ -259,7 +270,7 @@ async def _verified_appends(ctx: RequestContext, transactional_id: str, deferred
     return _answer(acks, body)
 
 
-async def _after_replication(body: dict[str, Any], pending: list[Pending]) -> dict[str, Any]:
+async def _after_replication(body: typed.ProduceResponse, pending: list[Pending]) -> typed.ProduceResponse:
     """acks=all: every waiting partition's final code, the waits overlapping."""
     codes = await asyncio.gather(*(wait for _result, wait in pending))
     for (result, _wait), code in zip(pending, codes):
@@ -268,7 +279,7 @@ async def _after_replication(body: dict[str, Any], pending: list[Pending]) -> di
     return body
 
 
-def _answer(acks: int, body: dict[str, Any]) -> dict[str, Any] | None:
+def _answer(acks: int, body: typed.ProduceResponse) -> typed.ProduceResponse | None:
     if acks == 0:
         # No response to carry an error: Kafka closes the connection so the client notices.
         if any(p["error_code"] for t in body["responses"] for p in t["partition_responses"]):
