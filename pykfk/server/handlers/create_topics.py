@@ -9,11 +9,9 @@ DescribeConfigs would report them; from v7 with its topic id.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.cluster.metadata import TopicInfo
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.handlers.describe_configs import topic_configs
@@ -24,7 +22,7 @@ API_KEY = 19
 VERSIONS = (0, 7)
 
 
-def _from_assignments(broker: BrokerServices, topic: Struct) -> tuple[int, int]:
+def _from_assignments(broker: BrokerServices, topic: typed.CreateTopicsRequestCreatableTopic) -> tuple[int, int]:
     """Partition count and replication factor implied by explicit replica assignments."""
     if topic.num_partitions != -1 or topic.replication_factor != -1:
         raise KafkaError(
@@ -50,13 +48,13 @@ def _from_assignments(broker: BrokerServices, topic: Struct) -> tuple[int, int]:
     return len(indexes), factors.pop()
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.CreateTopicsRequest) -> typed.CreateTopicsResponse:
     broker = ctx.broker
     validate_only = bool(request.validate_only)
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
-    results = []
+    results: list[typed.CreateTopicsResponseCreatableTopicResult] = []
     for topic in request.topics:
         name = topic.name
         try:
@@ -67,8 +65,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             partitions, replication = topic.num_partitions, topic.replication_factor
             if topic.assignments:
                 partitions, replication = _from_assignments(broker, topic)
-            configs = {c.name: c.value for c in topic.configs}
-            partitions, replication, configs = broker.topics.check_new_topic(name, partitions, replication, configs)
+            given = {c.name: c.value for c in topic.configs}
+            partitions, replication, configs = broker.topics.check_new_topic(name, partitions, replication, given)
             info = TopicInfo(name, partitions, replication, configs)
             if not validate_only:
                 info = await broker.topics.create_topic(name, partitions, replication, configs)
@@ -78,12 +76,12 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _created(ctx: RequestContext, info: TopicInfo) -> dict[str, Any]:
-    result: dict[str, Any] = {"name": info.name, "error_code": ErrorCode.NONE, "error_message": None}
+def _created(ctx: RequestContext, info: TopicInfo) -> typed.CreateTopicsResponseCreatableTopicResult:
+    result: typed.CreateTopicsResponseCreatableTopicResult = {"name": info.name, "error_code": ErrorCode.NONE, "error_message": None}
     if ctx.api_version >= 5:
-        configs = [{"name": c["name"], "value": c["value"], "read_only": c["read_only"],
+        configs: list[typed.CreateTopicsResponseCreatableTopicConfigs] = [{"name": c["name"], "value": c["value"], "read_only": c["read_only"],
                     "config_source": c["config_source"], "is_sensitive": c["is_sensitive"]}
                    for c in topic_configs(ctx.broker.config, info, None)]
-        result.update(num_partitions=info.partitions, replication_factor=info.replication_factor, configs=configs,
-                      topic_id=topic_uuid(info))
+        result.update({"num_partitions": info.partitions, "replication_factor": info.replication_factor,
+                       "configs": configs, "topic_id": topic_uuid(info)})
     return result
