@@ -7,10 +7,10 @@ carry an error message.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import ZERO_UUID, Struct
+from pykfk.protocol import typed
+from pykfk.protocol.types import ZERO_UUID
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.handlers.metadata import topic_ids, topic_uuid
@@ -19,13 +19,13 @@ API_KEY = 20
 VERSIONS = (0, 6)
 
 
-def _named(ctx: RequestContext, request: Struct) -> list[tuple[str | None, uuid.UUID]]:
+def _named(ctx: RequestContext, request: typed.DeleteTopicsRequest) -> list[tuple[str | None, uuid.UUID]]:
     """(name, id) of each topic to delete; a name of None for an id no topic has."""
     if ctx.api_version < 6:
         return [(name, ZERO_UUID) for name in request.topic_names]
     topics = ctx.broker.metadata.topics()
     ids = topic_ids(ctx.broker.metadata)
-    named = []
+    named: list[tuple[str | None, uuid.UUID]] = []
     for topic in request.topics:
         if topic.name is not None:
             info = topics.get(topic.name)
@@ -35,8 +35,8 @@ def _named(ctx: RequestContext, request: Struct) -> list[tuple[str | None, uuid.
     return named
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    responses = []
+async def handle(ctx: RequestContext, request: typed.DeleteTopicsRequest) -> typed.DeleteTopicsResponse:
+    responses: list[typed.DeleteTopicsResponseDeletableTopicResult] = []
     for name, topic_id in dict.fromkeys(_named(ctx, request)):
         code, message = ErrorCode.NONE, None
         try:
