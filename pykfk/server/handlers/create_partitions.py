@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -13,12 +11,12 @@ API_KEY = 37
 VERSIONS = (0, 3)
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.CreatePartitionsRequest) -> typed.CreatePartitionsResponse:
     broker = ctx.broker
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
-    results = []
+    results: list[typed.CreatePartitionsTopicResult] = []
     for topic in request.topics:
         try:
             if counts[topic.name] > 1:
