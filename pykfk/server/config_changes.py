@@ -13,12 +13,19 @@ answers for broker resources.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
-from pykfk.config import BROKER_KEYS, TOPIC_KEYS, ConfigError, validate_dynamic_broker_configs
+from pykfk.config import (
+    BROKER_KEYS,
+    TOPIC_KEYS,
+    ConfigError,
+    ConfigKey,
+    TopicKey,
+    validate_dynamic_broker_configs,
+)
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -28,13 +35,23 @@ DEFAULT_BROKER_ENTITY = "<default>"
 
 # (the resource from the request, its current settings, the declaration of its keys)
 # -> its new settings
-NewConfigs = Callable[[Struct, dict[str, str], Mapping[str, Any]], dict[str, str]]
+class ConfigResource(Protocol):
+    """A resource of an AlterConfigs or IncrementalAlterConfigs request."""
+
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
 
 
-async def alter_resources(ctx: RequestContext, resources: list[Struct], validate_only: bool,
-                          new_configs: NewConfigs) -> list[dict[str, Any]]:
+Resource = TypeVar("Resource", bound=ConfigResource)
+NewConfigs = Callable[[Resource, dict[str, str], Mapping[str, ConfigKey | TopicKey]], dict[str, str]]
+
+
+async def alter_resources(ctx: RequestContext, resources: Sequence[Resource], validate_only: bool,
+                          new_configs: NewConfigs[Resource]) -> list[typed.AlterConfigsResourceResponse]:
     counts = collections.Counter((r.resource_type, r.resource_name) for r in resources)
-    results = []
+    results: list[typed.AlterConfigsResourceResponse] = []
     for resource in resources:
         code, message = ErrorCode.NONE, None
         try:
@@ -48,7 +65,8 @@ async def alter_resources(ctx: RequestContext, resources: list[Struct], validate
     return results
 
 
-async def _alter_one(ctx: RequestContext, resource: Struct, validate_only: bool, new_configs: NewConfigs) -> None:
+async def _alter_one(ctx: RequestContext, resource: Resource, validate_only: bool,
+                     new_configs: NewConfigs[Resource]) -> None:
     name = resource.resource_name
     if resource.resource_type == TOPIC:
         if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.TOPIC, name):
@@ -70,7 +88,8 @@ async def _alter_one(ctx: RequestContext, resource: Struct, validate_only: bool,
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
 
 
-async def _alter_broker(ctx: RequestContext, resource: Struct, validate_only: bool, new_configs: NewConfigs) -> None:
+async def _alter_broker(ctx: RequestContext, resource: Resource, validate_only: bool,
+                        new_configs: NewConfigs[Resource]) -> None:
     entity = broker_entity(ctx, resource.resource_name)
     store = ctx.broker.metadata
     try:

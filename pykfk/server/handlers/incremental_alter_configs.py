@@ -7,10 +7,10 @@ without a value (broker resources answer INVALID_REQUEST for all of these)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from pykfk.config import ConfigKey, TopicKey
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.server.config_changes import alter_resources
 from pykfk.server.dispatch import RequestContext
 
@@ -23,7 +23,8 @@ def _items(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
-def _changed(resource: Struct, current: dict[str, str], keys: Mapping[str, Any]) -> dict[str, str]:
+def _changed(resource: typed.IncrementalAlterConfigsRequestAlterConfigsResource, current: dict[str, str],
+             keys: Mapping[str, ConfigKey | TopicKey]) -> dict[str, str]:
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "A config is named more than once")
@@ -52,6 +53,6 @@ def _changed(resource: Struct, current: dict[str, str], keys: Mapping[str, Any])
     return configs
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    responses = await alter_resources(ctx, list(request.resources), request.validate_only, _changed)
+async def handle(ctx: RequestContext, request: typed.IncrementalAlterConfigsRequest) -> typed.IncrementalAlterConfigsResponse:
+    responses = await alter_resources(ctx, request.resources, request.validate_only, _changed)
     return {"throttle_time_ms": 0, "responses": responses}
