@@ -15,7 +15,6 @@ type and the documentation.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pykfk.cluster.metadata import TopicInfo
 from pykfk.config import (
@@ -28,7 +27,7 @@ from pykfk.config import (
     format_config_value,
 )
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -45,8 +44,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
-def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[dict[str, Any]],
-           kind: str, doc: str) -> dict[str, Any]:
+def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: list[typed.DescribeConfigsSynonym],
+           kind: str, doc: str) -> typed.DescribeConfigsResourceResult:
     sensitive = kind == "password"  # never sent back, as Kafka does
     if sensitive:
         value = None
@@ -64,19 +63,19 @@ def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms:
     }
 
 
-def _synonym(name: str, value: Any, source: int) -> dict[str, Any]:
+def _synonym(name: str, value: object, source: int) -> typed.DescribeConfigsSynonym:
     return {"name": name, "value": format_config_value(value), "source": source}
 
 
-def _set_layers(config: BrokerConfig, name: str) -> list[dict[str, Any]]:
+def _set_layers(config: BrokerConfig, name: str) -> list[typed.DescribeConfigsSynonym]:
     """Each place a broker setting was given, highest precedence first."""
     layers = [(config.dynamic_broker, DYNAMIC_BROKER_CONFIG), (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
               (config.originals, STATIC_BROKER_CONFIG)]
     return [_synonym(name, values[name], source) for values, source in layers if name in values]
 
 
-def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, str]) -> dict[str, Any]:
-    synonyms = []
+def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, str]) -> typed.DescribeConfigsResourceResult:
+    synonyms: list[typed.DescribeConfigsSynonym] = []
     if key.name in overrides:
         synonyms.append(_synonym(key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
     for name, _factor in key.synonyms:
@@ -92,7 +91,7 @@ def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, st
     return _entry(key.name, value, source, False, synonyms, key.kind, key.doc)
 
 
-def topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) -> list[dict[str, Any]]:
+def topic_configs(config: BrokerConfig, info: TopicInfo, keys: set[str] | None) -> list[typed.DescribeConfigsResourceResult]:
     return [_topic_entry(config, key, info.configs) for name, key in TOPIC_KEYS.items()
             if keys is None or name in keys]
 
@@ -104,7 +103,7 @@ _UNIT_CHAINS = {name: [n for n, _factor in key.synonyms]
                 for name, _f in key.synonyms}
 
 
-def _broker_synonyms(config: BrokerConfig, name: str) -> list[dict[str, Any]]:
+def _broker_synonyms(config: BrokerConfig, name: str) -> list[typed.DescribeConfigsSynonym]:
     """Where the setting was given, every unit of it, then the defaults that have a value
     (Kafka leaves out a null default: log.retention.ms's synonym is log.retention.hours=168)."""
     chain = _UNIT_CHAINS.get(name, [name])
@@ -114,8 +113,8 @@ def _broker_synonyms(config: BrokerConfig, name: str) -> list[dict[str, Any]]:
     return synonyms or [_synonym(name, None, DEFAULT_CONFIG)]
 
 
-def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[str, Any]]:
-    out = []
+def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[typed.DescribeConfigsResourceResult]:
+    out: list[typed.DescribeConfigsResourceResult] = []
     for name, key in BROKER_KEYS.items():
         if keys is not None and name not in keys:
             continue
@@ -126,7 +125,7 @@ def _broker_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[st
     return out
 
 
-def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> list[dict[str, Any]]:
+def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> list[typed.DescribeConfigsResourceResult]:
     """The BROKER resource "" is the cluster-wide default: only its dynamic settings."""
     return [_entry(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG, False,
                    [_synonym(name, value, DYNAMIC_DEFAULT_BROKER_CONFIG)], BROKER_KEYS[name].kind, BROKER_KEYS[name].doc)
@@ -134,7 +133,7 @@ def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> lis
             if (keys is None or name in keys) and name in BROKER_KEYS]
 
 
-def _shaped(configs: list[dict[str, Any]], request: Struct, version: int) -> list[dict[str, Any]]:
+def _shaped(configs: list[typed.DescribeConfigsResourceResult], request: typed.DescribeConfigsRequest, version: int) -> list[typed.DescribeConfigsResourceResult]:
     """Drop what the request did not ask for: synonyms (v1+ flag) and documentation."""
     for entry in configs:
         if not (version >= 1 and request.include_synonyms):
@@ -144,12 +143,13 @@ def _shaped(configs: list[dict[str, Any]], request: Struct, version: int) -> lis
     return configs
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.DescribeConfigsRequest) -> typed.DescribeConfigsResponse:
     broker = ctx.broker
-    results = []
+    results: list[typed.DescribeConfigsResult] = []
     for resource in request.resources:
         keys = None if resource.configuration_keys is None else set(resource.configuration_keys)
-        code, message, configs = ErrorCode.NONE, None, []
+        code, message = ErrorCode.NONE, None
+        configs: list[typed.DescribeConfigsResourceResult] = []
         if resource.resource_type == TOPIC and not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
                                                                  resource.resource_name):
             code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
