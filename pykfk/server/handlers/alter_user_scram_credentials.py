@@ -7,10 +7,10 @@ iteration count in [4096, 16384], a non-empty user, salt and salted password
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
+from pykfk.protocol import typed
 from pykfk.protocol.messages import API_SPECS
 from pykfk.protocol.types import ProtocolError, Struct
 from pykfk.security.acl import Operation
@@ -37,7 +37,7 @@ def decode_request(view: memoryview, offset: int, version: int) -> Struct:
     return value
 
 
-def _upsertion_error(item: Struct) -> tuple[int, str] | None:
+def _upsertion_error(item: typed.AlterUserScramCredentialsRequestScramCredentialUpsertion) -> tuple[int, str] | None:
     if item.mechanism not in MECHANISM_NAMES:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {item.mechanism}"
     if not item.name:
@@ -50,7 +50,8 @@ def _upsertion_error(item: Struct) -> tuple[int, str] | None:
     return None
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.AlterUserScramCredentialsRequest
+                 ) -> typed.AlterUserScramCredentialsResponse:
     store = ctx.broker.metadata
     if not ctx.allowed_on_cluster(Operation.ALTER):
         named = dict.fromkeys(i.name for i in (*request.deletions, *request.upsertions))
@@ -58,7 +59,7 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
             {"user": u, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED} for u in named]}
     errors: dict[str, tuple[int, str]] = {}
     pairs = collections.Counter((i.name, i.mechanism) for i in (*request.deletions, *request.upsertions))
-    for (user, mechanism), count in pairs.items():
+    for (user, _mechanism), count in pairs.items():
         if count > 1:
             errors.setdefault(user, (ErrorCode.DUPLICATE_RESOURCE,
                                      f"A user credential cannot be altered twice in the same request: {user}"))
@@ -72,21 +73,22 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     except MetadataWriteError as exc:
         return {"throttle_time_ms": 0, "results": [
             {"user": u, "error_code": exc.code, "error_message": exc.message} for u in users]}
-    for item in request.deletions:
-        mechanism = MECHANISM_NAMES.get(item.mechanism)
-        if mechanism is None:
-            errors.setdefault(item.name, (ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {item.mechanism}"))
-        elif mechanism not in existing.get(item.name, {}):
-            errors.setdefault(item.name, (ErrorCode.RESOURCE_NOT_FOUND,
-                                          f"Attempt to delete a user credential that does not exist: {item.name}"))
-    results = []
+    for deletion in request.deletions:
+        deleted = MECHANISM_NAMES.get(deletion.mechanism)
+        if deleted is None:
+            errors.setdefault(deletion.name, (ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                              f"Unknown SCRAM mechanism {deletion.mechanism}"))
+        elif deleted not in existing.get(deletion.name, {}):
+            errors.setdefault(deletion.name, (ErrorCode.RESOURCE_NOT_FOUND,
+                                              f"Attempt to delete a user credential that does not exist: {deletion.name}"))
+    results: list[typed.AlterUserScramCredentialsResult] = []
     for user in users:
         if user in errors:
             code, message = errors[user]
             results.append({"user": user, "error_code": code, "error_message": message})
             continue
         deletions = [MECHANISM_NAMES[i.mechanism] for i in request.deletions if i.name == user]
-        upserts = {}
+        upserts: dict[str, str] = {}
         for item in request.upsertions:
             if item.name == user:
                 mechanism = MECHANISM_NAMES[item.mechanism]
