@@ -15,11 +15,9 @@ below 4 receive as INVALID_PRODUCER_EPOCH (KIP-588).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
@@ -27,13 +25,13 @@ API_KEY = 22
 VERSIONS = (0, 4)
 
 
-def _answer(code: int, producer_id: int = -1, producer_epoch: int = -1) -> dict[str, Any]:
+def _answer(code: int, producer_id: int = -1, producer_epoch: int = -1) -> typed.InitProducerIdResponse:
     return {"throttle_time_ms": 0, "error_code": code, "producer_id": producer_id, "producer_epoch": producer_epoch}
 
 
-async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: typed.InitProducerIdRequest) -> typed.InitProducerIdResponse:
     if request.transactional_id is not None:
-        return await _transactional(ctx, request)
+        return await _transactional(ctx, request, request.transactional_id)
     authorizer = ctx.broker.authorizer
     if authorizer is not None and not (
             ctx.allowed_on_cluster(Operation.IDEMPOTENT_WRITE)
@@ -49,8 +47,8 @@ async def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
     return _answer(ErrorCode.NONE, producer_id, 0)
 
 
-async def _transactional(ctx: RequestContext, request: Struct) -> dict[str, Any]:
-    transactional_id = request.transactional_id
+async def _transactional(ctx: RequestContext, request: typed.InitProducerIdRequest,
+                         transactional_id: str) -> typed.InitProducerIdResponse:
     if not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coordinator = ctx.broker.transaction_coordinator
