@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Any
 
 from pykfk.errors import ErrorCode
-from pykfk.protocol.types import Struct
+from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 
@@ -21,7 +20,7 @@ API_KEY = 35
 VERSIONS = (0, 4)
 
 
-def _wanted(request: Struct) -> set[tuple[str, int]] | None:
+def _wanted(request: typed.DescribeLogDirsRequest) -> set[tuple[str, int]] | None:
     if request.topics is None:
         return None
     return {(t.topic, p) for t in request.topics for p in t.partitions}
@@ -35,19 +34,19 @@ def _space(log_dir: str) -> tuple[int, int]:
     return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
 
 
-def handle(ctx: RequestContext, request: Struct) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: typed.DescribeLogDirsRequest) -> typed.DescribeLogDirsResponse:
     if not ctx.allowed_on_cluster(Operation.DESCRIBE):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": []}
     log_manager = ctx.broker.replica_manager.log_manager
     wanted = _wanted(request)
-    by_dir: dict[str, dict[str, list[dict[str, Any]]]] = {d: defaultdict(list) for d in log_manager.log_dirs}
+    by_dir: dict[str, dict[str, list[typed.DescribeLogDirsPartition]]] = {d: defaultdict(list) for d in log_manager.log_dirs}
     for (topic, partition), plog in sorted(log_manager.logs().items()):
         if wanted is not None and (topic, partition) not in wanted:
             continue
         by_dir.setdefault(os.path.dirname(plog.dir), defaultdict(list))[topic].append({
             "partition_index": partition, "partition_size": plog.size_bytes,
             "offset_lag": max(0, plog.high_watermark - plog.log_end_offset), "is_future_key": False})
-    results = []
+    results: list[typed.DescribeLogDirsResult] = []
     offline = set(log_manager.offline_dirs())
     for log_dir, topics in by_dir.items():
         if log_dir in offline:
