@@ -2,8 +2,10 @@
 
 Each module in ``pykfk.server.handlers`` declares ``API_KEY``, ``VERSIONS = (min, max)``
 and ``handle(ctx, request)``, where ``ctx`` is the RequestContext (the request header
-facts and ``ctx.broker``, the BrokerServices a handler may use), which returns the response body (``dict``), None, or an
-awaitable giving one of those (``async def handle`` is the common case; a handler that
+facts and ``ctx.broker``, the BrokerServices a handler may use) and ``request`` the
+decoded Struct, typed as the API's request (``pykfk.protocol.typed``); it returns the
+response body (a dict, typed as the API's response), None, or an awaitable giving one
+of those (``async def handle`` is the common case; a handler that
 can answer at once returns the body itself, so the request costs no task and no event
 loop turn). The registry collects them and is the only source of the ranges advertised in
 ApiVersions (redpanda's handler table idea). A declared range is clamped to what the
@@ -86,6 +88,10 @@ HANDLER_MODULES = (
     "alter_configs",
     "incremental_alter_configs",
     "create_partitions",
+    "create_delegation_token",
+    "renew_delegation_token",
+    "expire_delegation_token",
+    "describe_delegation_token",
     "delete_groups",
     "offset_for_leader_epoch",
     "describe_user_scram_credentials",
