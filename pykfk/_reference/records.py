@@ -311,7 +311,7 @@ def validate_batches(buf: Buffer, max_batch_size: int = 0, check_records: bool =
     return headers
 
 
-def _framing(data: bytes | bytearray) -> list[tuple[int, BatchHeader]]:
+def _framing(data: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
     pos, out = 0, []
     while pos < len(data):
         h = _check_header(bytes(data), pos)
@@ -401,8 +401,8 @@ def _field(value: Any) -> bytes:
         return write_varint(-1)
     if isinstance(value, str):
         value = value.encode("utf-8")
-    value = bytes(value)
-    return write_varint(len(value)) + value
+    data = bytes(value)
+    return write_varint(len(data)) + data
 
 
 def _compress(codec: int, data: bytes) -> bytes:
