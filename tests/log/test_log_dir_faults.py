@@ -220,6 +220,18 @@ def dir_error(broker: BrokerProcess, log_dir: str) -> int:
     return next(r.error_code for r in response.results if r.log_dir == log_dir)
 
 
+def fetch_error(broker: BrokerProcess, topic: str, partition: int) -> int:
+    client = RawClient(broker.host, broker.port)
+    try:
+        response: Any = client.call(1, 4, {  # Fetch v4
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": 0,
+                                                          "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        client.close()
+    return int(response.responses[0].partitions[0].error_code)
+
+
 def offline_dir_count(port: int) -> float:
     """Kafka's OfflineLogDirectoryCount, scraped from the broker's metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -251,6 +263,7 @@ def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_pr
                 eventually(lambda: dir_error(broker, failing) == ErrorCode.KAFKA_STORAGE_ERROR,
                            what=f"{failing} not offline under {point}")
                 assert offline_dir_count(metrics_port) >= 1
+                assert fetch_error(broker, topic, 1) == ErrorCode.KAFKA_STORAGE_ERROR
             finally:
                 broker.fail(point, False)
             if topic == "synced":
