@@ -126,6 +126,7 @@ class Broker:
                 max_request_bytes=cfg.socket_request_max_bytes,
                 idle_ms=cfg.connections_max_idle_ms,
                 max_in_flight=cfg.queued_max_requests,
+                max_prelogin_bytes=cfg["sasl.server.max.receive.size"],
             )
             self.servers.append(server)
             self.bound[listener.name] = await server.bind(listener.host, listener.port)

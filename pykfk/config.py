@@ -376,6 +376,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "SASL sessions expire after this long unless the client logs in again (0: never)", "long"),
         _key("connection.failed.authentication.delay.ms", _at_least(0), 100,
              "delay before answering and closing a failed login", "int"),
+        _key("sasl.server.max.receive.size", _at_least(1), 524288,
+             "largest request a client may send before it has logged in (SASL listeners)", "int"),
         # Authorization (pykfk.security.acl): Kafka's ACL authorizer under any of its names.
         _key("authorizer.class.name", _authorizer_name, "",
              "ACL authorizer (kafka.security.authorizer.AclAuthorizer or StandardAuthorizer; empty: none)", "string"),

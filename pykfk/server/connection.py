@@ -153,6 +153,7 @@ class Connection(asyncio.BufferedProtocol):
         self._read_at = 0.0
         self._handled_at = 0.0
         self._sock: socket.socket | None = None
+        self._tls = False
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
         self._write_waiter: asyncio.Future[None] | None = None
@@ -167,7 +168,7 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         security = self.server.security
-        tls = transport.get_extra_info("ssl_object") is not None
+        tls = self._tls = transport.get_extra_info("ssl_object") is not None
         principal = security.principal_of(transport.get_extra_info("peercert")) if tls else ANONYMOUS
         self.session = Session(security, self.peer, principal)
         self.session.on_failed_login = self._begin_drain
@@ -193,6 +194,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        # Free the state now rather than at the next full collection: the session's
+        # callbacks are bound methods of this connection (a reference cycle), and a
+        # frame cut off by the close may hold megabytes.
+        self.session.on_failed_login = self.session.on_throttle = None
+        self._large_chunks = []
+        self._large_size = -1
         if self in self.server.connections:
             self.server.connections.discard(self)
             self.server.connections_closed += 1
@@ -256,8 +263,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         # The client will send no more requests; answer what is in flight, then close.
+        # A TLS transport cannot stay half-open (it closes whatever this returns, and
+        # warns when it is true): keeping it open is asked for on plain sockets only.
         self._begin_drain()
-        return True
+        return None if self._tls else True
 
     # -- framing ---------------------------------------------------------------------
 
@@ -274,8 +283,15 @@ class Connection(asyncio.BufferedProtocol):
         limit = self.server.max_request_bytes
         unpack = _SIZE.unpack_from
         deliver = self._deliver
+        prelogin_limit = self.server.max_prelogin_bytes
         while end - start >= 4:
             size = unpack(buf, start)[0]
+            if size > prelogin_limit and not self.session.authenticated:
+                log.info("closing connection from %s: request size %d before authentication is above %d "
+                         "(sasl.server.max.receive.size)", self.peer, size, prelogin_limit)
+                self._start = start
+                self.abort()
+                return
             if size < 0 or size > limit:
                 log.warning(
                     "closing connection from %s: request size %d is outside [0, %d] (socket.request.max.bytes)",
@@ -648,11 +664,15 @@ class KafkaServer:
         max_request_bytes: int,
         idle_ms: int,
         max_in_flight: int = 500,
+        max_prelogin_bytes: int | None = None,
     ):
         self.loop = asyncio.get_running_loop()
         self.dispatcher = dispatcher
         self.security = security
         self.max_request_bytes = max_request_bytes
+        # Kafka's sasl.server.max.receive.size: the largest frame a client that has not
+        # logged in yet may send (only SASL listeners have such clients).
+        self.max_prelogin_bytes = min(max_request_bytes, max_prelogin_bytes or max_request_bytes)
         self.idle_ms = idle_ms
         self.max_in_flight = max_in_flight
         self.request_stats = dispatcher.request_stats
