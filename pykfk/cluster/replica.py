@@ -803,7 +803,8 @@ class ReplicaManager:
             return
         if state != "offline":
             for key in partitions:
-                if self.offline_partitions.pop(key, None) is not None:
+                offline = self.offline_partitions.pop(key, None)
+                if offline is not None or self._creation_failed.pop(key, None) is not None:
                     self.apply_state(*key)
             return
         reason = f"log dir {log_dir} is offline"

@@ -46,7 +46,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pykfk.errors import ErrorCode, KafkaError
@@ -236,6 +236,8 @@ class LogManager:
         self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size)
                         if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
+        # Partitions whose log is in a dir that could not be loaded at start.
+        self._stranded: dict[TopicPartition, str] = {}
         self._logs_changes = 0  # logs added or removed: the count keys caches of _logs
         # The logs with a flush.ms, as of (_logs_changes, CONFIG_CHANGES.count).
         self._flushed_on_time: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
@@ -288,8 +290,10 @@ class LogManager:
                 except OSError as exc:
                     if len(self.log_dirs) == 1:
                         raise
-                    # Kafka's way with several dirs: the broker starts without this one.
+                    # Kafka's way with several dirs: the broker starts without this one,
+                    # and its partitions wait for it (made nowhere else meanwhile).
                     self._forget_dir_logs(log_dir)
+                    self._strand_partitions(log_dir)
                     self._mark_offline(log_dir, f"loading failed: {exc}")
             if all(state == OFFLINE for state in self._dir_state.values()):
                 raise OSError(errno.EIO, f"no usable log dir among {self.log_dirs}")
@@ -300,9 +304,24 @@ class LogManager:
         logger.info("Loaded %d logs from %d log dirs in %.0f ms", len(self._logs),
                     len(self.log_dirs), (time.monotonic() - started) * 1000)
 
-    def _open_dir(self, log_dir: str, recovery_points: dict[TopicPartition, int] | None = None) -> None:
-        """Loads the logs of ``log_dir``; ``recovery_points`` override the checkpoint's
-        (a dir loaded again after it was offline: the recovery points it had then)."""
+    def _open_dir(self, log_dir: str) -> None:
+        for log in self._load_dir(log_dir):
+            self._insert(log_dir, log)
+
+    def _insert(self, log_dir: str, log: Log) -> None:
+        tp = (log.topic, log.partition)
+        if tp in self._logs:
+            raise RuntimeError(f"duplicate log directories for {log.topic}-{log.partition}: "
+                               f"{self._logs[tp].dir} and {log.dir}")
+        self._adopt(log)
+        self._logs[tp] = log
+        self._logs_changes += 1
+        self._dir_counts[log_dir] += 1
+
+    def _load_dir(self, log_dir: str, recovery_points: dict[TopicPartition, int] | None = None) -> Iterator[Log]:
+        """The logs of ``log_dir``, each loaded (and recovered after an unclean stop) as
+        it is asked for; ``recovery_points`` override the checkpoint's (a dir loaded
+        again after it was offline: the recovery points it had then)."""
         os.makedirs(log_dir, exist_ok=True)
         self._lock_dir(log_dir)
         self._check_meta_properties(log_dir)
@@ -337,21 +356,24 @@ class LogManager:
                            "unflushed segments", len(names), log_dir)
         for i, (topic, partition, path) in enumerate(names, start=1):
             tp = (topic, partition)
-            if tp in self._logs:
-                raise RuntimeError(f"duplicate log directories for {topic}-{partition}: "
-                                   f"{self._logs[tp].dir} and {path}")
-            log = Log(path, self.config_for(topic),
+            yield Log(path, self.config_for(topic),
                       recovery_point=recovery_points.get(tp, 0),
                       log_start_offset=log_starts.get(tp, 0),
                       clean_shutdown=clean, scheduler=self._scheduler)
-            self._adopt(log)
-            self._logs[tp] = log
-            self._logs_changes += 1
-            self._dir_counts[log_dir] += 1
             logger.info("Loaded log %s-%d (%d/%d, %d%%) in %s", topic, partition, i, len(names),
                         i * 100 // len(names), log_dir)
         # From here on a crash must trigger recovery.
         remove_clean_shutdown_marker(log_dir)
+
+    def _strand_partitions(self, log_dir: str) -> None:
+        try:
+            names = os.listdir(log_dir)
+        except OSError:
+            return
+        for name in names:
+            with contextlib.suppress(ValueError):
+                if not name.endswith(DELETE_DIR_SUFFIX):
+                    self._stranded[parse_partition_dir(name)] = log_dir
 
     def _adopt(self, log: Log) -> None:
         log.flush_stats = self.flush_stats
@@ -486,6 +508,10 @@ class LogManager:
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 return existing
+            stranded = self._stranded.get((topic, partition))
+            if stranded is not None:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"the log of {topic}-{partition} is in the offline log dir {stranded}")
             log_dir = self.next_log_dir()
             path = os.path.join(log_dir, f"{topic}-{partition}")
             existed = os.path.exists(path)
@@ -620,6 +646,7 @@ class LogManager:
         for log in logs:
             log.go_offline(reason)
         partitions = [(log.topic, log.partition) for log in logs]
+        partitions += [tp for tp, where in self._stranded.items() if where == log_dir]
         logger.error("Log dir %s is offline: %s; its %d partitions are offline until it passes a "
                      "write probe", log_dir, cause, len(partitions))
         self._tell_listeners(log_dir, OFFLINE, partitions)
@@ -688,30 +715,45 @@ class LogManager:
             probe_dir(log_dir)
         except OSError:
             return False
-        if read_meta_properties(os.path.join(log_dir, META_PROPERTIES)) is None:
+        try:
+            meta = read_meta_properties(os.path.join(log_dir, META_PROPERTIES))
+        except (OSError, CheckpointError):
+            meta = None
+        if meta is None:
             # Not the file system that failed (an unmounted disk leaves its empty mount
             # point): loading it would pass for partitions that lost their data.
             self._dir_cause[log_dir] = f"{META_PROPERTIES} is missing: not the dir that went offline"
             return False
         with self._lock:
             old = self._logs_in(log_dir)
-            for log in old:
+        for log in old:
+            log.release_files()
+        # Loaded (and recovered) without the manager's lock, which the loop takes to
+        # create logs; the dir stays offline meanwhile, so nothing new is placed in it.
+        loaded: list[Log] = []
+        try:
+            loaded.extend(self._load_dir(log_dir, {(log.topic, log.partition): log.recovery_point for log in old}))
+        except OSError as exc:
+            for log in loaded:
                 log.release_files()
-                # The offsets known before the failure: recovery starts no later than the
-                # recovery point, and the high watermark does not go back.
+            self._dir_cause[log_dir] = f"loading after a probe failed: {exc}"
+            logger.warning("Log dir %s passed a write probe but loading its logs failed: %s", log_dir, exc)
+            return False
+        with self._lock:
+            for log in old:
+                # The high watermark known before the failure does not go back.
                 self._high_watermark_checkpoints[(log.topic, log.partition)] = log.high_watermark
             self._forget_dir_logs(log_dir)
             self._dir_state[log_dir] = ONLINE
-            try:
-                self._open_dir(log_dir, recovery_points={(log.topic, log.partition): log.recovery_point
-                                                         for log in old})
-            except OSError as exc:
-                self._forget_dir_logs(log_dir)
-                self._dir_state[log_dir] = OFFLINE
-                self._dir_cause[log_dir] = f"loading after a probe failed: {exc}"
-                logger.warning("Log dir %s passed a write probe but loading its logs failed: %s", log_dir, exc)
-                return False
             self._dir_cause.pop(log_dir, None)
+            for tp in [tp for tp, where in self._stranded.items() if where == log_dir]:
+                del self._stranded[tp]
+            for log in loaded:
+                if (log.topic, log.partition) in self._logs:  # made in another dir meanwhile
+                    logger.warning("%s: leaving %s alone, the partition's log is elsewhere now", log.name, log.dir)
+                    log.release_files()
+                    continue
+                self._insert(log_dir, log)
             self._drop_unsynced(old)
             partitions = [(log.topic, log.partition) for log in self._logs_in(log_dir)]
         logger.info("Log dir %s passed a write probe and is online again: %d partitions loaded with "

@@ -341,3 +341,28 @@ async def test_flush_messages_through_the_manager_runs_on_its_worker(tmp_path):
         await asyncio.sleep(0.01)
     assert log.recovery_point == 5
     await m.aclose()
+
+
+def test_a_dir_that_cannot_be_loaded_at_start_keeps_its_partitions_until_it_comes_back(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = manager([a, b])
+    kept = first.create_log("kept", 0)  # the first dir has the fewest partitions: a
+    moved = first.create_log("moved", 0)  # then b
+    assert moved.dir.startswith(str(b))
+    moved.append(batch(3))
+    first.shutdown()
+    (b / "meta.properties").unlink()
+    (b / "meta.properties").mkdir()  # unreadable: loading b fails
+    m = manager([a, b])
+    assert m.offline_dirs() == [str(b)] and m.get_log("moved", 0) is None
+    with pytest.raises(KafkaError) as stranded:
+        m.create_log("moved", 0)  # not made empty elsewhere while its data waits in b
+    assert stranded.value.code == ErrorCode.KAFKA_STORAGE_ERROR and str(b) in stranded.value.message
+    assert m.create_log("new", 0).dir.startswith(str(a))  # new partitions go to the online dir
+    assert not m.probe_offline_dir(str(b))
+    (b / "meta.properties").rmdir()
+    (b / "meta.properties").write_bytes((a / "meta.properties").read_bytes())
+    assert m.probe_offline_dir(str(b)) and m.offline_dirs() == []
+    assert [v for _o, v in read_records(m.get_log("moved", 0))] == [b"v-0", b"v-1", b"v-2"]
+    assert m.get_log("kept", 0) is not None and kept.dir.startswith(str(a))
+    m.shutdown()
