@@ -5,7 +5,6 @@ with its replicas following again, without a restart."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 import time
@@ -47,7 +46,6 @@ def read_all(bootstrap: str, end: int) -> dict[int, bytes]:
         consumer.close()
 
 
-@pytest.mark.skipif(shutil.which("fiu-run") is None, reason="needs Debian's fiu-utils (.ci/install)")
 @pytest.mark.timeout(180)
 def test_an_offline_log_dir_moves_leadership_and_acks_all_writes_go_on(tmp_path: Any, zookeeper_server: Any) -> None:
     cluster = Cluster(str(tmp_path / "cluster"), zookeeper_server, 3,

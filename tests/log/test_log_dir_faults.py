@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -239,7 +238,6 @@ def offline_dir_count(port: int) -> float:
     return float(re.search(r"^kafka_log_logmanager_offlinelogdirectorycount (\S+)$", text, re.MULTILINE).group(1))
 
 
-@pytest.mark.skipif(shutil.which("fiu-run") is None, reason="needs Debian's fiu-utils (.ci/install)")
 def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_probe(tmp_path: Path) -> None:
     healthy = str(tmp_path / "healthy")
     failing = str(tmp_path / "failing")
