@@ -191,6 +191,14 @@ def _replica_selector(raw: Any) -> str | None:
     return name if name.endswith("RackAwareReplicaSelector") else None
 
 
+def _store_type(raw: Any) -> str:
+    """PEM, PKCS12 or JKS, in any case (Java compares store types ignoring case)."""
+    text = str(raw).strip().upper()
+    if text not in ("PEM", "PKCS12", "JKS"):
+        raise ValueError(f"expected one of PEM, PKCS12, JKS, got {raw!r}")
+    return text
+
+
 def _principal_list(raw: Any) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
     principals = [str(item).strip() for item in items if str(item).strip()]
@@ -347,13 +355,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "listener name -> security protocol, as NAME:PROTOCOL pairs", "list"),
         _key("inter.broker.listener.name", _parse_string, None,
              "listener brokers use among themselves (default: PLAINTEXT, else the first)", "string"),
-        _key("ssl.keystore.type", _choice_parser("PEM", "PKCS12"), "PEM", "format of the key store", "string"),
+        _key("security.inter.broker.protocol", _choice_parser(*SECURITY_PROTOCOLS), None,
+             "brokers talk to each other on the listener named after this protocol (instead of "
+             "inter.broker.listener.name)", "string"),
+        _key("ssl.keystore.type", _store_type, "PEM", "format of the key store (PEM, PKCS12, JKS)", "string"),
         _key("ssl.keystore.location", _parse_string, None, "key store file (PEM: key and certificate chain)", "string"),
         _key("ssl.keystore.password", _parse_string, None, "password of the key store file", "password"),
         _key("ssl.key.password", _parse_string, None, "password of the private key", "password"),
         _key("ssl.keystore.certificate.chain", _parse_string, None, "certificate chain as inline PEM", "password"),
         _key("ssl.keystore.key", _parse_string, None, "private key as inline PEM", "password"),
-        _key("ssl.truststore.type", _choice_parser("PEM", "PKCS12"), "PEM", "format of the trust store", "string"),
+        _key("ssl.truststore.type", _store_type, "PEM", "format of the trust store (PEM, PKCS12, JKS)", "string"),
         _key("ssl.truststore.location", _parse_string, None, "trusted CA certificates file", "string"),
         _key("ssl.truststore.password", _parse_string, None, "password of the trust store file", "password"),
         _key("ssl.truststore.certificates", _parse_string, None, "trusted CA certificates as inline PEM", "password"),
@@ -378,6 +389,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "delay before answering and closing a failed login", "int"),
         _key("sasl.server.max.receive.size", _at_least(1), 524288,
              "largest request a client may send before it has logged in (SASL listeners)", "int"),
+        # Delegation tokens (pykfk.security.tokens, KIP-48): disabled without a secret.
+        _key("delegation.token.secret.key", _parse_string, None,
+             "key of the tokens' HMACs, the same on every broker (empty: tokens disabled)", "password"),
+        _key("delegation.token.max.lifetime.ms", _at_least(1, big=True), 604800000,
+             "longest a token can live, renewals included", "long"),
+        _key("delegation.token.expiry.time.ms", _at_least(1, big=True), 86400000,
+             "a token expires this long after its creation or renewal unless renewed", "long"),
+        _key("delegation.token.scram.without.extension", _parse_bool, False,
+             "pykfk: a SCRAM login without the tokenauth extension may use a token (for clients that "
+             "cannot send it, e.g. librdkafka)", "bool"),
         # Authorization (pykfk.security.acl): Kafka's ACL authorizer under any of its names.
         _key("authorizer.class.name", _authorizer_name, "",
              "ACL authorizer (kafka.security.authorizer.AclAuthorizer or StandardAuthorizer; empty: none)", "string"),
@@ -399,6 +420,43 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("transaction.state.log.replication.factor", _at_least(1), 3, "int"),
                 ("transaction.state.log.min.isr", _at_least(1), 2, "int"),
                 ("delete.topic.enable", _parse_bool, True, "bool"),
+                # The JVM's TLS and security providers: Python's ssl module (OpenSSL) does
+                # the TLS here.
+                ("ssl.secure.random.implementation", _parse_string, None, "string"),
+                ("ssl.keymanager.algorithm", _parse_string, "SunX509", "string"),
+                ("ssl.trustmanager.algorithm", _parse_string, "PKIX", "string"),
+                ("ssl.provider", _parse_string, None, "string"),
+                ("security.providers", _parse_string, None, "string"),
+                # Kerberos (GSSAPI): pykfk offers PLAIN, SCRAM and delegation tokens.
+                ("sasl.kerberos.service.name", _parse_string, None, "string"),
+                ("sasl.kerberos.kinit.cmd", _parse_string, "/usr/bin/kinit", "string"),
+                ("sasl.kerberos.min.time.before.relogin", LONG, 60000, "long"),
+                ("sasl.kerberos.ticket.renew.window.factor", _ratio, 0.8, "double"),
+                ("sasl.kerberos.ticket.renew.jitter", _ratio, 0.05, "double"),
+                ("sasl.kerberos.principal.to.local.rules", _parse_list, ["DEFAULT"], "list"),
+                # JMX and the JVM's metric reporters (pykfk: metrics.listener, Prometheus).
+                ("metric.reporters", _parse_list, [], "list"),
+                ("metrics.num.samples", _at_least(1), 2, "int"),
+                ("metrics.sample.window.ms", _at_least(1, big=True), 30000, "long"),
+                ("metrics.recording.level", _parse_string, "INFO", "string"),
+                ("kafka.metrics.reporters", _parse_list, [], "list"),
+                ("kafka.metrics.polling.interval.secs", _at_least(1), 10, "int"),
+                ("auto.include.jmx.reporter", _parse_bool, True, "bool"),
+                # Thread pools and buffers of Kafka's JVM broker.
+                ("background.threads", _at_least(1), 10, "int"),
+                ("num.replica.fetchers", _at_least(1), 1, "int"),
+                ("num.replica.alter.log.dirs.threads", INT, None, "int"),
+                ("socket.listen.backlog.size", _at_least(1), 50, "int"),
+                ("queued.max.request.bytes", LONG, -1, "long"),
+                ("log.cleaner.io.buffer.load.factor", _ratio, 0.9, "double"),
+                ("log.flush.offset.checkpoint.interval.ms", _at_least(0), 60000, "int"),
+                ("log.flush.start.offset.checkpoint.interval.ms", _at_least(0), 60000, "int"),
+                # Message format and protocol versions: pykfk speaks the current ones.
+                ("inter.broker.protocol.version", _parse_string, None, "string"),
+                ("log.message.format.version", _parse_string, None, "string"),
+                ("log.message.downconversion.enable", _parse_bool, True, "bool"),
+                ("zookeeper.set.acl", _parse_bool, False, "bool"),
+                ("zookeeper.max.in.flight.requests", _at_least(1), 10, "int"),
             ]
         ],
     ]
@@ -421,6 +479,10 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "follower.replication.throttled.rate", "leader.replication.throttled.rate",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.principal.to.local.rules", "metric.reporters", "background.threads",
+    "num.replica.fetchers", "num.replica.alter.log.dirs.threads", "log.message.downconversion.enable",
 })
 BROKER_DEFAULTS: dict[str, Any] = {name: key.default for name, key in BROKER_KEYS.items()}
 
@@ -763,6 +825,16 @@ class BrokerConfig:
         # A listener not advertised explicitly is advertised at its own address.
         self.advertised_listeners = [advertised.get(name, by_name[name]) for name in names]
         inter = v["inter.broker.listener.name"]
+        protocol = v["security.inter.broker.protocol"]
+        if protocol and inter:
+            raise ConfigError("security.inter.broker.protocol",
+                              "set either inter.broker.listener.name or security.inter.broker.protocol, not both")
+        if protocol:
+            # Kafka: the listener whose name is the protocol's.
+            if protocol not in by_name:
+                raise ConfigError("security.inter.broker.protocol",
+                                  f"no listener is named {protocol} (name one so, or set inter.broker.listener.name)")
+            inter = protocol
         if inter:
             inter = inter.upper()
             if inter not in by_name:

@@ -15,7 +15,8 @@ nothing is half made. Layout::
      "users": {"<name>": {"SCRAM-SHA-256": "salt=...,stored_key=...,server_key=...,iterations=4096"}},
      "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...],
      "quotas": [[[["user", "<name or null>"], ["client-id", ...]], {"producer_byte_rate": 1e6}], ...],
-     "broker_configs": {"<default>": {"log.retention.ms": "60000"}, "0": {...}}}
+     "broker_configs": {"<default>": {"log.retention.ms": "60000"}, "0": {...}},
+     "delegation_tokens": {"<token id>": {Kafka's token JSON, as in ZooKeeper's /delegation_token/tokens}}}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
 leader of every partition, with itself as the only in-sync replica, so the replica
@@ -52,6 +53,7 @@ from pykfk.cluster.metadata import (
 from pykfk.errors import ErrorCode
 from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
 from pykfk.security.quotas import Entity
+from pykfk.security.tokens import TokenInfo
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -59,7 +61,8 @@ METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 # The attributes the file holds: a change names the new values of those it alters.
-_PERSISTED = ("_cluster_id", "_producer_id_block_end", "_topics", "_users", "_quotas", "_broker_configs", "_acls")
+_PERSISTED = ("_cluster_id", "_producer_id_block_end", "_topics", "_users", "_quotas", "_broker_configs", "_acls",
+              "_tokens")
 
 
 class MetadataFileError(Exception):
@@ -101,6 +104,7 @@ class EmbeddedMetadataStore:
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._tokens: dict[str, TokenInfo] = {}
         os.makedirs(directory, exist_ok=True)
         self._load()
 
@@ -235,6 +239,18 @@ class EmbeddedMetadataStore:
             users[user] = credentials
         self._commit(f"alter credentials of user {user}", _users=users)
 
+    async def delegation_tokens(self, token_ids: list[str] | None = None) -> dict[str, TokenInfo]:
+        if token_ids is None:
+            return dict(self._tokens)
+        return {i: self._tokens[i] for i in token_ids if i in self._tokens}
+
+    async def store_delegation_token(self, token: TokenInfo) -> None:
+        self._commit(f"store delegation token {token.token_id}", _tokens={**self._tokens, token.token_id: token})
+
+    async def remove_delegation_tokens(self, token_ids: list[str]) -> None:
+        gone = set(token_ids)
+        self._commit("remove delegation tokens", _tokens={i: t for i, t in self._tokens.items() if i not in gone})
+
     def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
         return self._quotas
 
@@ -321,6 +337,8 @@ class EmbeddedMetadataStore:
                             for entity, values in data.get("quotas", [])}
             self._broker_configs = {str(entity): {str(k): str(v) for k, v in configs.items()}
                                     for entity, configs in data.get("broker_configs", {}).items()}
+            self._tokens = {str(i): TokenInfo.from_json(json.dumps(doc))
+                            for i, doc in data.get("delegation_tokens", {}).items()}
             self._acls = [AclBinding(ResourceType(a[0]), str(a[1]), PatternType(a[2]), str(a[3]), str(a[4]),
                                      Operation(a[5]), Permission(a[6])) for a in data.get("acls", [])]
             for name, entry in data.get("topics", {}).items():
@@ -377,6 +395,7 @@ class EmbeddedMetadataStore:
             "broker_configs": state["_broker_configs"],
             "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
                       int(b.permission)] for b in state["_acls"]],
+            "delegation_tokens": {i: json.loads(t.to_json()) for i, t in state["_tokens"].items()},
         }
         tmp = self.path + ".tmp"
         try:

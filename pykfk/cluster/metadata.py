@@ -18,6 +18,7 @@ from pykfk.errors import KafkaError
 if TYPE_CHECKING:
     from pykfk.security.acl import AclBinding
     from pykfk.security.quotas import Entity
+    from pykfk.security.tokens import TokenInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +258,17 @@ class MetadataStore(Protocol):
     async def alter_scram_credentials(self, user: str, upserts: Mapping[str, str], deletions: list[str]) -> None:
         """Set and remove one user's credentials (mechanism -> credential text)."""
         ...
+
+    async def delegation_tokens(self, token_ids: list[str] | None = None) -> dict[str, TokenInfo]:
+        """Token id -> delegation token for ``token_ids`` (every stored token when None);
+        unknown ids are left out. Expired tokens are there until removed."""
+        ...
+
+    async def store_delegation_token(self, token: TokenInfo) -> None:
+        """Create or replace a token."""
+        ...
+
+    async def remove_delegation_tokens(self, token_ids: list[str]) -> None: ...
 
     # Bumped by every client quota change this store hears of.
     quota_version: int

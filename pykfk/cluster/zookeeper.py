@@ -18,6 +18,8 @@ Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
     /admin/controlled_shutdown/<id>     ephemeral  pykfk: a broker asking the controller to move
                                                    its leaderships away before it stops
     /latest_producer_id_block                      {"version":1,"broker":N,"block_start":"0","block_end":"999"}
+    /delegation_token/tokens/<token id>            {"version":3,"owner":"User%3Aalice",...} (Kafka's token JSON)
+    /delegation_token/token_changes/token_change_<seq>   <token id> (a token stored or removed)
 
 Threads: kazoo runs its own threads. Three ``TreeCache`` recipes mirror ``/brokers``,
 ``/config/topics`` and ``/admin``; their events, the ``/controller`` watch and session
@@ -76,6 +78,7 @@ from pykfk.security.acl import (
     ResourceType,
 )
 from pykfk.security.quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity
+from pykfk.security.tokens import TokenError, TokenInfo
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -101,6 +104,8 @@ CONTROLLER_EPOCH_PATH = "/controller_epoch"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 CONTROLLED_SHUTDOWN_PATH = "/admin/controlled_shutdown"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+TOKENS_PATH = "/delegation_token/tokens"
+TOKEN_CHANGES_PATH = "/delegation_token/token_changes"
 PERSISTENT_PATHS = (
     BROKER_IDS_PATH,
     TOPICS_PATH,
@@ -113,6 +118,8 @@ PERSISTENT_PATHS = (
     CONFIG_USERS_PATH,
     CONFIG_CLIENTS_PATH,
     CONFIG_BROKERS_PATH,
+    TOKENS_PATH,
+    TOKEN_CHANGES_PATH,
 )
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 
@@ -1230,6 +1237,57 @@ class ZooKeeperMetadataStore:
                 continue  # changed meanwhile: read again
         notice = json.dumps({"version": 2, "entity_path": entity_path}).encode()
         await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
+                                              sequence=True, makepath=True))
+
+    # -- delegation tokens (read on demand, as credentials are) ------------------------
+
+    @_metadata_change("read delegation tokens")
+    async def delegation_tokens(self, token_ids: list[str] | None = None) -> dict[str, TokenInfo]:
+        """Token id -> token; unknown ids, and znodes that do not parse (logged), are
+        left out."""
+        from kazoo.exceptions import NoNodeError
+
+        if token_ids is None:
+            try:
+                token_ids = await self._wait(self.zk.get_children_async(TOKENS_PATH))
+            except NoNodeError:
+                return {}
+        found: dict[str, TokenInfo] = {}
+        for token_id in token_ids:
+            if not token_id or "/" in token_id or token_id in (".", ".."):
+                continue  # not a znode name: no such token
+            try:
+                data, _stat = await self._wait(self.zk.get_async(f"{TOKENS_PATH}/{token_id}"))
+                found[token_id] = TokenInfo.from_json(data or b"")
+            except NoNodeError:
+                continue
+            except TokenError as exc:
+                log.warning("delegation token %s ignored: %s", token_id, exc)
+        return found
+
+    @_metadata_change("store delegation token {0.token_id}")
+    async def store_delegation_token(self, token: TokenInfo) -> None:
+        """Create or replace the token's znode, then announce it as Kafka does."""
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"{TOKENS_PATH}/{token.token_id}"
+        try:
+            await self._wait(self.zk.create_async(path, token.to_json(), makepath=True))
+        except NodeExistsError:
+            await self._wait(self.zk.set_async(path, token.to_json()))
+        await self._announce_token(token.token_id)
+
+    @_metadata_change("remove delegation tokens")
+    async def remove_delegation_tokens(self, token_ids: list[str]) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        for token_id in token_ids:
+            with contextlib.suppress(NoNodeError):
+                await self._wait(self.zk.delete_async(f"{TOKENS_PATH}/{token_id}"))
+            await self._announce_token(token_id)
+
+    async def _announce_token(self, token_id: str) -> None:
+        await self._wait(self.zk.create_async(f"{TOKEN_CHANGES_PATH}/token_change_", token_id.encode(),
                                               sequence=True, makepath=True))
 
     # -- producer ids ------------------------------------------------------------------

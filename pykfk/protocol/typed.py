@@ -1138,6 +1138,99 @@ class CreatePartitionsResponse(TypedDict, total=False):
     results: Sequence[CreatePartitionsTopicResult]  # v0+
 
 
+# -- CreateDelegationToken (key 38, v1-3, flexible 2+)
+
+
+class CreateDelegationTokenRequestCreatableRenewers(Protocol):
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class CreateDelegationTokenRequest(Protocol):
+    owner_principal_type: str | None  # v3+, nullable v3+, default None
+    owner_principal_name: str | None  # v3+, nullable v3+, default None
+    renewers: Sequence[CreateDelegationTokenRequestCreatableRenewers]  # v0+
+    max_lifetime_ms: int  # v0+
+
+
+class CreateDelegationTokenResponse(TypedDict, total=False):
+    error_code: int  # v0+
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+    token_requester_principal_type: str  # v3+
+    token_requester_principal_name: str  # v3+
+    issue_timestamp_ms: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    max_timestamp_ms: int  # v0+
+    token_id: str  # v0+
+    hmac: bytes  # v0+
+    throttle_time_ms: int  # v0+
+
+
+# -- RenewDelegationToken (key 39, v1-2, flexible 2+)
+
+
+class RenewDelegationTokenRequest(Protocol):
+    hmac: bytes  # v0+
+    renew_period_ms: int  # v0+
+
+
+class RenewDelegationTokenResponse(TypedDict, total=False):
+    error_code: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    throttle_time_ms: int  # v0+
+
+
+# -- ExpireDelegationToken (key 40, v1-2, flexible 2+)
+
+
+class ExpireDelegationTokenRequest(Protocol):
+    hmac: bytes  # v0+
+    expiry_time_period_ms: int  # v0+
+
+
+class ExpireDelegationTokenResponse(TypedDict, total=False):
+    error_code: int  # v0+
+    expiry_timestamp_ms: int  # v0+
+    throttle_time_ms: int  # v0+
+
+
+# -- DescribeDelegationToken (key 41, v1-3, flexible 2+)
+
+
+class DescribeDelegationTokenOwner(Protocol):
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class DescribeDelegationTokenRequest(Protocol):
+    owners: Sequence[DescribeDelegationTokenOwner] | None  # v0+, nullable v0+
+
+
+class DescribeDelegationTokenResponseDescribedDelegationTokenRenewer(TypedDict, total=False):
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+
+
+class DescribeDelegationTokenResponseDescribedDelegationToken(TypedDict, total=False):
+    principal_type: str  # v0+
+    principal_name: str  # v0+
+    token_requester_principal_type: str  # v3+
+    token_requester_principal_name: str  # v3+
+    issue_timestamp: int  # v0+
+    expiry_timestamp: int  # v0+
+    max_timestamp: int  # v0+
+    token_id: str  # v0+
+    hmac: bytes  # v0+
+    renewers: Sequence[DescribeDelegationTokenResponseDescribedDelegationTokenRenewer]  # v0+
+
+
+class DescribeDelegationTokenResponse(TypedDict, total=False):
+    error_code: int  # v0+
+    tokens: Sequence[DescribeDelegationTokenResponseDescribedDelegationToken]  # v0+
+    throttle_time_ms: int  # v0+
+
+
 # -- DeleteGroups (key 42, v0-2, flexible 2+)
 
 

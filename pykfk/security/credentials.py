@@ -1,12 +1,16 @@
-"""SCRAM credentials kept in the metadata store, as the SASL layer looks them up."""
+"""SCRAM credentials and delegation tokens kept in the metadata store, as the SASL layer
+looks them up."""
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any
 
 from pykfk.errors import KafkaError
-from pykfk.security.sasl import AuthenticationError
+from pykfk.security.sasl import AuthenticationError, TokenLogin
 from pykfk.security.scram import ScramCredential, ScramError
+from pykfk.security.tokens import TokenSettings, token_credential
 
 
 async def scram_credential(store: Any, user: str, mechanism: str) -> ScramCredential | None:
@@ -25,3 +29,30 @@ async def scram_credential(store: Any, user: str, mechanism: str) -> ScramCreden
         return ScramCredential.from_text(text)
     except ScramError:
         return None
+
+
+def token_settings(config: Any) -> TokenSettings:
+    """The ``delegation.token.*`` settings of a broker config."""
+    return TokenSettings(config["delegation.token.secret.key"] or "", config["delegation.token.max.lifetime.ms"],
+                         config["delegation.token.expiry.time.ms"])
+
+
+# Deriving a credential costs a PBKDF2 of the HMAC: once per token and mechanism (Kafka
+# keeps them in its token cache likewise).
+_token_credential = functools.lru_cache(maxsize=1024)(token_credential)
+
+
+async def token_login(store: Any, settings: TokenSettings, token_id: str, mechanism: str) -> TokenLogin | None:
+    """The login of the live token ``token_id``; None when tokens are disabled or the
+    token is unknown or expired. AuthenticationError when the store cannot be read."""
+    if not settings.enabled:
+        return None
+    try:
+        tokens = await store.delegation_tokens([token_id])
+    except KafkaError as exc:
+        raise AuthenticationError(f"the delegation token could not be read: {exc.message}") from None
+    token = tokens.get(token_id)
+    if token is None or token.expired(int(time.time() * 1000)):
+        return None
+    return TokenLogin(_token_credential(settings.secret, token_id, mechanism), token.owner.partition(":")[2],
+                      token.expiry_ms)

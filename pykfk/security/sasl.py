@@ -8,16 +8,32 @@ JAAS settings, SCRAM credentials through a lookup (the metadata store).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 
 from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
+from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
 
 SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 # (user, mechanism) -> the user's SCRAM credential, or None when there is none.
 CredentialLookup = Callable[[str, str], Awaitable[ScramCredential | None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLogin:
+    """What a delegation token logs in with: its SCRAM credential, its owner's name (the
+    principal the login takes) and its expiry (ms since the epoch)."""
+
+    credential: ScramCredential
+    owner: str
+    expiry_ms: int
+
+
+# (token id, mechanism) -> the live token's login, or None (unknown, expired, disabled).
+TokenLookup = Callable[[str, str], Awaitable[TokenLogin | None]]
 
 
 class AuthenticationError(Exception):
@@ -27,14 +43,20 @@ class AuthenticationError(Exception):
 class SaslServer:
     """One login. ``user`` is set once ``complete``."""
 
-    def __init__(self, mechanism: str, plain_users: Mapping[str, str], lookup: CredentialLookup):
+    def __init__(self, mechanism: str, plain_users: Mapping[str, str], lookup: CredentialLookup,
+                 token_lookup: TokenLookup | None = None, tokens_without_extension: bool = False):
         if mechanism not in SUPPORTED_MECHANISMS:
             raise ValueError(f"unsupported SASL mechanism {mechanism}")
         self.mechanism = mechanism
         self.complete = False
         self.user = ""
+        # Set by a delegation token login: the token's expiry (ms since the epoch).
+        self.token_expiry_ms: int | None = None
         self._plain_users = plain_users
         self._lookup = lookup
+        self._token_lookup = token_lookup
+        self._tokens_without_extension = tokens_without_extension
+        self._token_owner = ""
         self._scram = ScramServer(mechanism) if mechanism in SCRAM_MECHANISMS else None
         self._round = 0
 
@@ -47,7 +69,7 @@ class SaslServer:
         try:
             if self._round == 1:
                 user = self._scram.parse_first(token)
-                credential = await self._lookup(user, self.mechanism)
+                credential = await self._credential(user)
                 if credential is None:
                     raise AuthenticationError("Authentication failed during authentication due to "
                                               "invalid credentials with SASL mechanism " + self.mechanism)
@@ -55,9 +77,28 @@ class SaslServer:
             answer = self._scram.final(token)
         except ScramError as exc:
             raise AuthenticationError(f"Authentication failed: {exc}") from None
-        self.user = self._scram.user
+        self.user = self._token_owner or self._scram.user
         self.complete = True
         return answer
+
+    async def _credential(self, user: str) -> ScramCredential | None:
+        """The user's credential; with the ``tokenauth=true`` extension that of the
+        delegation token ``user`` names (and, where ``tokens_without_extension``, of a
+        token whose id names no user: clients that cannot send extensions)."""
+        assert self._scram is not None
+        token_auth = self._scram.extensions.get(TOKEN_AUTH_EXTENSION, "").lower() == "true"
+        if not token_auth:
+            credential = await self._lookup(user, self.mechanism)
+            if credential is not None or not self._tokens_without_extension:
+                return credential
+        if self._token_lookup is None:
+            return None
+        login = await self._token_lookup(user, self.mechanism)
+        if login is None:
+            return None
+        self._token_owner = login.owner
+        self.token_expiry_ms = login.expiry_ms
+        return login.credential
 
     def _plain(self, token: bytes) -> bytes:
         parts = token.split(b"\0")
@@ -84,10 +125,11 @@ class SaslClient:
     """A broker's own login to another broker: ``first()``, then ``step(server_token)``
     until it returns None."""
 
-    def __init__(self, mechanism: str, user: str, password: str):
+    def __init__(self, mechanism: str, user: str, password: str, extensions: dict[str, str] | None = None):
         self.mechanism = mechanism
         self._user, self._password = user, password
-        self._scram = ScramClient(mechanism, user, password) if mechanism in SCRAM_MECHANISMS else None
+        self._scram = (ScramClient(mechanism, user, password, extensions) if mechanism in SCRAM_MECHANISMS
+                       else None)
         self._round = 0
 
     def first(self) -> bytes:

@@ -73,12 +73,19 @@ def make_credential(mechanism: str, password: str, iterations: int = MIN_ITERATI
     return credential_from_salted(mechanism, salted, salt, iterations)
 
 
-def _attributes(message: str) -> dict[str, str]:
+def _attributes(message: str, extensions: dict[str, str] | None = None) -> dict[str, str]:
+    """The one-letter attributes of a message; where ``extensions`` is given (a
+    client-first message), longer alphanumeric names are Kafka's SCRAM extensions
+    (``tokenauth=true``) and go there."""
     attrs: dict[str, str] = {}
     for item in message.split(","):
-        if len(item) < 2 or item[1] != "=":
+        key, sep, value = item.partition("=")
+        if sep and len(key) == 1:
+            attrs.setdefault(key, value)
+        elif sep and extensions is not None and key.isascii() and key.isalnum():
+            extensions.setdefault(key, value)
+        else:
             raise ScramError(f"malformed SCRAM attribute {item[:20]!r}")
-        attrs.setdefault(item[0], item[2:])
     return attrs
 
 
@@ -101,6 +108,7 @@ class ScramServer:
         self.mechanism = mechanism
         self.digest = MECHANISMS[mechanism]
         self.user = ""
+        self.extensions: dict[str, str] = {}
         self._credential: ScramCredential | None = None
         self._nonce = ""
         self._first_bare = ""
@@ -118,7 +126,7 @@ class ScramServer:
         if gs2_end < 0:
             raise ScramError("malformed client-first message")
         self._first_bare = text[gs2_end + 1:]
-        attrs = _attributes(self._first_bare)
+        attrs = _attributes(self._first_bare, self.extensions)
         if "n" not in attrs or "r" not in attrs:
             raise ScramError("client-first message lacks n= or r=")
         if "m" in attrs:
@@ -169,12 +177,13 @@ class ScramServer:
 class ScramClient:
     """The client side: ``first()``, ``final(server_first)``, ``check(server_final)``."""
 
-    def __init__(self, mechanism: str, user: str, password: str):
+    def __init__(self, mechanism: str, user: str, password: str, extensions: dict[str, str] | None = None):
         self.mechanism = mechanism
         self.digest = MECHANISMS[mechanism]
         self._password = password.encode()
         self._nonce = base64.b64encode(os.urandom(24)).decode()
-        self._first_bare = f"n={_encode_name(user)},r={self._nonce}"
+        tail = "".join(f",{key}={value}" for key, value in (extensions or {}).items())
+        self._first_bare = f"n={_encode_name(user)},r={self._nonce}{tail}"
         self._server_signature = b""
 
     def first(self) -> bytes:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from pykfk.config import BrokerConfig, ConfigError, Listener
 from pykfk.security.jaas import JaasError, parse_jaas
-from pykfk.security.sasl import SUPPORTED_MECHANISMS, CredentialLookup, SaslServer
+from pykfk.security.sasl import SUPPORTED_MECHANISMS, CredentialLookup, SaslServer, TokenLookup
 from pykfk.security.tls import PrincipalMapper, server_context, subject_dn
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -40,6 +40,7 @@ class ListenerSecurity:
         self.plain_users: dict[str, str] = {}
         self.reauth_ms = 0
         self.failed_login_delay_s = 0.1
+        self.tokens_without_extension = False
         if config is None:
             if listener.uses_tls or listener.uses_sasl:
                 raise ValueError(f"listener {listener.name} needs the broker config")
@@ -67,6 +68,7 @@ class ListenerSecurity:
                     raise ConfigError(f"listener.name.{name.lower()}.plain.sasl.jaas.config", str(exc)) from None
         self.reauth_ms = config.listener_setting(name, "connections.max.reauth.ms")
         self.failed_login_delay_s = config["connection.failed.authentication.delay.ms"] / 1000
+        self.tokens_without_extension = config["delegation.token.scram.without.extension"]
 
     def principal_of(self, peercert: dict[str, object] | None) -> str:
         """The principal of a TLS client: its certificate's subject mapped by the rules;
@@ -83,13 +85,14 @@ class Session:
     """One connection's security state. Loop-affine."""
 
     __slots__ = ("authenticated", "client_host", "client_ip", "expires_at", "gated", "handshake_version",
-                 "on_failed_login", "on_throttle", "principal", "sasl", "security")
+                 "on_failed_login", "on_throttle", "principal", "sasl", "security", "token_authenticated")
 
     def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS):
         self.security = security
         self.client_host = client_host
         self.client_ip = client_host.rpartition(":")[0] or client_host  # ACL bindings name hosts by address
         self.principal = principal
+        self.token_authenticated = False  # logged in with a delegation token
         self.authenticated = not security.listener.uses_sasl
         # Dispatch looks at the session only while this is set: before a SASL login
         # completes, and while a login can expire.
@@ -118,23 +121,31 @@ class Session:
         """After a v0 SaslHandshake the tokens come as bare frames, not in requests."""
         return self.sasl is not None and self.handshake_version == 0 and not self.sasl.complete
 
-    def start_login(self, mechanism: str, handshake_version: int, lookup: CredentialLookup) -> None:
-        self.sasl = SaslServer(mechanism, self.security.plain_users, lookup)
+    def start_login(self, mechanism: str, handshake_version: int, lookup: CredentialLookup,
+                    token_lookup: TokenLookup | None = None) -> None:
+        self.sasl = SaslServer(mechanism, self.security.plain_users, lookup, token_lookup,
+                               self.security.tokens_without_extension)
         self.handshake_version = handshake_version
 
     def login_complete(self) -> int:
         """Take the login's user as principal; returns the session lifetime in ms (0:
-        no expiry). A re-login must be by the same user."""
+        no expiry). A re-login must be by the same user. A delegation token's session
+        ends when the token expires (sooner with ``connections.max.reauth.ms``): the
+        client must log in again, which an expired token cannot."""
         assert self.sasl is not None and self.sasl.complete
         principal = "User:" + self.sasl.user
         if self.authenticated and principal != self.principal:
             raise PermissionError("re-authentication must keep the principal")
         self.principal = principal
         self.authenticated = True
-        reauth_ms = self.security.reauth_ms
-        self.expires_at = time.monotonic() + reauth_ms / 1000 if reauth_ms else 0.0
-        self.gated = bool(reauth_ms)
-        return reauth_ms
+        self.token_authenticated = self.sasl.token_expiry_ms is not None
+        lifetime_ms = self.security.reauth_ms
+        if self.sasl.token_expiry_ms is not None:
+            token_left_ms = max(1, self.sasl.token_expiry_ms - int(time.time() * 1000))
+            lifetime_ms = min(lifetime_ms, token_left_ms) if lifetime_ms else token_left_ms
+        self.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else 0.0
+        self.gated = bool(lifetime_ms)
+        return lifetime_ms
 
     def login_failed(self) -> None:
         if self.on_failed_login is not None:

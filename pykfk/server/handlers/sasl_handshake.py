@@ -12,7 +12,7 @@ import functools
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
-from pykfk.security.credentials import scram_credential
+from pykfk.security.credentials import scram_credential, token_login, token_settings
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 17
@@ -28,5 +28,7 @@ def handle(ctx: RequestContext, request: typed.SaslHandshakeRequest) -> typed.Sa
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
     if request.mechanism not in mechanisms:
         return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
-    session.start_login(request.mechanism, ctx.api_version, functools.partial(scram_credential, ctx.broker.metadata))
+    store = ctx.broker.metadata
+    session.start_login(request.mechanism, ctx.api_version, functools.partial(scram_credential, store),
+                        functools.partial(token_login, store, token_settings(ctx.broker.config)))
     return {"error_code": ErrorCode.NONE, "mechanisms": mechanisms}
