@@ -6,6 +6,7 @@ and hostile logins refused."""
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 
@@ -280,3 +281,33 @@ def test_a_token_made_through_one_broker_works_on_all(tmp_path, zookeeper_server
         bob.close()
     finally:
         cluster.close()
+
+
+def test_pykfk_token_commands(token_broker, tmp_path):
+    import json
+    import subprocess
+
+    from tests.cli.conftest import PYKFK
+
+    config = tmp_path / "alice.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      "sasl.username=alice\nsasl.password=alice-secret\n")
+    bootstrap = f"127.0.0.1:{token_broker.ports['SASL_PLAINTEXT']}"
+
+    def pykfk(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*PYKFK, "-b", bootstrap, "--command-config", str(config), "-o", "json", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    made = pykfk("token", "create", "--renewer", "bob", "--max-life", "1h")
+    assert made.returncode == 0, made.stderr
+    token = json.loads(made.stdout)
+    assert token["owner"] == "User:alice" and token["renewers"] == ["User:bob"]
+    assert token_login_error(token_broker.ports["SASL_PLAINTEXT"], token["token_id"],
+                             base64.b64decode(token["hmac"])) == ErrorCode.NONE
+    listed = pykfk("token", "list", "--owner", "User:bob")
+    assert listed.returncode == 0 and token["token_id"] in {t["token_id"] for t in json.loads(listed.stdout)}
+    assert pykfk("token", "renew", "--hmac", token["hmac"], "--period", "10m").returncode == 0
+    assert pykfk("token", "expire", "--hmac", token["hmac"]).returncode == 0
+    gone = pykfk("token", "renew", "--hmac", token["hmac"])
+    assert gone.returncode == 1 and "Traceback" not in gone.stderr and "DELEGATION_TOKEN_NOT_FOUND" in gone.stderr
+    assert pykfk("token", "renew", "--hmac", "not base64!").returncode == 2
