@@ -167,9 +167,10 @@ def test_full_dir_refuses_writes_keeps_reads_resumes_and_takes_no_new_partitions
 
 def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, tmpfs: Any) -> None:
     small = tmpfs("floor", 8 << 20)
+    metrics_port = free_port()
     broker = BrokerProcess(small, {
         "log.segment.bytes": 256 << 10, "log.dir.free.bytes.min": 2 << 20, "log.dir.free.bytes.alert": 3 << 20,
-        "log.dir.check.interval.ms": 100}).start()
+        "log.dir.check.interval.ms": 100, "metrics.listener": f"http://127.0.0.1:{metrics_port}"}).start()
     try:
         create(broker.bootstrap, "t", 1)
         fill(small, 3500 << 10)
@@ -182,6 +183,9 @@ def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, 
         assert 0 < len(acked) < 2400
         stats = os.statvfs(small)
         assert stats.f_bavail * stats.f_frsize > 1 << 20  # refused with space to spare
+        assert scraped(metrics_port, "kafka_log_logmanager_logdirectoryrefusingappends", small) == 1
+        assert scraped(metrics_port, "kafka_log_logmanager_logdirectorylowspace", small) == 1  # the alert
+        assert scraped(metrics_port, "kafka_log_logmanager_offlinelogdirectorycount") == 0
         # No partition can be placed: CreateTopics fails whole, nothing made.
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         with pytest.raises(KafkaException) as refused:
@@ -231,11 +235,19 @@ def fetch_error(broker: BrokerProcess, topic: str, partition: int) -> int:
     return int(response.responses[0].partitions[0].error_code)
 
 
-def offline_dir_count(port: int) -> float:
-    """Kafka's OfflineLogDirectoryCount, scraped from the broker's metrics endpoint."""
+def scraped(port: int, name: str, log_dir: str | None = None) -> float:
+    """A gauge of the broker's metrics endpoint (of ``log_dir`` when given)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return float(re.search(r"^kafka_log_logmanager_offlinelogdirectorycount (\S+)$", text, re.MULTILINE).group(1))
+    labels = "" if log_dir is None else re.escape(f'{{logDirectory="{log_dir}"}}')
+    found = re.search(rf"^{name}{labels} (\S+)$", text, re.MULTILINE)
+    assert found is not None, f"{name} {log_dir or ''} not exported"
+    return float(found.group(1))
+
+
+def offline_dir_count(port: int) -> float:
+    """Kafka's OfflineLogDirectoryCount."""
+    return scraped(port, "kafka_log_logmanager_offlinelogdirectorycount")
 
 
 def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_probe(tmp_path: Path) -> None:
