@@ -366,7 +366,10 @@ class RangeFetcher:
             return client.earliest([tp])[tp], client.latest([tp])[tp]
 
     def _send(self, conn: BrokerConnection, offset: int) -> Any:
-        return conn.send(FETCH, self._request_body(offset), version=conn.version_for(FETCH, 11))
+        version = conn.version_for(FETCH, 11)
+        if version < 4 and self.isolation_level == READ_COMMITTED:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "read_committed needs Fetch v4+")
+        return conn.send(FETCH, self._request_body(offset), version=version)
 
     def _decode(self, part: Any, offset: int) -> Chunk:
         """The response's batches from ``offset``; under read_committed with aborted
