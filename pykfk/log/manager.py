@@ -327,7 +327,7 @@ class LogManager:
         self._check_meta_properties(log_dir)
         clean = has_clean_shutdown_marker(log_dir)
         checkpointed = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
-        recovery_points = checkpointed if recovery_points is None else {**checkpointed, **recovery_points}
+        starts_from = checkpointed if recovery_points is None else {**checkpointed, **recovery_points}
         log_starts = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
         self._high_watermark_checkpoints.update(
             self._read_checkpoint(log_dir, REPLICATION_CHECKPOINT))
@@ -351,13 +351,16 @@ class LogManager:
             logger.info("No logs to load in %s", log_dir)
         elif clean:
             logger.info("Loading %d logs in %s after a clean shutdown", len(names), log_dir)
+        elif recovery_points is not None:
+            logger.info("Loading %d logs in %s again after it was offline: recovering unflushed segments",
+                        len(names), log_dir)
         else:
             logger.warning("Loading %d logs in %s after an unclean shutdown: recovering "
                            "unflushed segments", len(names), log_dir)
         for i, (topic, partition, path) in enumerate(names, start=1):
             tp = (topic, partition)
             yield Log(path, self.config_for(topic),
-                      recovery_point=recovery_points.get(tp, 0),
+                      recovery_point=starts_from.get(tp, 0),
                       log_start_offset=log_starts.get(tp, 0),
                       clean_shutdown=clean, scheduler=self._scheduler)
             logger.info("Loaded log %s-%d (%d/%d, %d%%) in %s", topic, partition, i, len(names),

@@ -194,8 +194,13 @@ def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, 
         assert partitions_in(small, "late") == []
         assert "late" not in admin.list_topics(timeout=10).topics
         assert read_all(broker.bootstrap, "t", 0) == acked
+        os.unlink(os.path.join(small, "ballast"))  # space again: produce resumes by itself
+        acked += eventually(lambda: produce(broker.bootstrap, "t", 0, [value("again", i) for i in range(20)]),
+                            what="produce did not resume")
+        assert read_all(broker.bootstrap, "t", 0) == acked
         text = assert_clean_log(broker)
         assert sum("under log.dir.free.bytes.min" in line for line in text.splitlines()) == 1
+        assert sum("log.dir.free.bytes.min=2097152: produce resumes" in line for line in text.splitlines()) == 1
         assert sum("under log.dir.free.bytes.alert" in line for line in text.splitlines()) == 1
         assert "is full" not in text
     finally:
