@@ -2,13 +2,14 @@
 
 Key stores: PEM (``ssl.keystore.location`` naming one file with the private key and the
 certificate chain, or the inline ``ssl.keystore.key`` / ``ssl.keystore.certificate.chain``
-of KIP-651) or PKCS12 (read with ``cryptography``). Trust stores: PEM files or inline PEM,
-or PKCS12. The principal of a client certificate is its subject in RFC 2253 form (the
+of KIP-651), PKCS12 (read with ``cryptography``) or Java's JKS (read with ``pyjks``, the
+``tls`` extra). Trust stores: PEM files or inline PEM, PKCS12 or JKS. The principal of a client certificate is its subject in RFC 2253 form (the
 most specific name first, as Java prints it) passed through ``ssl.principal.mapping.rules``.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import ssl
@@ -19,6 +20,9 @@ from typing import Any
 from pykfk.config import BrokerConfig, ConfigError
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+# Named in Kafka's older examples (ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1): accepted,
+# never offered (OpenSSL's default security level refuses them anyway).
+_OBSOLETE_VERSIONS = frozenset({"TLSv1", "TLSv1.1"})
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
@@ -62,6 +66,8 @@ def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
 def _set_versions(context: ssl.SSLContext, names: list[str]) -> None:
     versions = []
     for name in names:
+        if name in _OBSOLETE_VERSIONS:
+            continue
         if name not in _VERSIONS:
             raise ConfigError("ssl.enabled.protocols", f"unsupported TLS version {name} (TLSv1.2, TLSv1.3)")
         versions.append(_VERSIONS[name])
@@ -78,6 +84,11 @@ def _load_key_store(context: ssl.SSLContext, setting: Callable[[str], Any], list
             if not location:
                 raise ConfigError("ssl.keystore.location", f"listener {listener}: a PKCS12 key store needs a file")
             key_pem, chain_pem = _pkcs12_to_pem(location, setting("ssl.keystore.password"))
+            _load_pem_pair(context, key_pem, chain_pem, None)
+        elif setting("ssl.keystore.type") == "JKS":
+            if not location:
+                raise ConfigError("ssl.keystore.location", f"listener {listener}: a JKS key store needs a file")
+            key_pem, chain_pem = _jks_to_pem(location, setting("ssl.keystore.password"), key_password)
             _load_pem_pair(context, key_pem, chain_pem, None)
         elif inline_key or inline_chain:
             if not (inline_key and inline_chain):
@@ -110,6 +121,8 @@ def _load_trust_store(context: ssl.SSLContext, setting: Callable[[str], Any]) ->
     try:
         if setting("ssl.truststore.type") == "PKCS12" and location:
             context.load_verify_locations(cadata=_pkcs12_certificates(location, setting("ssl.truststore.password")))
+        elif setting("ssl.truststore.type") == "JKS" and location:
+            context.load_verify_locations(cadata=_jks_certificates(location, setting("ssl.truststore.password")))
         elif location:
             context.load_verify_locations(cafile=location)
         elif inline:
@@ -117,6 +130,8 @@ def _load_trust_store(context: ssl.SSLContext, setting: Callable[[str], Any]) ->
         else:
             return False
     except (OSError, ssl.SSLError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError("ssl.truststore.location", f"cannot load the trust store: {exc}") from None
     return True
 
@@ -150,6 +165,53 @@ def _pkcs12_certificates(path: str, password: str | None) -> str:
     if store.cert is not None:
         certs.append(store.cert.certificate)
     return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
+def _jks(path: str, password: str | None, setting: str) -> Any:
+    try:
+        import jks
+    except ImportError:
+        raise ConfigError(setting, "JKS stores need the 'pyjks' package (pip install 'pykfk[tls]')") from None
+    try:
+        # Without a password the store's integrity is not checked (as in Java).
+        return jks.KeyStore.load(path, password or None, try_decrypt_keys=False)
+    except (jks.util.KeystoreException, jks.util.BadKeystoreFormatException, ValueError) as exc:
+        raise ConfigError(setting, f"cannot read the JKS store {path}: {exc}") from None
+
+
+def _pem(label: str, der: bytes) -> bytes:
+    body = base64.encodebytes(der).replace(b"\n", b"")
+    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+    return b"-----BEGIN " + label.encode() + b"-----\n" + b"\n".join(lines) + b"\n-----END " + label.encode() + b"-----\n"
+
+
+def _jks_to_pem(path: str, store_password: str | None, key_password: str | None) -> tuple[bytes, bytes]:
+    """The private key (Kafka: protected by ssl.key.password, else the store's password)
+    and its certificate chain, as PEM."""
+    import jks
+
+    store = _jks(path, store_password, "ssl.keystore.location")
+    if not store.private_keys:
+        raise ConfigError("ssl.keystore.location", f"{path} holds no private key entry")
+    if len(store.private_keys) > 1:
+        raise ConfigError("ssl.keystore.location", f"{path} holds {len(store.private_keys)} private keys; "
+                          "Kafka's key store has one")
+    entry = next(iter(store.private_keys.values()))
+    try:
+        entry.decrypt(key_password or store_password or "")
+    except jks.util.DecryptionFailureException:
+        raise ConfigError("ssl.key.password", f"cannot decrypt the private key in {path}: wrong password") from None
+    chain = b"".join(_pem("CERTIFICATE", der) for _kind, der in entry.cert_chain)
+    return _pem("PRIVATE KEY", entry.pkey_pkcs8), chain
+
+
+def _jks_certificates(path: str, password: str | None) -> str:
+    store = _jks(path, password, "ssl.truststore.location")
+    certs = [entry.cert for entry in store.certs.values()]
+    certs += [der for entry in store.private_keys.values() for _kind, der in entry.cert_chain[:1]]
+    if not certs:
+        raise ConfigError("ssl.truststore.location", f"{path} holds no certificate")
+    return "".join(_pem("CERTIFICATE", der).decode() for der in certs)
 
 
 # -- principals -----------------------------------------------------------------------
