@@ -262,15 +262,18 @@ class Mirror:
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
             try:
                 self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
-            except TargetUnavailable as exc:  # a partition's new producer could not be made
-                self.target_state.failed(str(exc))
+            except TargetUnavailable as exc:  # a route or a partition's new producer could not be made
+                if not self.source_state.down:
+                    self.target_state.failed(str(exc))
+                self._pause()  # the rest of the batch is fetched again
             now = time.monotonic()
-            if self.target_state.down and not self._paused:
-                self._pause()
             if self._since_progress >= self.config.progress_max_records or now >= due_progress:
                 if self.target_state.ready():
                     self._progress_step()
                 due_progress = now + self.config.progress_interval_ms / 1000
+            if self.target_state.down and not self._paused:
+                # Before the next fetch: a transaction whose commit is pending takes no records.
+                self._pause()
             if self._paused and not self.target_state.down and not self._staged:
                 self._resume()
             if now >= due_refresh:
