@@ -299,7 +299,7 @@ class ClusterMetadata:
             self.zk = None
 
 
-def broker_address(registration: dict) -> tuple[str, int]:
+def broker_address(registration: dict[str, Any]) -> tuple[str, int]:
     """(host, port) from a ``/brokers/ids/<id>`` registration: Kafka 0.8 wrote host/port,
     later versions also (or only) a list of listener endpoints."""
     host, port = registration.get("host"), registration.get("port")

@@ -267,7 +267,8 @@ class BrokerConnection:
             return self.receive(entry, timeout)
 
     def __enter__(self) -> Self:
-        return self.connect()
+        self.connect()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

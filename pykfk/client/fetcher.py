@@ -19,6 +19,7 @@ from typing import Any
 from pykfk._core.records import DecodedRecords, decode_records
 from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
 from pykfk.client.connection import BrokerConnection
+from pykfk.client.serializers import Deserializer
 from pykfk.errors import ErrorCode, KafkaError, error_code
 
 log = logging.getLogger("pykfk.consumer")
@@ -47,7 +48,8 @@ class PartitionState:
     )
 
     def __init__(
-        self, topic: str, partition: int, stream: KafkaStream, offset: int, deserializers: tuple
+        self, topic: str, partition: int, stream: KafkaStream, offset: int,
+        deserializers: tuple[Deserializer | None, Deserializer | None],
     ):
         self.topic = topic
         self.partition = partition
@@ -76,10 +78,10 @@ class Chunk:
     )
 
     def __init__(self, state: Any, records: DecodedRecords, high_watermark: int = -1):
-        self.state = state
+        self.state = state  # a PartitionState, or a consumer's own partition state alike
         self.records = records
-        self.topic = state.topic
-        self.partition = state.partition
+        self.topic: str = state.topic
+        self.partition: int = state.partition
         self.key_deserializer, self.value_deserializer = state.deserializers
         self.high_watermark = high_watermark
 
@@ -146,7 +148,7 @@ class Message:
     def __hash__(self) -> int:
         return hash((self.topic, self.partition, self.offset))
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> tuple[object, ...]:
         return (
             self.topic,
             self.partition,
@@ -163,7 +165,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_SHUTDOWN = object()
+_SHUTDOWN: Any = object()  # queued after the chunks: the stream's end
 
 
 class ConsumerTimeout(Exception):
@@ -181,7 +183,7 @@ class KafkaStream:
 
     def __init__(self, queued_max_chunks: int, consumer_timeout_ms: float, name: str = ""):
         self.name = name
-        self._queue: queue.Queue = queue.Queue(max(1, queued_max_chunks))
+        self._queue: queue.Queue[Chunk] = queue.Queue(max(1, queued_max_chunks))
         self._timeout = None if consumer_timeout_ms < 0 else consumer_timeout_ms / 1000
         self._chunk: Chunk | None = None
         self._pos = 0
@@ -267,9 +269,9 @@ class KafkaStream:
 
 def fetch_body(
     partitions: list[tuple[str, int, int, int]], max_wait_ms: int, min_bytes: int, max_bytes: int
-) -> dict:
+) -> dict[str, Any]:
     """A sessionless Fetch request for (topic, partition, offset, partition_max_bytes)."""
-    topics: dict[str, list] = {}
+    topics: dict[str, list[dict[str, int]]] = {}
     for topic, partition, offset, partition_max in partitions:
         topics.setdefault(topic, []).append(
             {

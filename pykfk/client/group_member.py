@@ -84,12 +84,12 @@ class _Reader:
         self.pos = 0
 
     def i16(self) -> int:
-        (v,) = _I16.unpack_from(self.data, self.pos)
+        v: int = _I16.unpack_from(self.data, self.pos)[0]
         self.pos += 2
         return v
 
     def i32(self) -> int:
-        (v,) = _I32.unpack_from(self.data, self.pos)
+        v: int = _I32.unpack_from(self.data, self.pos)[0]
         self.pos += 4
         return v
 
@@ -255,7 +255,7 @@ class BrokerGroupMembership:
             self._coordinator.close()
             self._coordinator = None
 
-    def _call(self, api_key: int, body: dict, timeout: float | None = None) -> Any:
+    def _call(self, api_key: int, body: dict[str, Any], timeout: float | None = None) -> Any:
         conn = self.coordinator()
         try:
             return conn.request(api_key, body, timeout=timeout)
@@ -334,7 +334,7 @@ class BrokerGroupMembership:
         assigned = decode_assignment(response.assignment)
         return sorted((t, p) for t, ps in assigned.items() for p in ps)
 
-    def _assign(self, members: list[Any]) -> list[dict]:
+    def _assign(self, members: list[Any]) -> list[dict[str, Any]]:
         subscriptions = {}
         for member in members:
             try:
@@ -412,7 +412,7 @@ class BrokerGroupMembership:
     def commit(self, offsets: dict[tuple[str, int], int]) -> None:
         if not offsets:
             return
-        topics: dict[str, list] = {}
+        topics: dict[str, list[dict[str, Any]]] = {}
         for (t, p), offset in offsets.items():
             topics.setdefault(t, []).append(
                 {"partition_index": p, "committed_offset": offset, "committed_metadata": ""}
