@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Checked with --strict (pyproject.toml [tool.mypy]); add a package here once it is clean.
+# Checked with --strict (pyproject.toml [tool.mypy]); add a package (or a top-level module)
+# here once it is clean. Left: cli, producer.py (and audit.py, which imports it), consumer.py,
+# broker.py, testing.py.
 STRICT_PACKAGES = ["protocol", "server", "log", "cluster", "group", "metrics", "txn", "mirror", "security",
-                   "service", "_reference"]
+                   "service", "_reference", "client", "errors.py", "config.py", "clock.py",
+                   "__init__.py"]
 LINTED = ["pykfk", "src", "tests", "bench", "pykfk_spark", "tools", "fuzz"]
 
 
