@@ -21,7 +21,9 @@ last non-zero entry ends them (an all-zero entry 0 counts when anything follows 
 Entries are read and written through shared memory mappings that hold no file
 descriptor (the disk blocks under an entry are reserved with posix_fallocate before it
 is stored, so a full disk freezes the index instead of faulting); no buffer export
-outlives a call.
+outlives a call. A mapping that reaches past the used entries into the holes (an active
+segment's) is advised random access, so the page cache holds only the pages its entries
+use: no read-ahead of zeros around a fault (up to the device's read_ahead_kb each).
 
 File descriptors: a segment holds one, its .log's. A sealed segment's (``seal()``: the
 log rolled past it) is one of a process-wide LRU of at most

@@ -38,7 +38,7 @@ from posix.unistd cimport pread, pwrite, ftruncate, fsync, lseek
 from posix.unistd cimport close as c_close
 from posix.mman cimport (mmap, munmap, msync, posix_madvise, PROT_READ, PROT_WRITE, MAP_SHARED,
                          MAP_FAILED, MS_SYNC,
-                         POSIX_MADV_SEQUENTIAL)
+                         POSIX_MADV_RANDOM, POSIX_MADV_SEQUENTIAL)
 from posix.fcntl cimport posix_fallocate, O_CLOEXEC, O_CREAT, O_RDWR
 from posix.fcntl cimport open as c_open
 from posix.stat cimport fstat, struct_stat
@@ -101,6 +101,16 @@ def segment_file_name(int64_t base_offset, str suffix) -> str:
 # never a SIGBUS on a store into a sparse page. A new segment's index files are created
 # at their first entry (or when the segment is sealed or closed), so creating a
 # partition costs one file, not three.
+#
+# A mapping that reaches past the used entries (an active segment's, extended to
+# max_index_bytes) is advised random access: a fault in it then reads in that one page.
+# With the default advice the kernel reads ahead around each fault, up to the device's
+# read_ahead_kb (8 MiB on some virtual disks): the first entry of every new index pulled
+# megabytes of zero pages from the holes into the page cache, and 5,000 active segments
+# asked for more page cache than the machine had, so appends kept faulting those pages in
+# again while the kernel reclaimed them (produce ran 10-20x slower). A mapping of just
+# the used entries (a sealed segment's) keeps the default: its reads are worth reading
+# ahead and it has no holes.
 # --------------------------------------------------------------------------------------
 
 cdef struct _Index:
@@ -225,6 +235,12 @@ cdef int _index_map(_Index *ix, int fd, size_t nbytes) noexcept nogil:
     return 0
 
 
+cdef inline void _index_advise_sparse(_Index *ix) noexcept nogil:
+    """The mapping reaches past the used entries, into holes: no read-ahead on faults."""
+    if ix.map != NULL:
+        posix_madvise(<void *>ix.map, ix.map_bytes, POSIX_MADV_RANDOM)
+
+
 cdef int _index_grow(_Index *ix) noexcept nogil:
     """Extends the file and the mapping to max_entries (the active-segment size)."""
     cdef size_t want = <size_t>ix.max_entries * <size_t>ix.entry_size
@@ -246,6 +262,8 @@ cdef int _index_grow(_Index *ix) noexcept nogil:
             rc = errno
     if rc == 0:
         rc = _index_map(ix, fd, want)
+    if rc == 0:
+        _index_advise_sparse(ix)
     c_close(fd)
     return rc
 
@@ -694,6 +712,9 @@ cdef class Segment:
                 if rc:
                     _raise_os(rc, path)
                 data_end = _data_end(fd, usable)
+                # An active segment's extended file: holes, or blocks preallocated whole.
+                if data_end < usable or usable >= <size_t>ix.max_entries * <size_t>ix.entry_size:
+                    _index_advise_sparse(ix)
                 ix.entries = _used_entries(ix.map, ix.map_bytes, ix.entry_size, data_end)
                 ix.reserved = <size_t>ix.entries * <size_t>ix.entry_size
                 if ix.entries > ix.max_entries:

@@ -130,3 +130,36 @@ def test_index_entries_written_through_the_mapping_survive_a_reopen(tmp_path):
 def test_unpin_without_pin_is_an_error(tmp_path):
     with filled_segment(tmp_path, 0) as seg, pytest.raises(RuntimeError, match="without pin"):
         seg.unpin()
+
+
+def mapping_flags(path: str) -> list[str]:
+    """VmFlags of this process's mapping of ``path`` (/proc/self/smaps), [] when unmapped."""
+    with open("/proc/self/smaps", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(" " + path):
+            for following in lines[i + 1:]:
+                if following.startswith("VmFlags:"):
+                    return following.split()[1:]
+    return []
+
+
+def test_only_index_mappings_that_reach_into_holes_read_no_pages_ahead(tmp_path):
+    # An active segment's indexes are mapped at their full size, mostly holes: a fault
+    # there must read in its own page only ("rr", random access), not megabytes of zeros.
+    seg = filled_segment(tmp_path, 0)
+    entries = seg.index_entries
+    assert entries > 0 and os.path.getsize(seg.index_path) == seg.max_index_bytes
+    assert "rr" in mapping_flags(seg.index_path) and "rr" in mapping_flags(seg.timeindex_path)
+    seg.flush()
+    seg.close()
+    # Reopened, as after a crash: the file still has its holes, and the advice again.
+    with open(tmp_path / "00000000000000000000.index", "r+b") as f:
+        f.truncate(seg.max_index_bytes)
+    again = Segment(tmp_path, 0, index_interval_bytes=1)
+    assert not again.indexes_rebuilt and again.index_entries == entries
+    assert "rr" in mapping_flags(again.index_path)
+    # Sealed: trimmed to its entries, which are worth reading ahead.
+    again.seal()
+    assert mapping_flags(again.index_path) and "rr" not in mapping_flags(again.index_path)
+    again.close()
