@@ -335,6 +335,8 @@ class Partition:
             self.manager.high_watermark_waiters.notify(self.topic, self.partition)
         self.manager.log_end_waiters.notify(self.topic, self.partition)
         required = info.last_offset + 1
+        if info.flushed is not None:  # a flush policy: the marker counts once fsynced
+            return info, self._after_flush(info.flushed, -1, required, timeout_ms)
         if self.high_watermark >= required:
             return info, None
         return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
