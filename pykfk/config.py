@@ -221,7 +221,7 @@ PER_LISTENER_KEYS = frozenset({
     "sasl.enabled.mechanisms", "sasl.jaas.config", "connections.max.reauth.ms",
 })
 _LISTENER_KEY = re.compile(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)")
-_MECHANISM_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.jaas\.config")
+_MECHANISM_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.(?:jaas\.config|server\.callback\.handler\.class)")
 
 
 # Broker settings. Defaults are Kafka's, except where a standalone developer broker wants a
@@ -389,6 +389,23 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "delay before answering and closing a failed login", "int"),
         _key("sasl.server.max.receive.size", _at_least(1), 524288,
              "largest request a client may send before it has logged in (SASL listeners)", "int"),
+        _key("sasl.server.callback.handler.class", _parse_string, None,
+             "OAUTHBEARER validator (Kafka's class names; usually per listener and mechanism)", "string"),
+        # OAUTHBEARER (pykfk.security.oauth, KIP-768): JWTs checked against a JWKS.
+        _key("sasl.oauthbearer.jwks.endpoint.url", _parse_string, None,
+             "the identity provider's JWKS (https://, http:// or file:)", "string"),
+        _key("sasl.oauthbearer.jwks.endpoint.refresh.ms", _at_least(1, big=True), 3600000,
+             "how often the JWKS is fetched again", "long"),
+        _key("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", _at_least(0, big=True), 100,
+             "least time between fetches for a key id the JWKS lacks", "long"),
+        _key("sasl.oauthbearer.expected.audience", _parse_list, [],
+             "audiences a token must name one of (empty: not checked)", "list"),
+        _key("sasl.oauthbearer.expected.issuer", _parse_string, None,
+             "issuer a token must name (unset: not checked)", "string"),
+        _key("sasl.oauthbearer.clock.skew.seconds", _at_least(0), 30,
+             "tolerated clock difference with the identity provider", "int"),
+        _key("sasl.oauthbearer.sub.claim.name", _parse_string, "sub",
+             "claim naming the principal", "string"),
         # Delegation tokens (pykfk.security.tokens, KIP-48): disabled without a secret.
         _key("delegation.token.secret.key", _parse_string, None,
              "key of the tokens' HMACs, the same on every broker (empty: tokens disabled)", "password"),
@@ -854,6 +871,11 @@ class BrokerConfig:
         value when given, else the broker-wide one."""
         scoped = (listener.upper(), name)
         return self._per_listener[scoped] if scoped in self._per_listener else self._values[name]
+
+    def mechanism_setting(self, listener: str, mechanism: str, name: str) -> Any:
+        """``listener.name.<l>.<mechanism>.<name>``, else the listener's or broker's."""
+        scoped = (listener.upper(), f"{mechanism.lower()}.{name}")
+        return self._per_listener[scoped] if scoped in self._per_listener else self.listener_setting(listener, name)
 
     def jaas_config(self, listener: str, mechanism: str) -> str | None:
         """The JAAS settings of ``mechanism`` on ``listener``, most specific first:

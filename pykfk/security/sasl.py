@@ -12,11 +12,16 @@ import dataclasses
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 
+from pykfk.security.oauth import MECHANISM as OAUTHBEARER
+from pykfk.security.oauth import OAuthBearerServer
 from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
 from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
 
-SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
+
+# A bearer token -> (principal name, expiry in ms); raises pykfk.security.oauth.TokenRejected.
+TokenValidation = Callable[[str], Awaitable[tuple[str, int]]]
 
 # (user, mechanism) -> the user's SCRAM credential, or None when there is none.
 CredentialLookup = Callable[[str, str], Awaitable[ScramCredential | None]]
@@ -44,26 +49,40 @@ class SaslServer:
     """One login. ``user`` is set once ``complete``."""
 
     def __init__(self, mechanism: str, plain_users: Mapping[str, str], lookup: CredentialLookup,
-                 token_lookup: TokenLookup | None = None, tokens_without_extension: bool = False):
+                 token_lookup: TokenLookup | None = None, tokens_without_extension: bool = False,
+                 validate_bearer: TokenValidation | None = None):
         if mechanism not in SUPPORTED_MECHANISMS:
             raise ValueError(f"unsupported SASL mechanism {mechanism}")
         self.mechanism = mechanism
         self.complete = False
         self.user = ""
-        # Set by a delegation token login: the token's expiry (ms since the epoch).
-        self.token_expiry_ms: int | None = None
+        # When the credential ends (ms since the epoch): a delegation token's or a
+        # bearer token's expiry; None for passwords.
+        self.credential_expiry_ms: int | None = None
+        self.delegation_token = False  # logged in with a delegation token
         self._plain_users = plain_users
         self._lookup = lookup
         self._token_lookup = token_lookup
         self._tokens_without_extension = tokens_without_extension
         self._token_owner = ""
         self._scram = ScramServer(mechanism) if mechanism in SCRAM_MECHANISMS else None
+        self._oauth: OAuthBearerServer | None = None
+        if mechanism == OAUTHBEARER:
+            if validate_bearer is None:
+                raise ValueError("OAUTHBEARER needs a token validator")
+            self._oauth = OAuthBearerServer(validate_bearer, AuthenticationError)
         self._round = 0
 
     async def step(self, token: bytes) -> bytes:
         if self.complete:
             raise AuthenticationError("the login is already complete")
         self._round += 1
+        if self._oauth is not None:
+            answer = await self._oauth.step(token)
+            self.user, self.complete = self._oauth.user, self._oauth.complete
+            if self.complete:
+                self.credential_expiry_ms = self._oauth.expiry_ms
+            return answer
         if self._scram is None:
             return self._plain(token)
         try:
@@ -97,7 +116,8 @@ class SaslServer:
         if login is None:
             return None
         self._token_owner = login.owner
-        self.token_expiry_ms = login.expiry_ms
+        self.credential_expiry_ms = login.expiry_ms
+        self.delegation_token = True
         return login.credential
 
     def _plain(self, token: bytes) -> bytes:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from pykfk.config import BrokerConfig, ConfigError, Listener
 from pykfk.security.jaas import JaasError, parse_jaas
+from pykfk.security.oauth import MECHANISM as OAUTHBEARER
+from pykfk.security.oauth import SECURED_VALIDATORS, UNSECURED_VALIDATOR, JwksKeys, TokenValidator
 from pykfk.security.sasl import SUPPORTED_MECHANISMS, CredentialLookup, SaslServer, TokenLookup
 from pykfk.security.tls import PrincipalMapper, server_context, subject_dn
 
@@ -41,6 +43,7 @@ class ListenerSecurity:
         self.reauth_ms = 0
         self.failed_login_delay_s = 0.1
         self.tokens_without_extension = False
+        self.bearer_validator: TokenValidator | None = None
         if config is None:
             if listener.uses_tls or listener.uses_sasl:
                 raise ValueError(f"listener {listener.name} needs the broker config")
@@ -69,6 +72,8 @@ class ListenerSecurity:
         self.reauth_ms = config.listener_setting(name, "connections.max.reauth.ms")
         self.failed_login_delay_s = config["connection.failed.authentication.delay.ms"] / 1000
         self.tokens_without_extension = config["delegation.token.scram.without.extension"]
+        if OAUTHBEARER in self.mechanisms:
+            self.bearer_validator = _bearer_validator(config, name)
 
     def principal_of(self, peercert: dict[str, object] | None) -> str:
         """The principal of a TLS client: its certificate's subject mapped by the rules;
@@ -76,6 +81,33 @@ class ListenerSecurity:
         if not peercert or self.principal_mapper is None:
             return ANONYMOUS
         return "User:" + self.principal_mapper.map(subject_dn(peercert))
+
+
+def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
+    """OAUTHBEARER's validator on ``listener``: against the JWKS of
+    ``sasl.oauthbearer.jwks.endpoint.url``, or unsecured tokens where Kafka's unsecured
+    validator is named (never by default)."""
+    handler = config.mechanism_setting(listener, OAUTHBEARER, "sasl.server.callback.handler.class")
+    url = config["sasl.oauthbearer.jwks.endpoint.url"]
+    key = f"listener.name.{listener.lower()}.oauthbearer.sasl.server.callback.handler.class"
+    if handler == UNSECURED_VALIDATOR:
+        return TokenValidator(None, sub_claim=config["sasl.oauthbearer.sub.claim.name"], unsecured=True)
+    if handler not in (None, *SECURED_VALIDATORS):
+        raise ConfigError(key, f"unknown OAUTHBEARER validator {handler}")
+    if not url:
+        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url",
+                          f"listener {listener}: OAUTHBEARER needs the identity provider's JWKS (unsecured tokens, "
+                          f"for development only, need {key}={UNSECURED_VALIDATOR})")
+    context = None
+    if url.startswith("https:"):
+        cafile = config["ssl.truststore.location"] if config["ssl.truststore.type"] == "PEM" else None
+        context = ssl.create_default_context(cafile=cafile)
+    keys = JwksKeys(url, config["sasl.oauthbearer.jwks.endpoint.refresh.ms"],
+                    config["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"], context)
+    return TokenValidator(keys, audience=config["sasl.oauthbearer.expected.audience"],
+                          issuer=config["sasl.oauthbearer.expected.issuer"],
+                          sub_claim=config["sasl.oauthbearer.sub.claim.name"],
+                          clock_skew_s=config["sasl.oauthbearer.clock.skew.seconds"])
 
 
 PLAINTEXT_SECURITY = ListenerSecurity(Listener("PLAINTEXT", "", 0))
@@ -123,25 +155,28 @@ class Session:
 
     def start_login(self, mechanism: str, handshake_version: int, lookup: CredentialLookup,
                     token_lookup: TokenLookup | None = None) -> None:
+        validator = self.security.bearer_validator
         self.sasl = SaslServer(mechanism, self.security.plain_users, lookup, token_lookup,
-                               self.security.tokens_without_extension)
+                               self.security.tokens_without_extension,
+                               None if validator is None else validator.validate)
         self.handshake_version = handshake_version
 
     def login_complete(self) -> int:
         """Take the login's user as principal; returns the session lifetime in ms (0:
-        no expiry). A re-login must be by the same user. A delegation token's session
-        ends when the token expires (sooner with ``connections.max.reauth.ms``): the
-        client must log in again, which an expired token cannot."""
+        no expiry). A re-login must be by the same user. A session of a delegation or
+        bearer token ends when the token expires (sooner with
+        ``connections.max.reauth.ms``): the client must log in again (KIP-368), which an
+        expired token cannot."""
         assert self.sasl is not None and self.sasl.complete
         principal = "User:" + self.sasl.user
         if self.authenticated and principal != self.principal:
             raise PermissionError("re-authentication must keep the principal")
         self.principal = principal
         self.authenticated = True
-        self.token_authenticated = self.sasl.token_expiry_ms is not None
+        self.token_authenticated = self.sasl.delegation_token
         lifetime_ms = self.security.reauth_ms
-        if self.sasl.token_expiry_ms is not None:
-            token_left_ms = max(1, self.sasl.token_expiry_ms - int(time.time() * 1000))
+        if self.sasl.credential_expiry_ms is not None:
+            token_left_ms = max(1, self.sasl.credential_expiry_ms - int(time.time() * 1000))
             lifetime_ms = min(lifetime_ms, token_left_ms) if lifetime_ms else token_left_ms
         self.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else 0.0
         self.gated = bool(lifetime_ms)

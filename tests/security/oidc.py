@@ -1,0 +1,116 @@
+"""A small OpenID Connect identity provider for tests, on 127.0.0.1: a JWKS endpoint and
+a client-credentials token endpoint, RSA keys that can be rotated, and endpoints that can
+be made to hang or serve garbage."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+HANG_LIMIT_S = 15.0
+
+
+class OidcIssuer:
+    """``url`` is the issuer; ``jwks_url`` and ``token_url`` its endpoints. ``clients``
+    maps client id -> secret; a client's tokens name it as ``sub``."""
+
+    def __init__(self, audience: str = "kafka", lifetime_s: int = 300):
+        self.audience = audience
+        self.lifetime_s = lifetime_s
+        self.clients: dict[str, str] = {}
+        self.jwks_mode = "ok"  # "ok", "hang" or "garbage"
+        self.jwks_requests = 0
+        self._release = threading.Event()
+        self.keys: list[tuple[str, Any]] = []
+        self.rotate()
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path != "/jwks":
+                    self.send_error(404)
+                    return
+                issuer.jwks_requests += 1
+                if issuer.jwks_mode == "hang":
+                    issuer._release.wait(HANG_LIMIT_S)
+                body = b"<html>not json" if issuer.jwks_mode == "garbage" else issuer.jwks().encode()
+                self._answer(200, body)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                client_id, secret = issuer._basic_auth(self.headers.get("Authorization", ""), form)
+                if self.path != "/token" or form.get("grant_type") != ["client_credentials"] \
+                        or issuer.clients.get(client_id) != secret:
+                    self._answer(401, b'{"error":"invalid_client"}')
+                    return
+                token = issuer.token(client_id)
+                self._answer(200, json.dumps({"access_token": token, "token_type": "Bearer",
+                                              "expires_in": issuer.lifetime_s}).encode())
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.jwks_url = self.url + "/jwks"
+        self.token_url = self.url + "/token"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _basic_auth(header: str, form: dict[str, list[str]]) -> tuple[str, str]:
+        if header.lower().startswith("basic "):
+            client_id, _sep, secret = base64.b64decode(header[6:]).decode().partition(":")
+            return urllib.parse.unquote(client_id), urllib.parse.unquote(secret)
+        return form.get("client_id", [""])[0], form.get("client_secret", [""])[0]
+
+    def rotate(self, keep_old: bool = False) -> str:
+        """A new signing key; the JWKS keeps the old ones only with ``keep_old``."""
+        kid = uuid.uuid4().hex[:12]
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.keys = [*self.keys, (kid, key)] if keep_old else [(kid, key)]
+        return kid
+
+    def jwks(self) -> str:
+        entries = []
+        for kid, key in self.keys:
+            jwk = RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
+            entries.append({**jwk, "kid": kid, "alg": "RS256", "use": "sig"})
+        return json.dumps({"keys": entries})
+
+    def token(self, sub: str, *, key: Any = None, kid: str | None = None, **claims: Any) -> str:
+        """A token for ``sub`` signed with the current key (or ``key`` under ``kid``)."""
+        now = int(time.time())
+        body = {"sub": sub, "iss": self.url, "aud": self.audience, "iat": now, "exp": now + self.lifetime_s,
+                "scope": "kafka", **claims}
+        current_kid, current_key = self.keys[-1]
+        return jwt.encode(body, key or current_key, algorithm="RS256", headers={"kid": kid or current_kid})
+
+    def release(self) -> None:
+        """End the hanging JWKS answers."""
+        self._release.set()
+        self._release = threading.Event()
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
