@@ -1,4 +1,8 @@
-"""python -m bench.scale [--partitions 10000] [--records 10] [--out DIR]"""
+"""python -m bench.scale [--partitions 10000] [--records 10] [--rounds 3] [--out DIR]
+
+One broker, one topic of many partitions: its creation under load, Metadata of it, then
+a produce to every partition and a consumer group reading it all, and ``--rounds`` more
+rounds of the same (the steady state once every partition has been read), each timed."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 
 from bench.scale.probes import (
     OtherClient,
+    cpu_seconds,
     create_topic,
     idle_cpu_percent,
     metadata_round_trip_ms,
@@ -31,17 +36,18 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def run(partitions: int, records: int, value_size: int, idle_s: float, workdir: str) -> dict[str, Any]:
+def run(partitions: int, records: int, value_size: int, idle_s: float, rounds: int,
+        workdir: str) -> dict[str, Any]:
     broker = BrokerProcess(os.path.join(workdir, "data"), {"num.partitions": 1})
     broker.start()
     try:
-        return measure(broker, partitions, records, value_size, idle_s)
+        return measure(broker, partitions, records, value_size, idle_s, rounds)
     finally:
         broker.stop()
 
 
 def measure(broker: BrokerProcess, partitions: int, records: int, value_size: int,
-            idle_s: float) -> dict[str, Any]:
+            idle_s: float, rounds: int) -> dict[str, Any]:
     pid = broker.pid
     result: dict[str, Any] = {"partitions": partitions, "records_per_partition": records,
                               "value_bytes": value_size, "data_dir": broker.log_dir}
@@ -66,13 +72,14 @@ def measure(broker: BrokerProcess, partitions: int, records: int, value_size: in
         f"(the first after the creation {result['metadata_first_ms']:.1f} ms; "
         f"{result['metadata_bytes']:,} bytes)")
     raw.close()
-    say(f"producing {records} records of {value_size} B to each partition")
-    result["produce_s"] = produce_all(broker.bootstrap, TOPIC, partitions, records, value_size, say)
     peak = [open_fds(pid)]
-    say("consuming every partition with one consumer")
-    seconds, read, errors = consume_all(broker.bootstrap, TOPIC, partitions, partitions * records,
-                                        say, lambda: peak.append(open_fds(pid)))
-    result.update(consume_s=seconds, records_read=read, records_expected=partitions * records,
+    result["rounds"], read, errors = [], 0, []
+    for i in range(rounds + 1):
+        result["rounds"].append(traffic_round(broker, i, partitions, records, value_size, peak, errors))
+        read += result["rounds"][-1]["records_read"]
+    first = result["rounds"][0]
+    result.update(produce_s=first["produce_s"], consume_s=first["consume_s"], records_read=read,
+                  records_expected=partitions * records * (rounds + 1),
                   consumer_errors=errors[:20], fds_peak_during_consume=max(peak))
     result["fds_after_consume"] = open_fds(pid)
     result["rss_mb"] = rss_mb(pid)
@@ -84,11 +91,35 @@ def measure(broker: BrokerProcess, partitions: int, records: int, value_size: in
     return result
 
 
+def traffic_round(broker: BrokerProcess, i: int, partitions: int, records: int, value_size: int,
+                  peak: list[int], errors: list[str]) -> dict[str, Any]:
+    """Round 0 produces to the new topic; every later one comes after the consumer group
+    has read every partition (the steady state of a topic in use)."""
+    count = partitions * records
+    when = "to the new topic" if i == 0 else "after the group read every partition"
+    say(f"round {i}: producing {records} records of {value_size} B to each partition ({when})")
+    cpu_before = cpu_seconds(broker.pid)
+    produce_s = produce_all(broker.bootstrap, TOPIC, partitions, records, value_size, say)
+    produce_cpu_s = cpu_seconds(broker.pid) - cpu_before
+    say(f"round {i}: consuming every partition with one consumer of the group")
+    consume_s, read, round_errors = consume_all(broker.bootstrap, TOPIC, partitions, count, say,
+                                                lambda: peak.append(open_fds(broker.pid)))
+    errors.extend(round_errors)
+    row = {"round": i, "produce_s": produce_s, "produce_records_per_s": count / produce_s,
+           "produce_broker_cpu_s": produce_cpu_s, "consume_s": consume_s,
+           "consume_records_per_s": read / consume_s, "records_read": read}
+    say(f"  produced {row['produce_records_per_s']:,.0f} records/s (broker CPU {produce_cpu_s:.1f} s), "
+        f"consumed {row['consume_records_per_s']:,.0f} records/s")
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--records", type=int, default=10, help="records per partition")
     parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="produce/consume rounds after the first (the steady state)")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--data-dir", default=None,
                         help="parent of the broker's data dir (default: a temp dir); the "
@@ -97,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="pykfk-scale-", dir=args.data_dir)
     try:
-        result = run(args.partitions, args.records, args.value_size, args.idle_seconds, workdir)
+        result = run(args.partitions, args.records, args.value_size, args.idle_seconds,
+                     max(args.rounds, 1), workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["checks"] = check_targets(result)

@@ -6,6 +6,13 @@ from typing import Any
 
 # (name, result key, limit, unit, how the value is derived)
 FDS_PER_PARTITION_MAX = 1.2
+# Every round's records/s against round 0's (produce to the new topic): the later rounds
+# come after a consumer group has read every partition and must not collapse.
+STEADY_ROUND_RATIO_MIN = 0.8
+# Produce records/s of 100 B records (confluent-kafka, linger.ms=5), the target up to
+# 5,000 partitions.
+PRODUCE_RECORDS_PER_S_MIN = 100_000
+PRODUCE_TARGET_MAX_PARTITIONS = 5_000
 
 
 def _fds_per_partition(result: dict[str, Any]) -> float:
@@ -25,6 +32,7 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     checks = [{"name": name, "value": round(value, 3), "limit": limit, "unit": unit,
                "passed": value <= limit} for name, value, limit, unit in rows]
+    checks.extend(_round_checks(result))
     every_record = result["records_read"] == result["records_expected"]
     checks.append({"name": "every record read, no consumer error", "value": result["records_read"],
                    "limit": result["records_expected"], "unit": "records",
@@ -32,14 +40,34 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
+def _round_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Lower bounds: the slowest round against round 0, and produce records/s."""
+    rounds = result["rounds"]
+    rows = []
+    for side in ("produce", "consume"):
+        rates = [r[f"{side}_records_per_s"] for r in rounds]
+        rows.append((f"{side}, slowest round / round 0 (records/s)", min(rates) / rates[0],
+                     STEADY_ROUND_RATIO_MIN, "x"))
+    if result["partitions"] <= PRODUCE_TARGET_MAX_PARTITIONS:
+        rows.append(("produce, slowest round", min(r["produce_records_per_s"] for r in rounds),
+                     PRODUCE_RECORDS_PER_S_MIN, "records/s"))
+    return [{"name": name, "value": round(value, 3), "limit": limit, "unit": unit,
+             "passed": value >= limit, "at_least": True} for name, value, limit, unit in rows]
+
+
 def print_table(result: dict[str, Any]) -> None:
     print(f"\n{result['partitions']:,} partitions on one broker "
-          f"(RSS {result['rss_mb']:.0f} MB, produce {result['produce_s']:.1f} s, "
-          f"consume {result['consume_s']:.1f} s)")
+          f"(RSS {result['rss_mb']:.0f} MB, {result['records_per_partition']} records of "
+          f"{result['value_bytes']} B to each partition a round)")
+    for r in result["rounds"]:
+        print(f"  round {r['round']}: produce {r['produce_records_per_s']:>9,.0f} records/s "
+              f"({r['produce_s']:.1f} s, broker CPU {r['produce_broker_cpu_s']:.1f} s), "
+              f"consume {r['consume_records_per_s']:>9,.0f} records/s ({r['consume_s']:.1f} s)")
     for check in result["checks"]:
         mark = "PASS" if check["passed"] else "FAIL"
+        bound = ">=" if check.get("at_least") else "<="
         print(f"  {mark}  {check['name']:<52} {check['value']:>10} {check['unit']:<12}"
-              f" (target <= {check['limit']})")
+              f" (target {bound} {check['limit']})")
 
 
 def plot(result: dict[str, Any], path: str) -> None:
@@ -50,7 +78,8 @@ def plot(result: dict[str, Any], path: str) -> None:
 
     checks = [c for c in result["checks"] if c["unit"] != "records"]
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ratios = [c["value"] / c["limit"] for c in checks]
+    ratios = [c["limit"] / max(c["value"], 1e-9) if c.get("at_least") else c["value"] / c["limit"]
+              for c in checks]
     colors = ["tab:green" if c["passed"] else "tab:red" for c in checks]
     ax.barh([c["name"] for c in checks], ratios, color=colors)
     ax.axvline(1.0, color="black", linewidth=1)

@@ -24,16 +24,22 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_scale_bench_measures_a_few_hundred_partitions(tmp_path: Path) -> None:
     out = tmp_path / "scale"
-    run = _run("bench.scale", "--partitions", "300", "--records", "3", "--idle-seconds", "1",
-               "--data-dir", str(tmp_path), "--out", str(out))
+    run = _run("bench.scale", "--partitions", "300", "--records", "3", "--rounds", "1",
+               "--idle-seconds", "1", "--data-dir", str(tmp_path), "--out", str(out))
     assert "creating a topic of 300 partitions" in run.stdout, run.stderr
     result = json.loads((out / "results.json").read_text())
-    assert result["records_read"] == result["records_expected"] == 900
+    # round 0 on the new topic, round 1 after the group read every partition
+    assert result["records_read"] == result["records_expected"] == 2 * 900
+    assert [r["records_read"] for r in result["rounds"]] == [900, 900]
+    assert all(r["produce_records_per_s"] > 0 and r["consume_records_per_s"] > 0
+               for r in result["rounds"])
     assert not result["consumer_errors"] and not result["server_log_errors"]
     assert 0 < result["create_s"] < 60 and 0 < result["metadata_ms"] < 1000
     # one descriptor per partition, plus a few for the consumer's connections
     assert 300 <= result["fds_peak_during_consume"] - result["fds_empty_broker"] <= 360
-    assert {check["name"] for check in result["checks"]} >= {"idle CPU", "created in"}
+    assert {check["name"] for check in result["checks"]} >= {
+        "idle CPU", "created in", "produce, slowest round / round 0 (records/s)",
+        "produce, slowest round"}
     assert (out / "scale.png").stat().st_size > 1000
     assert run.returncode in (0, 1)  # 1: a target missed, reported, not a crash
 
