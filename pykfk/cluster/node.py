@@ -65,6 +65,7 @@ def inter_broker_security(cfg: BrokerConfig) -> ChannelSecurity:
     listener's JAAS settings for ``sasl.mechanism.inter.broker.protocol``."""
     from pykfk.config import ConfigError
     from pykfk.security.jaas import JaasError, parse_jaas
+    from pykfk.security.sasl import CLIENT_MECHANISMS
     from pykfk.security.tls import client_context
 
     name = cfg.inter_broker_listener_name
@@ -73,6 +74,9 @@ def inter_broker_security(cfg: BrokerConfig) -> ChannelSecurity:
     if not listener.uses_sasl:
         return ChannelSecurity(context)
     mechanism = cfg["sasl.mechanism.inter.broker.protocol"].upper()
+    if mechanism not in CLIENT_MECHANISMS:
+        raise ConfigError("sasl.mechanism.inter.broker.protocol",
+                          f"brokers log in to each other with {', '.join(CLIENT_MECHANISMS)}, not {mechanism}")
     key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
     text = cfg.jaas_config(name, mechanism)
     try:

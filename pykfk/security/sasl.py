@@ -19,6 +19,8 @@ from pykfk.security.scram import ScramClient, ScramCredential, ScramError, Scram
 from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
 
 SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
+# What a broker logs in to other brokers with (SaslClient).
+CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 # A bearer token -> (principal name, expiry in ms); raises pykfk.security.oauth.TokenRejected.
 TokenValidation = Callable[[str], Awaitable[tuple[str, int]]]
@@ -146,6 +148,8 @@ class SaslClient:
     until it returns None."""
 
     def __init__(self, mechanism: str, user: str, password: str, extensions: dict[str, str] | None = None):
+        if mechanism not in CLIENT_MECHANISMS:
+            raise ValueError(f"unsupported SASL client mechanism {mechanism}")
         self.mechanism = mechanism
         self._user, self._password = user, password
         self._scram = (ScramClient(mechanism, user, password, extensions) if mechanism in SCRAM_MECHANISMS

@@ -183,3 +183,13 @@ def test_oauthbearer_without_a_jwks_is_refused_unless_unsecured_is_named(tmp_pat
     unsecured = BrokerConfig({
         **base, "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": UNSECURED_VALIDATOR})
     assert ListenerSecurity(unsecured.listeners[0], unsecured).bearer_validator.unsecured
+
+
+def test_brokers_do_not_log_in_to_each_other_with_oauthbearer(tmp_path):
+    from pykfk.cluster.node import inter_broker_security
+    from pykfk.config import BrokerConfig, ConfigError
+
+    config = BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
+                           "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"})
+    with pytest.raises(ConfigError, match="sasl.mechanism.inter.broker.protocol"):
+        inter_broker_security(config)
