@@ -715,7 +715,13 @@ class ReplicaManager:
                 current.track_replicas()
             else:
                 self._unfollow(current)
-                current.become_leader(state)
+                try:
+                    current.become_leader(state)
+                except OSError as exc:
+                    # Its leader epoch file could not be written: a restart would then
+                    # answer OffsetForLeaderEpoch from a stale one, so the dir goes
+                    # offline (Kafka's way with any I/O error of a log dir).
+                    self.log_manager.report_dir_error(os.path.dirname(current.log.dir), exc, offline=True)
         elif current.role == FOLLOWER and state.leader_epoch == current.leader_epoch and state.leader == current.leader_id:
             current.state = state
             current.isr = frozenset(state.isr)
@@ -759,7 +765,10 @@ class ReplicaManager:
         of the same name, whose records must not pass as this topic's (KIP-516)."""
         stored = read_partition_metadata(plog.dir)
         if stored is None:
-            write_partition_metadata(plog.dir, topic_id)
+            try:
+                write_partition_metadata(plog.dir, topic_id)
+            except OSError as exc:  # written at the next start instead
+                self.log_manager.report_dir_error(os.path.dirname(plog.dir), exc)
             return plog
         if stored == topic_id:
             return plog

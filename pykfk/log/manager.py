@@ -596,12 +596,13 @@ class LogManager:
     def _on_log_io_error(self, log: Log, exc: OSError) -> None:
         self.report_dir_error(os.path.dirname(log.dir), exc)
 
-    def report_dir_error(self, log_dir: str, exc: OSError) -> None:
+    def report_dir_error(self, log_dir: str, exc: OSError, *, offline: bool = False) -> None:
         """An I/O error of a file in ``log_dir``: out of space marks it full, anything
-        else takes it offline. Any thread."""
+        else (or any error with ``offline``: a write that cannot wait for space) takes
+        it offline. Any thread."""
         if log_dir not in self._dir_state:
             return
-        if _is_out_of_space(exc):
+        if _is_out_of_space(exc) and not offline:
             self._mark_full(log_dir, f"out of space ({exc.strerror})")
         else:
             self._mark_offline(log_dir, f"{exc.strerror or exc} (errno {exc.errno})")
