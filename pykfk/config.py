@@ -199,6 +199,45 @@ def _store_type(raw: Any) -> str:
     return text
 
 
+COMPRESSION_TYPES = ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer")
+_compression_type = _choice_parser(*COMPRESSION_TYPES)
+
+
+def _gzip_level(raw: Any) -> int:
+    """-1 (zlib's default) or 1..9, as Kafka's compression.gzip.level."""
+    value = INT(raw)
+    if value != -1 and not 1 <= value <= 9:
+        raise ValueError(f"expected -1 or a level from 1 to 9, got {raw!r}")
+    return value
+
+
+_TIERED = "tiered storage (KIP-405) is not supported by pykfk"
+
+
+def _local_retention(raw: Any) -> int:
+    value = LONG(raw)
+    if value != -2:
+        raise ValueError(f"{_TIERED}: only -2 (follow retention.*) is accepted")
+    return value
+
+
+def _remote_storage(raw: Any) -> bool:
+    if _parse_bool(raw):
+        raise ValueError(_TIERED)
+    return False
+
+
+def _throttled_replicas(raw: Any) -> list[str]:
+    """``*`` or ``partition:broker`` pairs, as Kafka's throttled-replica lists."""
+    items = _parse_list(raw)
+    if items == ["*"]:
+        return items
+    for item in items:
+        if not re.fullmatch(r"\d+:\d+", item):
+            raise ValueError(f"expected * or a list of partition:broker, got {item!r}")
+    return items
+
+
 def _principal_list(raw: Any) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
     principals = [str(item).strip() for item in items if str(item).strip()]
@@ -273,6 +312,24 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.cleaner.io.buffer.size", _at_least(0), 524288, "cleaner I/O buffer", "int", ignored=True),
         _key("log.cleaner.io.max.bytes.per.second", _parse_string, "1.7976931348623157E308", "cleaner I/O cap", "double", ignored=True),
         _key("log.preallocate", _parse_bool, False, "preallocate segment files", "bool"),
+        _key("log.cleaner.max.compaction.lag.ms", _at_least(1, big=True), INT64_MAX,
+             "a dirty record is compacted within this long (the active segment rolls for it)", "long"),
+        _key("log.roll.jitter.ms", _at_least(0, big=True), None, "random share taken off segment.ms per segment", "long"),
+        _key("log.roll.jitter.hours", _at_least(0), 0, "log.roll.jitter.ms in hours", "int"),
+        _key("compression.type", _compression_type, "producer",
+             "codec batches are stored with (producer: as the producer sent them)", "string"),
+        _key("compression.gzip.level", _gzip_level, -1, "gzip level of batches the broker compresses (KIP-390)", "int"),
+        _key("compression.lz4.level", _int_parser(1, 17), 9, "lz4 level of batches the broker compresses", "int"),
+        _key("compression.zstd.level", _int_parser(-131072, 22), 3, "zstd level of batches the broker compresses",
+             "int"),
+        _key("log.message.timestamp.before.max.ms", _at_least(0, big=True), INT64_MAX,
+             "CreateTime records older than this are refused (KIP-937)", "long"),
+        _key("log.message.timestamp.after.max.ms", _at_least(0, big=True), INT64_MAX,
+             "CreateTime records this far in the future are refused (KIP-937)", "long"),
+        _key("log.message.timestamp.difference.max.ms", _at_least(0, big=True), INT64_MAX,
+             "deprecated: both of the above at once", "long"),
+        _key("log.local.retention.ms", _local_retention, -2, "tiered storage: not supported (-2 only)", "long"),
+        _key("log.local.retention.bytes", _local_retention, -2, "tiered storage: not supported (-2 only)", "long"),
         _key(
             "log.message.timestamp.type",
             _choice_parser("CreateTime", "LogAppendTime"),
@@ -470,7 +527,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("log.flush.start.offset.checkpoint.interval.ms", _at_least(0), 60000, "int"),
                 # Message format and protocol versions: pykfk speaks the current ones.
                 ("inter.broker.protocol.version", _parse_string, None, "string"),
-                ("log.message.format.version", _parse_string, None, "string"),
+                ("log.message.format.version", _parse_string, "3.0-IV1", "string"),
                 ("log.message.downconversion.enable", _parse_bool, True, "bool"),
                 ("zookeeper.set.acl", _parse_bool, False, "bool"),
                 ("zookeeper.max.in.flight.requests", _at_least(1), 10, "int"),
@@ -492,6 +549,10 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.segment.delete.delay.ms", "log.cleanup.policy", "log.cleaner.min.cleanable.ratio",
     "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.preallocate",
     "log.message.timestamp.type", "message.max.bytes", "min.insync.replicas",
+    "log.cleaner.max.compaction.lag.ms", "log.roll.jitter.ms", "log.roll.jitter.hours", "compression.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms",
     "unclean.leader.election.enable", "log.cleaner.threads",
     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
@@ -556,13 +617,17 @@ class TopicKey:
     # retention.ms / retention.bytes: any negative broker value means "unlimited" (-1).
     negative_is_unlimited: bool = False
     dynamic: bool = True
+    # The default of a setting no broker setting supplies (synonyms empty).
+    topic_default: Any = None
 
     @property
     def broker_synonym(self) -> str:
-        return self.synonyms[0][0]
+        return self.synonyms[0][0] if self.synonyms else ""
 
     def value_from(self, broker_values: Mapping[str, Any]) -> Any:
         """This setting's default under the (parsed) broker settings ``broker_values``."""
+        if not self.synonyms:
+            return self.topic_default
         for name, factor in self.synonyms:
             value = broker_values.get(name)
             if value is None:
@@ -587,9 +652,10 @@ class TopicKey:
         return self.value_from(BROKER_DEFAULTS)
 
 
-def _topic(name: str, parse: Callable[[Any], Any], synonyms: str | tuple[tuple[str, int], ...], kind: str,
+def _topic(name: str, parse: Callable[[Any], Any], synonyms: str | tuple[tuple[str, int], ...] | None, kind: str,
            doc: str, attr: str | None = None, **kw: Any) -> TopicKey:
-    return TopicKey(name, parse, ((synonyms, 1),) if isinstance(synonyms, str) else synonyms, kind, doc, attr, **kw)
+    synonym_list = () if synonyms is None else ((synonyms, 1),) if isinstance(synonyms, str) else synonyms
+    return TopicKey(name, parse, synonym_list, kind, doc, attr, **kw)
 
 
 TOPIC_KEYS: dict[str, TopicKey] = {
@@ -627,6 +693,36 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         _topic("min.compaction.lag.ms", _at_least(0, big=True), "log.cleaner.min.compaction.lag.ms", "long",
                "compaction lag", "min_compaction_lag_ms"),
         _topic("min.insync.replicas", _at_least(1), "min.insync.replicas", "int", "ISR size acks=all needs"),
+        _topic("max.compaction.lag.ms", _at_least(1, big=True), "log.cleaner.max.compaction.lag.ms", "long",
+               "a dirty record is compacted within this long", "max_compaction_lag_ms"),
+        _topic("segment.jitter.ms", _at_least(0, big=True),
+               (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)), "long",
+               "random share taken off segment.ms per segment", "segment_jitter_ms"),
+        _topic("compression.type", _compression_type, "compression.type", "string",
+               "codec batches are stored with; others are recompressed (producer: as sent)", "compression_type"),
+        _topic("compression.gzip.level", _gzip_level, "compression.gzip.level", "int",
+               "gzip level when the broker compresses", "compression_gzip_level"),
+        _topic("compression.lz4.level", _int_parser(1, 17), "compression.lz4.level", "int",
+               "lz4 level when the broker compresses", "compression_lz4_level"),
+        _topic("compression.zstd.level", _int_parser(-131072, 22), "compression.zstd.level", "int",
+               "zstd level when the broker compresses", "compression_zstd_level"),
+        _topic("message.timestamp.before.max.ms", _at_least(0, big=True), "log.message.timestamp.before.max.ms",
+               "long", "CreateTime records older than this are refused", "message_timestamp_before_max_ms"),
+        _topic("message.timestamp.after.max.ms", _at_least(0, big=True), "log.message.timestamp.after.max.ms",
+               "long", "CreateTime records this far ahead are refused", "message_timestamp_after_max_ms"),
+        _topic("message.timestamp.difference.max.ms", _at_least(0, big=True),
+               "log.message.timestamp.difference.max.ms", "long",
+               "deprecated: the before and after limits at once where they are not set",
+               "message_timestamp_difference_max_ms"),
+        _topic("leader.replication.throttled.replicas", _throttled_replicas, None, "list",
+               "replicas throttled on the leader in a reassignment (* or partition:broker)", topic_default=[]),
+        _topic("follower.replication.throttled.replicas", _throttled_replicas, None, "list",
+               "replicas throttled on followers in a reassignment (* or partition:broker)", topic_default=[]),
+        _topic("message.format.version", _parse_string, "log.message.format.version", "string",
+               "accepted and ignored, as Kafka 3.x does"),
+        _topic("remote.storage.enable", _remote_storage, None, "bool", _TIERED, topic_default=False),
+        _topic("local.retention.ms", _local_retention, "log.local.retention.ms", "long", _TIERED),
+        _topic("local.retention.bytes", _local_retention, "log.local.retention.bytes", "long", _TIERED),
         _topic("unclean.leader.election.enable", _parse_bool, "unclean.leader.election.enable", "bool",
                "elect a leader outside the ISR"),
     ]

@@ -136,6 +136,12 @@ class _Cleanable:
     first_uncleanable: int
     clean_bytes: int
     dirty_bytes: int
+    # The oldest dirty record is older than max.compaction.lag.ms: cleaned whatever the ratio.
+    overdue: bool = False
+
+    @property
+    def due(self) -> bool:
+        return self.overdue or self.ratio >= self.log.config.min_cleanable_dirty_ratio
 
     @property
     def ratio(self) -> float:
@@ -365,9 +371,10 @@ class LogCleaner:
                     cleanable = self.cleanable(log, checkpoint.get((log.topic, log.partition)), now)
                 except (CleanerAborted, OSError, ValueError):
                     continue
-                if cleanable is not None and cleanable.ratio >= log.config.min_cleanable_dirty_ratio:
+                if cleanable is not None and cleanable.due:
                     candidates.append(cleanable)
-            candidates.sort(key=lambda c: c.ratio, reverse=True)
+            # Kafka's order: logs past their max.compaction.lag.ms first, then the filthiest.
+            candidates.sort(key=lambda c: (c.overdue, c.ratio), reverse=True)
             for cleanable in candidates:
                 log = cleanable.log
                 try:
@@ -414,7 +421,21 @@ class LogCleaner:
                 dirty += seg.size
         if dirty == 0:
             return None
-        return _Cleanable(log, first_dirty, first_uncleanable, clean, dirty)
+        return _Cleanable(log, first_dirty, first_uncleanable, clean, dirty,
+                          self._overdue(log, segments, first_dirty, now_ms))
+
+    @staticmethod
+    def _overdue(log: Log, segments: list[Segment], first_dirty: int, now_ms: int) -> bool:
+        """Whether the first dirty segment's oldest record (its first batch's timestamp,
+        else the file's age) is older than max.compaction.lag.ms (KIP-354)."""
+        lag = log.config.max_compaction_lag_ms
+        if lag >= now_ms:
+            return False
+        for seg in segments:
+            if seg.next_offset > first_dirty:
+                oldest = seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else _mtime_ms(seg.path)
+                return oldest < now_ms - lag
+        return False
 
     def clean_log(self, log: Log, now_ms: int | None = None, *, force: bool = False) -> CleanStats | None:
         """Cleans one log now (ignoring min.cleanable.dirty.ratio with ``force``) and moves
@@ -424,7 +445,7 @@ class LogCleaner:
         checkpoint = self.read_checkpoint(log_dir)
         tp = (log.topic, log.partition)
         cleanable = self.cleanable(log, checkpoint.get(tp), now)
-        if cleanable is None or (not force and cleanable.ratio < log.config.min_cleanable_dirty_ratio):
+        if cleanable is None or not (force or cleanable.due):
             return None
         stats = self.clean(cleanable, now)
         checkpoint[tp] = stats.end_offset

@@ -22,6 +22,8 @@ CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
 _TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
+# compression.type -> the batch codec it stores (None: the producer's, kept as sent).
+_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _CLEANUP_POLICIES = ("delete", "compact")
 
 
@@ -60,6 +62,17 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
     delete_retention_ms: int = _default("delete.retention.ms")  # tombstones
     min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    segment_jitter_ms: int = _default("segment.jitter.ms")
+    # Produce-side checks: the codec batches are stored with (pykfk.log.recompress) and
+    # the CreateTime window of KIP-937.
+    compression_type: str = _default("compression.type")
+    compression_gzip_level: int = _default("compression.gzip.level")
+    compression_lz4_level: int = _default("compression.lz4.level")
+    compression_zstd_level: int = _default("compression.zstd.level")
+    message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
+    message_timestamp_difference_max_ms: int = _default("message.timestamp.difference.max.ms")
 
     def __post_init__(self) -> None:
         # Lower bounds are Kafka's (TopicConfig validators): segment.bytes >= 14 (one legacy
@@ -74,12 +87,17 @@ class LogConfig:
             raise ValueError(f"segment_bytes must be at most 2147483647, got {self.segment_bytes}")
         for name in ("segment_ms", "flush_interval_messages", "flush_interval_ms",
                      "max_message_bytes", "file_delete_delay_ms", "delete_retention_ms",
-                     "min_compaction_lag_ms"):
+                     "min_compaction_lag_ms", "segment_jitter_ms", "message_timestamp_before_max_ms",
+                     "message_timestamp_after_max_ms", "message_timestamp_difference_max_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError(f"min_cleanable_dirty_ratio must be within [0, 1], "
                              f"got {self.min_cleanable_dirty_ratio}")
+        if self.max_compaction_lag_ms < 1:
+            raise ValueError(f"max_compaction_lag_ms must be at least 1, got {self.max_compaction_lag_ms}")
+        if self.compression_type not in _CODECS:
+            raise ValueError(f"compression_type must be one of {tuple(_CODECS)}, got {self.compression_type!r}")
         if self.flush_interval_messages == 0:
             raise ValueError("flush_interval_messages must be at least 1")
         for name in ("retention_ms", "retention_bytes"):
@@ -108,6 +126,37 @@ class LogConfig:
     def compacts(self) -> bool:
         """True when the log cleaner compacts this log (cleanup.policy contains compact)."""
         return "compact" in self.cleanup_policies
+
+    @functools.cached_property
+    def max_segment_ms(self) -> int:
+        """Kafka's maxSegmentMs: a compacted log rolls its active segment within
+        max.compaction.lag.ms too, so the cleaner can reach every record in time."""
+        if self.compacts:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @functools.cached_property
+    def stored_codec(self) -> int | None:
+        """The codec every stored batch must have (None: whatever the producer sent)."""
+        return _CODECS[self.compression_type]
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level of ``stored_codec`` (None: the codec has none, or zlib's default)."""
+        level = {1: self.compression_gzip_level, 3: self.compression_lz4_level,
+                 4: self.compression_zstd_level}.get(self.stored_codec or 0)
+        return None if level == -1 else level
+
+    @functools.cached_property
+    def timestamp_window(self) -> tuple[int, int] | None:
+        """(before, after) ms a CreateTime record may lie from the broker's clock (KIP-937;
+        message.timestamp.difference.max.ms bounds both), None when unbounded."""
+        if self.log_append_time:
+            return None
+        difference = self.message_timestamp_difference_max_ms
+        before = min(self.message_timestamp_before_max_ms, difference)
+        after = min(self.message_timestamp_after_max_ms, difference)
+        return None if before == after == NEVER else (before, after)
 
     @property
     def log_append_time(self) -> bool:

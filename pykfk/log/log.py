@@ -61,6 +61,7 @@ from pykfk.log.transactions import (
     marker_batch,
     read_marker,
 )
+from pykfk.log.validation import check_timestamps, needs_recompression, recompress
 from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
@@ -407,6 +408,8 @@ class Log:
         self._config = config
         self._compacts = config.compacts
         self._log_append_time = config.log_append_time
+        self._timestamp_window = config.timestamp_window
+        self._stored_codec = config.stored_codec
         # Whether the log manager's flush scheduler need ask this log (flush.ms set).
         self.flushes_on_time = config.flush_interval_ms < NEVER
         with _CONFIG_CHANGES_LOCK:
@@ -688,13 +691,19 @@ class Log:
             if now_ms is None:
                 now_ms = time_ms()
             waited = now_ms - self._created_ms.get(seg.base_offset, now_ms)
-        if waited > config.segment_ms:
-            return "segment.ms"
+        if waited > config.max_segment_ms - (self._roll_jitter_ms(seg) if config.segment_jitter_ms else 0):
+            return "segment.ms" if waited > config.segment_ms else "max.compaction.lag.ms"
         if seg.is_index_full():
             return "index full"
         if last_offset - seg.base_offset > INT32_MAX:
             return "relative offset overflow"
         return None
+
+    def _roll_jitter_ms(self, seg: Segment) -> int:
+        """Kafka's rollJitterMs: a share of segment.jitter.ms (below segment.ms), fixed
+        per segment, so partitions created together do not all roll at once."""
+        bound = min(self._config.segment_jitter_ms, self._config.segment_ms)
+        return hash((self.dir, seg.base_offset)) % bound if bound > 0 else 0
 
     # -- append ----------------------------------------------------------------------------
 
@@ -736,6 +745,13 @@ class Log:
                 max_batches=1 if require_single_batch else 0)
             if not headers:
                 return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+            if self._timestamp_window is not None:
+                check_timestamps(buf, headers, self._timestamp_window, time_ms() if now is None else now)
+            if self._stored_codec is not None and needs_recompression(headers, self._stored_codec):
+                buf = memoryview(recompress(buf, headers, self._stored_codec, config.compression_level))
+                headers = core_records.validate_and_assign(
+                    buf, first_offset, leader_epoch, config.max_message_bytes, decompress=False,
+                    log_append_time_ms=now if log_append_time and now is not None else -1)
             if self._compacts:
                 _check_keys(buf, headers)
             if len(buf) > config.segment_bytes:

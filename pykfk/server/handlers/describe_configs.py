@@ -80,9 +80,10 @@ def _topic_entry(config: BrokerConfig, key: TopicKey, overrides: Mapping[str, st
         synonyms.append(_synonym(key.name, overrides[key.name], DYNAMIC_TOPIC_CONFIG))
     for name, _factor in key.synonyms:
         synonyms += _set_layers(config, name)
-    default_name = key.synonym_with_value(BROKER_DEFAULTS)
-    synonyms.append(_synonym(default_name, BROKER_DEFAULTS[default_name], DEFAULT_CONFIG))
-    source = synonyms[0]["source"]
+    if key.synonyms:  # a topic-only setting (throttled replicas) has no broker default
+        default_name = key.synonym_with_value(BROKER_DEFAULTS)
+        synonyms.append(_synonym(default_name, BROKER_DEFAULTS[default_name], DEFAULT_CONFIG))
+    source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
     value: str | None
     if source == DYNAMIC_TOPIC_CONFIG:
         value = overrides[key.name]
