@@ -180,6 +180,8 @@ class Mirror:
             "enable.partition.eof": False,
             "fetch.max.bytes": 16 << 20,
             **client_settings(self.source_state),
+            # The copying consumer is never idle: all its connections down is an outage.
+            "error_cb": self._on_source_error,
             **self.config.source.client("consumer"),
             "group.id": self.config.group_id,
             "enable.auto.commit": False,  # progress lives in the target, not in the group
@@ -221,6 +223,12 @@ class Mirror:
         if message.topic() == self.config.checkpoints_topic:
             return  # the next round writes the group's checkpoint again
         self._delivery_errors.append(f"{message.topic()}[{message.partition()}]: {error}")
+
+    def _on_source_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.source_state.failed(error.str())
+        else:
+            self.source_state.on_client_error(error)
 
     def _status(self, line: str) -> None:
         """A cluster's reachability changed (health.py): one line each time."""

@@ -1,6 +1,7 @@
 """One exactly-once mirror through everything that can happen to it, between two
 standalone brokers: killed with SIGKILL twice while records flow, then the target broker
-stopped for 30 s and started again on the same port while the same process runs. Then:
+stopped for 30 s and started again on the same port while the same process runs, then
+the source broker for 10 s. Then:
 
 - the target, read with read_committed, holds every source record once, in order;
 - the process resumed by itself, saying so in a handful of lines (no client log flood,
@@ -43,6 +44,7 @@ PARTITIONS = 4
 OFFSET_LAG_MAX = 100
 AUDIT_WINDOW_MS = 1000
 OUTAGE_S = 30
+SOURCE_OUTAGE_S = 10
 # Lines other than the progress line the mirror may print from the target's stop until
 # it copies again: its state changes and a few transactions aborted by the restart.
 STATUS_LINES_MAX = 10
@@ -152,6 +154,19 @@ def test_killed_twice_and_target_down_for_30_s(standalone_factory: Any, tmp_path
         said = [line for line in _lines_since(mirror, outage_from) if " records (" not in line]
         assert sum("unreachable" in line for line in said) == 1, said
         assert any("reachable again" in line for line in said), said
+        assert len(said) <= STATUS_LINES_MAX, said
+
+        # The source goes away for 10 s.
+        outage_from = mirror.log.stat().st_size
+        source_broker.stop()
+        time.sleep(SOURCE_OUTAGE_S)
+        source_broker.start()
+        PacedWriter(source, "trades", 400, PARTITIONS, name="later").run()
+        wait_until(lambda: _caught_up(source, target), 60, "the copy caught up after the source's outage")
+        assert mirror.alive() and mirror.starts == 3, mirror.tail()
+        said = [line for line in _lines_since(mirror, outage_from) if " records (" not in line]
+        assert sum("source" in line and "unreachable" in line for line in said) == 1, said
+        assert any("source" in line and "reachable again" in line for line in said), said
         assert len(said) <= STATUS_LINES_MAX, said
 
         for p in range(PARTITIONS):
