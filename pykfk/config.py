@@ -238,6 +238,16 @@ def _throttled_replicas(raw: Any) -> list[str]:
     return items
 
 
+def _process_roles(raw: Any) -> list[str]:
+    roles = [role.lower() for role in _parse_list(raw)]
+    if any(role not in ("broker", "controller") for role in roles) or len(set(roles)) != len(roles):
+        raise ValueError(f"expected broker and/or controller, got {raw!r}")
+    if roles and set(roles) != {"broker", "controller"}:
+        raise ValueError(f"{','.join(roles)}: pykfk runs a node that is both (broker,controller); "
+                         "a cluster of pykfk brokers is coordinated through zookeeper.connect, not a KRaft quorum")
+    return roles
+
+
 def _principal_list(raw: Any) -> list[str]:
     items = raw if isinstance(raw, (list, tuple)) else str(raw).split(";")
     principals = [str(item).strip() for item in items if str(item).strip()]
@@ -269,6 +279,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
         _key("broker.id", _at_least(-1), 0, "id of this broker", "int"),
+        # KRaft's names (Kafka 4's config/server.properties): one node that is broker and
+        # controller is what a pykfk broker without zookeeper.connect is.
+        _key("node.id", _at_least(-1), None, "KRaft's name for broker.id (they must agree when both are set)", "int"),
+        _key("process.roles", _process_roles, [],
+             "KRaft roles: broker,controller (one node, its own controller) is what pykfk runs", "list"),
+        _key("controller.listener.names", _parse_list, [],
+             "KRaft controller listeners: not bound (the controller is inside this broker)", "list"),
         _key("listeners", _parse_list, ["PLAINTEXT://127.0.0.1:9092"], "addresses to listen on", "list"),
         _key("advertised.listeners", _parse_list, None, "addresses given to clients (default: listeners)", "list"),
         _key("log.dirs", _parse_list, None, "directories holding the partition logs", "list"),
@@ -531,6 +548,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("log.message.downconversion.enable", _parse_bool, True, "bool"),
                 ("zookeeper.set.acl", _parse_bool, False, "bool"),
                 ("zookeeper.max.in.flight.requests", _at_least(1), 10, "int"),
+                # KRaft's quorum of one: this broker is its own controller.
+                ("controller.quorum.voters", _parse_list, [], "list"),
+                ("controller.quorum.bootstrap.servers", _parse_list, [], "list"),
+                ("share.coordinator.state.topic.replication.factor", _at_least(1), 3, "int"),
+                ("share.coordinator.state.topic.min.isr", _at_least(1), 2, "int"),
             ]
         ],
     ]
@@ -884,6 +906,12 @@ class BrokerConfig:
 
     def _derive(self) -> None:
         v = self._values
+        if v["node.id"] is not None:
+            if "broker.id" in self.originals and v["broker.id"] != v["node.id"]:
+                raise ConfigError("node.id", f"{v['node.id']} differs from broker.id {v['broker.id']}")
+            v["broker.id"] = v["node.id"]
+        if v["process.roles"] and v["zookeeper.connect"]:
+            raise ConfigError("process.roles", "a KRaft node (process.roles) cannot also use zookeeper.connect")
         self.broker_id: int = v["broker.id"]
         self._derive_listeners()
         self.log_dirs: list[str] = v["log.dirs"] or [v["log.dir"]]
@@ -919,7 +947,10 @@ class BrokerConfig:
         together as Kafka checks them."""
         v = self._values
         protocols = _protocol_map(v["listener.security.protocol.map"])
-        self.listeners = [Listener.parse("listeners", item, protocols) for item in v["listeners"]]
+        # KRaft controller listeners are not bound: the controller is inside this broker.
+        controllers = {name.upper() for name in v["controller.listener.names"]}
+        parsed = [Listener.parse("listeners", item, protocols) for item in v["listeners"]]
+        self.listeners = [listener for listener in parsed if listener.name not in controllers]
         if not self.listeners:
             raise ConfigError("listeners", "at least one listener is required")
         names = [listener.name for listener in self.listeners]
@@ -932,6 +963,8 @@ class BrokerConfig:
         advertised = {}
         for item in v["advertised.listeners"] or ():
             entry = Listener.parse("advertised.listeners", item, protocols)
+            if entry.name in controllers:
+                continue
             if entry.name not in by_name:
                 raise ConfigError("advertised.listeners", f"{entry.name} is not one of the listeners")
             advertised[entry.name] = entry
@@ -958,7 +991,7 @@ class BrokerConfig:
                                        or self.listener_setting(entry.name, "ssl.keystore.key")):
                 raise ConfigError("ssl.keystore.location", f"listener {entry.name} uses TLS but has no key store")
         for scoped_name, setting in self._per_listener:
-            if scoped_name not in by_name:
+            if scoped_name not in by_name and scoped_name not in controllers:
                 raise ConfigError(f"listener.name.{scoped_name.lower()}.{setting}",
                                   f"{scoped_name} is not one of the listeners")
 
