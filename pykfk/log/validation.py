@@ -3,7 +3,8 @@ core validates: the CreateTime window of KIP-937 and the topic's ``compression.t
 
 Timestamps: with ``message.timestamp.before.max.ms`` / ``after.max.ms`` (or the deprecated
 ``difference.max.ms``) set, a record whose CreateTime lies outside the window around the
-broker's clock fails its batch with INVALID_TIMESTAMP, as in Kafka.
+broker's clock fails its batch with INVALID_TIMESTAMP, as in Kafka. Topics without a
+window (the default) skip the check.
 
 Compression, as Kafka's LogValidator does it: a produced batch whose codec differs from the topic's is rebuilt with the topic's codec
 (and its KIP-390 level); ``producer`` keeps every batch as it was sent.
@@ -35,14 +36,15 @@ _CORE_LEVELS = {_GZIP: None, _LZ4: 9, _ZSTD: 3}
 
 
 def check_timestamps(buf: memoryview, headers: list[Any], window: tuple[int, int], now_ms: int) -> None:
-    """INVALID_TIMESTAMP for the first record outside [now - before, now + after]. The
-    batch headers decide when they can (every record lies between a batch's base and max
-    timestamps unless a producer wrote negative deltas); else the records are read."""
+    """INVALID_TIMESTAMP for the first record outside [now - before, now + after]. Every
+    record is read (a negative timestamp delta can put one below its batch's base
+    timestamp, which the header would not show); only topics with a window pay for it."""
     before, after = window
     low, high = now_ms - before, now_ms + after
-    if all(low <= h.base_timestamp and h.max_timestamp <= high for h in headers if not h.is_control):
+    stamps = core_records.decode_records(buf).timestamps
+    if not stamps or (low <= min(stamps) and max(stamps) <= high):
         return
-    for stamp in core_records.decode_records(buf).timestamps:
+    for stamp in stamps:
         if stamp < low:
             raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
                              f"timestamp {stamp} of a record is more than {before} ms before the broker's time "
