@@ -25,11 +25,12 @@ outlives a call. A mapping that reaches past the used entries into the holes (an
 segment's) is advised random access, so the page cache holds only the pages its entries
 use: no read-ahead of zeros around a fault (up to the device's read_ahead_kb each).
 
-File descriptors: a segment holds one, its .log's. A sealed segment's (``seal()``: the
-log rolled past it) is one of a process-wide LRU of at most
-``open_sealed_segments_limit()`` and may be closed between uses; every operation
-reopens it by path as needed. ``pin()`` keeps it open across a send (until ``unpin()``),
-even past ``close()``.
+File descriptors and mappings: a segment holds one descriptor, its .log's, and two
+mappings, its indexes'. An active segment keeps them until it is sealed or closed. A
+sealed segment's (``seal()``: the log rolled past it) are one entry of a process-wide
+LRU of at most ``open_sealed_segments_limit()`` and may be closed and unmapped between
+uses; every operation reopens and remaps them by path as needed. ``pin()`` keeps the
+descriptor open across a send (until ``unpin()``), even past ``close()``.
 
 ``new=True`` says the directory was just made: no index file is looked for (each is
 created at its first entry).
@@ -84,13 +85,14 @@ def used_entries(buf: _Buffer, entry_size: int) -> int:
 DEFAULT_OPEN_SEALED_SEGMENTS: int
 
 def set_open_sealed_segments_limit(limit: int) -> None:
-    """At most ``limit`` sealed segments keep their .log open (pinned or busy ones
-    excepted); the least recently used idle ones are closed now if over it."""
+    """At most ``limit`` sealed segments keep their .log open and their indexes mapped
+    (pinned or busy ones excepted); the least recently used idle ones are closed and
+    unmapped now if over it."""
 
 def open_sealed_segments_limit() -> int: ...
 
 def open_sealed_segments() -> int:
-    """Sealed segments whose .log descriptor is open now."""
+    """Sealed segments whose .log descriptor is open (and indexes mapped) now."""
 
 class Segment:
     """One segment of a partition log: opens or creates the three files.

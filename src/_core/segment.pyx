@@ -375,6 +375,27 @@ cdef int _index_trim(_Index *ix, bint keep_mapped, bint create) noexcept nogil:
     return rc
 
 
+cdef int _index_remap(_Index *ix) noexcept nogil:
+    """Maps the used entries of a trimmed (sealed) index again after the open-file LRU
+    unmapped them. 0 or an errno."""
+    cdef size_t used = <size_t>ix.entries * <size_t>ix.entry_size
+    cdef struct_stat st
+    cdef int rc = 0, fd
+    if used == 0 or ix.map != NULL:
+        return 0
+    fd = _index_open(ix, False)
+    if fd < 0:
+        return -fd
+    if fstat(fd, &st) != 0:
+        rc = errno
+    elif <size_t>st.st_size < used:
+        rc = EIO        # shorter than its entries: changed under the segment
+    else:
+        rc = _index_map(ix, fd, used)
+    c_close(fd)
+    return rc
+
+
 cdef int _index_sync(_Index *ix) noexcept nogil:
     """Writes the used entries back to disk (msync). 0 or an errno."""
     cdef size_t used = <size_t>ix.entries * <size_t>ix.entry_size
@@ -488,15 +509,18 @@ def used_entries(buf, int entry_size) -> int:
 
 cdef class Segment
 # --------------------------------------------------------------------------------------
-# Open files of sealed segments
+# Open files and mappings of sealed segments
 #
 # Each segment's indexes are mappings without descriptors; its .log needs one. The active
-# segment of every partition keeps its .log open; sealed segments (the log rolled past
-# them) share a bounded LRU: the least recently used idle ones are closed when the LRU
-# is over its limit and reopened by path at their next use. A segment pinned by a send
-# in flight, or appended, flushed or recovered in another thread, is never closed under
-# it. So a broker needs about one descriptor per partition plus the LRU's limit, however
-# many segments its logs hold.
+# segment of every partition keeps its .log open and its two index mappings, whatever
+# readers do; sealed segments (the log rolled past them) share a bounded LRU: the least
+# recently used idle ones close their .log and unmap their indexes when the LRU is over
+# its limit, and reopen and remap them by path at their next use. A segment pinned by a
+# send in flight, or appended, flushed or recovered in another thread, is never closed
+# under it. So a broker needs about one descriptor and two mappings per partition plus
+# the LRU's limit of each, however many segments its logs hold (the kernel refuses a
+# process more than vm.max_map_count mappings, 65,530 by default: unbounded, the index
+# mappings of sealed segments reached it at some tens of thousands of segments).
 # --------------------------------------------------------------------------------------
 
 DEFAULT_OPEN_SEALED_SEGMENTS = 1024
@@ -557,7 +581,8 @@ cdef _OpenSealedSegments _OPEN_SEALED = _OpenSealedSegments()
 
 
 def set_open_sealed_segments_limit(Py_ssize_t limit) -> None:
-    """At most ``limit`` sealed segments keep their .log open (busy ones excepted)."""
+    """At most ``limit`` sealed segments keep their .log open and their indexes mapped
+    (busy ones excepted)."""
     if limit < 1:
         raise ValueError(f"the open sealed segments limit must be >= 1, got {limit}")
     _OPEN_SEALED.limit = limit
@@ -569,7 +594,7 @@ def open_sealed_segments_limit() -> int:
 
 
 def open_sealed_segments() -> int:
-    """Sealed segments whose .log descriptor is open now."""
+    """Sealed segments whose .log descriptor is open (and indexes mapped) now."""
     return _OPEN_SEALED.count()
 
 
@@ -828,20 +853,36 @@ cdef class Segment:
         return self._readers > 0 or self._appending > 0 or self._flushing > 0 or self._exclusive
 
     cdef bint _release_fd(self) noexcept:
-        """Closes the .log descriptor of an idle sealed segment (the LRU's eviction)."""
+        """Closes the .log descriptor of an idle sealed segment and unmaps its indexes
+        (the LRU's eviction)."""
         if self._busy() or self._log_fd < 0 or not self._sealed:
             return False
         c_close(self._log_fd)
         self._log_fd = -1
         self._win_len = 0
+        _index_map(&self._oi, -1, 0)
+        _index_map(&self._ti, -1, 0)
         return True
 
     cdef int _reopen(self) except -1:
+        cdef int rc
         try:
             self._log_fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             # Renamed for deletion while sealed and evicted: to readers, a closed segment.
             raise ValueError(f"I/O operation on a removed segment ({self.path})") from None
+        rc = _index_remap(&self._oi)
+        if rc == 0:
+            rc = _index_remap(&self._ti)
+        if rc != 0:
+            # Stay evicted (no descriptor, no mapping): the next use tries again.
+            _index_map(&self._oi, -1, 0)
+            _index_map(&self._ti, -1, 0)
+            c_close(self._log_fd)
+            self._log_fd = -1
+            if rc == ENOENT:
+                raise ValueError(f"I/O operation on a removed segment ({self.path})")
+            _raise_os(rc, self.index_path)
         _OPEN_SEALED.add(self)
         return 0
 

@@ -163,3 +163,34 @@ def test_only_index_mappings_that_reach_into_holes_read_no_pages_ahead(tmp_path)
     again.seal()
     assert mapping_flags(again.index_path) and "rr" not in mapping_flags(again.index_path)
     again.close()
+
+
+def mapped_index_files() -> set[str]:
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        return {line.split()[-1] for line in f if line.rstrip().endswith((".index", ".timeindex"))}
+
+
+def test_sealed_segments_beyond_the_limit_unmap_their_indexes_the_active_one_never(tmp_path, lru_limit):
+    set_open_sealed_segments_limit(2)
+    sealed = [filled_segment(tmp_path, base, batches=20) for base in range(0, 1000, 100)]
+    entries = [[s.index_entry(i) for i in range(s.index_entries)] for s in sealed]
+    for seg in sealed:
+        seg.seal()
+    active = filled_segment(tmp_path, 5000)
+    active_files = {active.index_path, active.timeindex_path}
+    assert mapped_index_files() == active_files | {
+        p for s in sealed[-2:] for p in (s.index_path, s.timeindex_path)}
+    # A reader going through every sealed segment: each remaps its indexes at its use,
+    # the least recently used are unmapped again, the active segment's stay.
+    for _ in range(2):
+        for seg, expected in zip(sealed, entries):
+            assert [seg.index_entry(i) for i in range(seg.index_entries)] == expected
+            assert seg.read(seg.base_offset + 21, 1 << 20)[0] == seg.index_lookup(seg.base_offset + 21)[1]
+            mapped = mapped_index_files()
+            assert active_files <= mapped and {seg.index_path, seg.timeindex_path} <= mapped
+            assert len(mapped) == 2 + 2 * 2
+            active.append(make_batch(active.next_offset, 2))
+    assert active.sanity_check(deep=True) and all(s.sanity_check(deep=True) for s in sealed)
+    for seg in [*sealed, active]:
+        seg.close()
+    assert mapped_index_files() == set()
