@@ -28,7 +28,7 @@ from pykfk.cluster.metadata import MetadataStore, TopicInfo
 from pykfk.cluster.node import ClusterNode
 from pykfk.cluster.replica import ReplicaManager
 from pykfk.cluster.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TopicManager
-from pykfk.config import BrokerConfig, ConfigError, format_config_value
+from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
 
@@ -345,6 +345,9 @@ class Broker:
             return
         log.info("broker %d settings changed: %s", self.broker_id,
                  ", ".join(f"{name}={format_config_value(self.config[name])}" for name in sorted(changed)))
+        for name in sorted(changed):
+            if BROKER_KEYS[name].ignored:
+                log.info("%s is accepted for compatibility and has no effect", name)
         self._default_log_config = LogConfig.from_properties(_as_strings(self.config.topic_defaults()))
         if self.log_manager is None:
             return  # still starting: the logs are made with the new defaults

@@ -268,6 +268,9 @@ PER_LISTENER_KEYS = frozenset({
     "ssl.client.auth", "ssl.enabled.protocols", "ssl.protocol", "ssl.cipher.suites",
     "ssl.principal.mapping.rules", "ssl.endpoint.identification.algorithm",
     "sasl.enabled.mechanisms", "sasl.jaas.config", "connections.max.reauth.ms",
+    # The JVM's own TLS settings, accepted per listener too (and logged as ignored).
+    "ssl.secure.random.implementation", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.provider",
 })
 _LISTENER_KEY = re.compile(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)")
 _MECHANISM_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.(?:jaas\.config|server\.callback\.handler\.class)")
@@ -1074,8 +1077,13 @@ class BrokerConfig:
         return "static" if name in self.originals else "default"
 
     def ignored_keys_set(self) -> list[str]:
-        """Keys accepted for compatibility that were set but have no effect."""
-        return sorted(k for k in self.originals if k in BROKER_KEYS and BROKER_KEYS[k].ignored)
+        """Keys accepted for compatibility that were set but have no effect (per-listener
+        ones included)."""
+        def base(name: str) -> str:
+            scoped = _per_listener_key(name)
+            return name if scoped is None else scoped[1]
+
+        return sorted(k for k in self.originals if base(k) in BROKER_KEYS and BROKER_KEYS[base(k)].ignored)
 
     def transaction_properties(self) -> dict[str, Any]:
         """The transaction coordinator's settings by Kafka name (``TxnConfig.from_properties``)."""

@@ -182,6 +182,8 @@ def test_a_documentation_server_properties_starts_a_sasl_ssl_cluster(tmp_path, s
         resource = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
             ConfigEntry("sasl.kerberos.min.time.before.relogin", "120000", incremental_operation=AlterConfigOpType.SET)])
         admin.incremental_alter_configs([resource])[resource].result(20)
+        wait_until(lambda: "sasl.kerberos.min.time.before.relogin is accepted for compatibility and has no effect"
+                   in brokers[0].log_text(), 15, "the change logged as having no effect")
     finally:
         for broker in brokers:
             broker.stop()

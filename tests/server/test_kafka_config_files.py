@@ -60,6 +60,11 @@ def test_the_kraft_settings_map_onto_one_pykfk_broker():
     assert BrokerConfig(voters).broker_id == 1
 
 
+def test_jvm_settings_given_per_listener_are_accepted_and_reported():
+    config = BrokerConfig(_props(**{"listener.name.plaintext.ssl.keymanager.algorithm": "SunX509"}))
+    assert "listener.name.plaintext.ssl.keymanager.algorithm" in config.ignored_keys_set()
+
+
 @pytest.mark.parametrize(("changes", "key", "says"), [
     ({"process.roles": "broker"}, "process.roles", "zookeeper.connect"),
     ({"process.roles": "controller"}, "process.roles", "broker,controller"),
