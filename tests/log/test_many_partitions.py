@@ -21,7 +21,7 @@ from pykfk.log import Log, LogConfig
 
 from .helpers import batch, read_records
 
-PARTITIONS = 200
+PARTITIONS = 100
 # Sealed segments whose .log stays open: far fewer than the partitions read, so the
 # readers keep the open-file LRU evicting and reopening.
 OPEN_SEALED_LIMIT = 8
