@@ -468,6 +468,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "largest request a client may send before it has logged in (SASL listeners)", "int"),
         _key("sasl.server.callback.handler.class", _parse_string, None,
              "OAUTHBEARER validator (Kafka's class names; usually per listener and mechanism)", "string"),
+        # GSSAPI (pykfk.security.kerberos): the broker's keytab comes with the listener's
+        # gssapi.sasl.jaas.config (Krb5LoginModule keyTab= principal=).
+        _key("sasl.kerberos.service.name", _parse_string, None,
+             "Kerberos service name of the brokers (the first component of their principal)", "string"),
+        _key("sasl.kerberos.principal.to.local.rules", _parse_list, ["DEFAULT"],
+             "rules turning Kerberos names into principal names (Kafka's / Hadoop's auth_to_local)", "list"),
         # OAUTHBEARER (pykfk.security.oauth, KIP-768): JWTs checked against a JWKS.
         _key("sasl.oauthbearer.jwks.endpoint.url", _parse_string, None,
              "the identity provider's JWKS (https://, http:// or file:)", "string"),
@@ -521,15 +527,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 ("ssl.trustmanager.algorithm", _parse_string, "PKIX", "string"),
                 ("ssl.provider", _parse_string, None, "string"),
                 ("security.providers", _parse_string, None, "string"),
-                # Kerberos (GSSAPI): pykfk offers PLAIN, SCRAM and delegation tokens.
-                ("sasl.kerberos.service.name", _parse_string, None, "string"),
+                # Kerberos: the JVM's ticket renewal (a broker only accepts, with its keytab).
                 ("sasl.kerberos.kinit.cmd", _parse_string, "/usr/bin/kinit", "string"),
                 ("sasl.kerberos.min.time.before.relogin", LONG, 60000, "long"),
                 ("sasl.kerberos.ticket.renew.window.factor", _ratio, 0.8, "double"),
                 ("sasl.kerberos.ticket.renew.jitter", _ratio, 0.05, "double"),
-                ("sasl.kerberos.principal.to.local.rules", _parse_list, ["DEFAULT"], "list"),
                 # JMX and the JVM's metric reporters (pykfk: metrics.listener, Prometheus).
-                ("metric.reporters", _parse_list, [], "list"),
+                ("metric.reporters", _parse_list, list[str](), "list"),
                 ("metrics.num.samples", _at_least(1), 2, "int"),
                 ("metrics.sample.window.ms", _at_least(1, big=True), 30000, "long"),
                 ("metrics.recording.level", _parse_string, "INFO", "string"),
@@ -582,9 +586,9 @@ DYNAMIC_BROKER_KEYS = frozenset({
     "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "follower.replication.throttled.rate", "leader.replication.throttled.rate",
-    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
     "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
-    "sasl.kerberos.principal.to.local.rules", "metric.reporters", "background.threads",
+    "metric.reporters", "background.threads",
     "num.replica.fetchers", "num.replica.alter.log.dirs.threads", "log.message.downconversion.enable",
 })
 BROKER_DEFAULTS: dict[str, Any] = {name: key.default for name, key in BROKER_KEYS.items()}

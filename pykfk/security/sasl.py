@@ -12,13 +12,15 @@ import dataclasses
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 
+from pykfk.security.kerberos import MECHANISM as GSSAPI
+from pykfk.security.kerberos import GssapiAcceptor, GssapiServer
 from pykfk.security.oauth import MECHANISM as OAUTHBEARER
 from pykfk.security.oauth import OAuthBearerServer
 from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
 from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
 
-SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER, GSSAPI)
 # What a broker logs in to other brokers with (SaslClient).
 CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
@@ -52,7 +54,7 @@ class SaslServer:
 
     def __init__(self, mechanism: str, plain_users: Mapping[str, str], lookup: CredentialLookup,
                  token_lookup: TokenLookup | None = None, tokens_without_extension: bool = False,
-                 validate_bearer: TokenValidation | None = None):
+                 validate_bearer: TokenValidation | None = None, kerberos: GssapiAcceptor | None = None):
         if mechanism not in SUPPORTED_MECHANISMS:
             raise ValueError(f"unsupported SASL mechanism {mechanism}")
         self.mechanism = mechanism
@@ -73,12 +75,21 @@ class SaslServer:
             if validate_bearer is None:
                 raise ValueError("OAUTHBEARER needs a token validator")
             self._oauth = OAuthBearerServer(validate_bearer, AuthenticationError)
+        self._gssapi: GssapiServer | None = None
+        if mechanism == GSSAPI:
+            if kerberos is None:
+                raise ValueError("GSSAPI needs the broker's keytab")
+            self._gssapi = GssapiServer(kerberos, AuthenticationError)
         self._round = 0
 
     async def step(self, token: bytes) -> bytes:
         if self.complete:
             raise AuthenticationError("the login is already complete")
         self._round += 1
+        if self._gssapi is not None:
+            answer = self._gssapi.step(token)
+            self.user, self.complete = self._gssapi.user, self._gssapi.complete
+            return answer
         if self._oauth is not None:
             answer = await self._oauth.step(token)
             self.user, self.complete = self._oauth.user, self._oauth.complete

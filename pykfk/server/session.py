@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from pykfk.config import BrokerConfig, ConfigError, Listener
 from pykfk.security.jaas import JaasError, parse_jaas
+from pykfk.security.kerberos import MECHANISM as GSSAPI
+from pykfk.security.kerberos import GssapiAcceptor, KerberosError, KerberosNameMapper
 from pykfk.security.oauth import MECHANISM as OAUTHBEARER
 from pykfk.security.oauth import SECURED_VALIDATORS, UNSECURED_VALIDATOR, JwksKeys, TokenValidator
 from pykfk.security.sasl import SUPPORTED_MECHANISMS, CredentialLookup, SaslServer, TokenLookup
@@ -44,6 +46,7 @@ class ListenerSecurity:
         self.failed_login_delay_s = 0.1
         self.tokens_without_extension = False
         self.bearer_validator: TokenValidator | None = None
+        self.kerberos: GssapiAcceptor | None = None
         if config is None:
             if listener.uses_tls or listener.uses_sasl:
                 raise ValueError(f"listener {listener.name} needs the broker config")
@@ -74,6 +77,8 @@ class ListenerSecurity:
         self.tokens_without_extension = config["delegation.token.scram.without.extension"]
         if OAUTHBEARER in self.mechanisms:
             self.bearer_validator = _bearer_validator(config, name)
+        if GSSAPI in self.mechanisms:
+            self.kerberos = _kerberos_acceptor(config, name)
 
     def principal_of(self, peercert: dict[str, object] | None) -> str:
         """The principal of a TLS client: its certificate's subject mapped by the rules;
@@ -108,6 +113,31 @@ def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
                           issuer=config["sasl.oauthbearer.expected.issuer"],
                           sub_claim=config["sasl.oauthbearer.sub.claim.name"],
                           clock_skew_s=config["sasl.oauthbearer.clock.skew.seconds"])
+
+
+def _kerberos_acceptor(config: BrokerConfig, listener: str) -> GssapiAcceptor:
+    """The broker's Kerberos key on ``listener``: ``keyTab`` and ``principal`` of the
+    listener's GSSAPI JAAS settings (Krb5LoginModule)."""
+    key = f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config"
+    text = config.jaas_config(listener, GSSAPI)
+    try:
+        options = parse_jaas(text).options if text else {}
+    except JaasError as exc:
+        raise ConfigError(key, str(exc)) from None
+    if not config["sasl.kerberos.service.name"]:
+        raise ConfigError("sasl.kerberos.service.name", f"listener {listener}: GSSAPI needs the brokers' service name")
+    if not options.get("keyTab") or not options.get("principal"):
+        raise ConfigError(key, f"listener {listener}: GSSAPI needs Krb5LoginModule with keyTab and principal")
+    try:
+        mapper = KerberosNameMapper(config["sasl.kerberos.principal.to.local.rules"])
+    except KerberosError as exc:
+        raise ConfigError("sasl.kerberos.principal.to.local.rules", str(exc)) from None
+    try:
+        return GssapiAcceptor(options["principal"], options["keyTab"], mapper)
+    except ImportError:
+        raise ConfigError(key, "GSSAPI needs python-gssapi (pip install gssapi)") from None
+    except Exception as exc:  # noqa: BLE001 - gssapi's errors: no such keytab, no key for the principal
+        raise ConfigError(key, f"the broker's Kerberos key cannot be used: {exc}") from None
 
 
 PLAINTEXT_SECURITY = ListenerSecurity(Listener("PLAINTEXT", "", 0))
@@ -158,7 +188,7 @@ class Session:
         validator = self.security.bearer_validator
         self.sasl = SaslServer(mechanism, self.security.plain_users, lookup, token_lookup,
                                self.security.tokens_without_extension,
-                               None if validator is None else validator.validate)
+                               None if validator is None else validator.validate, self.security.kerberos)
         self.handshake_version = handshake_version
 
     def login_complete(self) -> int:

@@ -77,8 +77,12 @@ def test_a_pkcs12_key_store(tmp_path, ca):
     ({"ssl.client.auth": "required"}, "ssl.truststore.location"),
     ({"ssl.enabled.protocols": "TLSv1.0"}, "ssl.enabled.protocols"),
     ({"ssl.cipher.suites": "NO-SUCH-CIPHER"}, "ssl.cipher.suites"),
-    ({"listener.security.protocol.map": "SSL:SASL_SSL", "sasl.enabled.mechanisms": "GSSAPI"},
+    ({"listener.security.protocol.map": "SSL:SASL_SSL", "sasl.enabled.mechanisms": "DIGEST-MD5"},
      "sasl.enabled.mechanisms"),
+    ({"listener.security.protocol.map": "SSL:SASL_SSL", "sasl.enabled.mechanisms": "GSSAPI"},
+     "sasl.kerberos.service.name"),
+    ({"listener.security.protocol.map": "SSL:SASL_SSL", "sasl.enabled.mechanisms": "OAUTHBEARER"},
+     "sasl.oauthbearer.jwks.endpoint.url"),
 ])
 def test_unusable_security_settings_stop_the_broker_with_the_setting_named(tmp_path, ca, overrides, message):
     server = ca.issue("bad", "localhost", server=True)

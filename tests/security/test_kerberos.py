@@ -1,0 +1,126 @@
+"""SASL/GSSAPI with a real MIT KDC (Debian's krb5-kdc) started on 127.0.0.1: kafka-python
+clients (python-gssapi) log in with tickets from keytabs, produce and consume as the
+principal the broker's sasl.kerberos.principal.to.local.rules give, under ACLs; a
+principal without ACLs is refused; the rules themselves."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from pykfk.security.kerberos import KerberosError, KerberosNameMapper
+from pykfk.testing import BrokerProcess, RawClient
+from tests.security.kdc import REALM, Kdc
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'username="admin" password="admin-secret" user_admin="admin-secret";')
+
+
+@pytest.fixture(scope="module")
+def kdc(tmp_path_factory):
+    server = Kdc(tmp_path_factory.mktemp("kdc")).start()
+    saved = {k: os.environ.get(k) for k in ("KRB5_CONFIG", "KRB5CCNAME")}
+    os.environ["KRB5_CONFIG"] = str(server.krb5_conf)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def kerberos_broker(tmp_path_factory, kdc):
+    keytab = kdc.add_principal("kafka/localhost")
+    broker = BrokerProcess(str(tmp_path_factory.mktemp("krb") / "data"), {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+        "sasl.kerberos.service.name": "kafka",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.gssapi.sasl.jaas.config":
+            f'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+            f'keyTab="{keytab}" principal="kafka/localhost@{REALM}";',
+        # etl/<host> service principals act as User:etl; people by their name.
+        "sasl.kerberos.principal.to.local.rules": f"RULE:[2:$1@$0](etl@{REALM})s/@.*//,DEFAULT",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+        "connection.failed.authentication.delay.ms": 20,
+        "num.partitions": 1,
+    }).start()
+    yield broker
+    broker.stop()
+
+
+def _kafka_python_settings(broker: BrokerProcess) -> dict[str, object]:
+    return {"bootstrap_servers": f"localhost:{broker.ports['SASL_PLAINTEXT']}", "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": "kafka",
+            "sasl_kerberos_domain_name": "localhost", "request_timeout_ms": 10000}
+
+
+def test_kerberos_clients_produce_and_consume_under_their_mapped_principal(kdc, kerberos_broker):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    topic = f"krb-{uuid.uuid4().hex[:8]}"
+    admin = RawClient("127.0.0.1", kerberos_broker.ports["SASL_PLAINTEXT"])
+    assert admin.call(17, 1, {"mechanism": "PLAIN"}).error_code == 0
+    assert admin.call(36, 1, {"auth_bytes": b"\0admin\0admin-secret"}).error_code == 0
+    for principal, resource_type, name in (("User:etl", 2, topic), ("User:alice", 2, topic),
+                                           ("User:alice", 3, "krb-group")):
+        answer = admin.call(30, 3, {"creations": [{
+            "resource_type": resource_type, "resource_name": name, "resource_pattern_type": 3,
+            "principal": principal, "host": "*", "operation": 2, "permission_type": 3}]})
+        assert answer.results[0].error_code == 0
+    admin.close()
+
+    # etl/batch-host@REALM -> User:etl (the RULE) writes; alice@REALM -> User:alice (DEFAULT) reads.
+    os.environ["KRB5CCNAME"] = f"FILE:{kdc.kinit('etl/batch-host', kdc.add_principal('etl/batch-host'))}"
+    producer = KafkaProducer(**_kafka_python_settings(kerberos_broker))
+    for i in range(5):
+        producer.send(topic, f"k{i}".encode()).get(timeout=20)
+    producer.close()
+
+    os.environ["KRB5CCNAME"] = f"FILE:{kdc.kinit('alice', kdc.add_principal('alice'))}"
+    consumer = KafkaConsumer(topic, group_id="krb-group", auto_offset_reset="earliest",
+                             **_kafka_python_settings(kerberos_broker))
+    values: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(values) < 5 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            values.extend(r.value for r in records)
+    consumer.close()
+    assert sorted(values) == [f"k{i}".encode() for i in range(5)]
+
+    # mallory has a valid ticket but no ACL: logged in, refused.
+    os.environ["KRB5CCNAME"] = f"FILE:{kdc.kinit('mallory', kdc.add_principal('mallory'))}"
+    refused = KafkaProducer(**_kafka_python_settings(kerberos_broker), max_block_ms=8000)
+    with pytest.raises(TopicAuthorizationFailedError):
+        refused.send(topic, b"nope").get(timeout=20)
+    refused.close()
+
+
+def test_principal_to_local_rules():
+    mapper = KerberosNameMapper(["RULE:[2:$1@$0](etl@EX.COM)s/@.*//", "RULE:[1:$1@$0](.*@OTHER.COM)s/@.*//L",
+                                 "DEFAULT"], realm="EX.COM")
+    assert mapper.short_name("etl/host1@EX.COM") == "etl"
+    assert mapper.short_name("Bob@OTHER.COM") == "bob"
+    assert mapper.short_name("alice@EX.COM") == "alice"
+    assert mapper.short_name("kafka/broker1@EX.COM") == "kafka"
+    with pytest.raises(KerberosError):
+        mapper.short_name("eve@ELSEWHERE.COM")
+    with pytest.raises(KerberosError):
+        KerberosNameMapper("RULE:[1:$1](unclosed")
+
+
+def test_garbage_gssapi_tokens_are_refused(kerberos_broker):
+    for token in (b"", b"\x60\x82garbage", b"\x00" * 70_000):
+        raw = RawClient("127.0.0.1", kerberos_broker.ports["SASL_PLAINTEXT"])
+        assert raw.call(17, 1, {"mechanism": "GSSAPI"}).error_code == 0
+        answer = raw.call(36, 1, {"auth_bytes": token})
+        assert answer.error_code == 58, token[:8]  # SASL_AUTHENTICATION_FAILED
+        raw.close()
+    assert "Traceback" not in kerberos_broker.log_text()
