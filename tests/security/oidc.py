@@ -28,6 +28,8 @@ class OidcIssuer:
         self.audience = audience
         self.lifetime_s = lifetime_s
         self.clients: dict[str, str] = {}
+        self.lifetimes: dict[str, int] = {}  # client id -> token lifetime (s), else lifetime_s
+        self.tokens_issued: dict[str, int] = {}
         self.jwks_mode = "ok"  # "ok", "hang" or "garbage"
         self.jwks_requests = 0
         self._release = threading.Event()
@@ -57,9 +59,11 @@ class OidcIssuer:
                         or issuer.clients.get(client_id) != secret:
                     self._answer(401, b'{"error":"invalid_client"}')
                     return
-                token = issuer.token(client_id)
+                lifetime = issuer.lifetimes.get(client_id, issuer.lifetime_s)
+                token = issuer.token(client_id, exp=int(time.time()) + lifetime)
+                issuer.tokens_issued[client_id] = issuer.tokens_issued.get(client_id, 0) + 1
                 self._answer(200, json.dumps({"access_token": token, "token_type": "Bearer",
-                                              "expires_in": issuer.lifetime_s}).encode())
+                                              "expires_in": lifetime}).encode())
 
             def _answer(self, status: int, body: bytes) -> None:
                 self.send_response(status)

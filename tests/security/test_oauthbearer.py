@@ -106,6 +106,31 @@ def test_oidc_clients_log_in_as_their_sub_under_acls(oauth_broker, issuer):
     assert refused and all(e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in refused)
 
 
+def test_a_client_keeps_producing_across_token_lifetimes(oauth_broker, issuer):
+    """Sessions end with their token (KIP-368): librdkafka fetches a new token and logs in
+    again on its connection, and the records keep flowing."""
+    issuer.clients["short-lived"] = "sl-secret"
+    issuer.lifetimes["short-lived"] = 2
+    topic = f"oidc-{uuid.uuid4().hex[:8]}"
+    admin = RawClient("127.0.0.1", oauth_broker.ports["SASL_PLAINTEXT"])
+    assert admin.call(17, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.NONE
+    assert admin.call(36, 1, {"auth_bytes": b"\0admin\0admin-secret"}).error_code == ErrorCode.NONE
+    assert admin.call(30, 3, {"creations": [{
+        "resource_type": 2, "resource_name": topic, "resource_pattern_type": 3, "principal": "User:short-lived",
+        "host": "*", "operation": 2, "permission_type": 3}]}).results[0].error_code == ErrorCode.NONE
+    admin.close()
+    reports: list[KafkaError | None] = []
+    producer = Producer({**oidc_settings(oauth_broker, issuer, "short-lived", "sl-secret"),
+                         "message.timeout.ms": 10000})
+    deadline = time.monotonic() + 4.5  # more than two token lifetimes
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"x", on_delivery=lambda err, _msg: reports.append(err))
+        producer.poll(0.25)
+    assert producer.flush(20) == 0
+    assert reports and all(e is None for e in reports), [e for e in reports if e is not None][:3]
+    assert issuer.tokens_issued["short-lived"] >= 2
+
+
 def test_bad_tokens_get_kafkas_invalid_token_answer(oauth_broker, issuer):
     port = oauth_broker.ports["SASL_PLAINTEXT"]
     first, _second = bearer_login(port, issuer.token("alice"))
