@@ -159,7 +159,7 @@ class TokenValidator:
         self.unsecured = unsecured
 
     async def validate(self, token: str) -> tuple[str, int]:
-        """(principal name, expiry in ms since the epoch) of a valid token."""
+        """(principal name, the end of its validity in ms since the epoch) of a valid token."""
         import jwt
 
         if len(token) > MAX_TOKEN_BYTES:
@@ -184,7 +184,8 @@ class TokenValidator:
         principal = claims.get(self.sub_claim)
         if not isinstance(principal, str) or not principal:
             raise TokenRejected(f"no {self.sub_claim!r} claim")
-        return principal, int(float(claims["exp"]) * 1000)
+        # Usable until it would be refused: its expiry plus the tolerated skew.
+        return principal, int((float(claims["exp"]) + self.clock_skew_s) * 1000)
 
     def _claims(self, jwt: Any, token: str, key: Any, algorithms: list[str]) -> dict[str, Any]:
         options = {"require": ["exp"], "verify_aud": bool(self.audience), "verify_signature": key is not None}
