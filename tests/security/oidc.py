@@ -1,11 +1,12 @@
 """A small OpenID Connect identity provider for tests, on 127.0.0.1: a JWKS endpoint and
-a client-credentials token endpoint, RSA keys that can be rotated, and endpoints that can
-be made to hang or serve garbage."""
+a client-credentials token endpoint (HTTPS with a TLS context, else HTTP), RSA keys that
+can be rotated, and endpoints that can be made to hang or serve garbage."""
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -24,13 +25,14 @@ class OidcIssuer:
     """``url`` is the issuer; ``jwks_url`` and ``token_url`` its endpoints. ``clients``
     maps client id -> secret; a client's tokens name it as ``sub``."""
 
-    def __init__(self, audience: str = "kafka", lifetime_s: int = 300):
+    def __init__(self, audience: str = "kafka", lifetime_s: int = 300, tls: ssl.SSLContext | None = None):
         self.audience = audience
         self.lifetime_s = lifetime_s
         self.clients: dict[str, str] = {}
         self.lifetimes: dict[str, int] = {}  # client id -> token lifetime (s), else lifetime_s
         self.tokens_issued: dict[str, int] = {}
         self.jwks_mode = "ok"  # "ok", "hang" or "garbage"
+        self.ca_file: str | None = None  # the CA of its certificate, with TLS
         self.jwks_requests = 0
         self._release = threading.Event()
         self.keys: list[tuple[str, Any]] = []
@@ -74,7 +76,10 @@ class OidcIssuer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self.jwks_url = self.url + "/jwks"
         self.token_url = self.url + "/token"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -6,6 +6,7 @@ hangs or serves garbage does not hold other logins up."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 import uuid
@@ -24,20 +25,26 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
 
 
 @pytest.fixture(scope="module")
-def issuer():
-    idp = OidcIssuer(audience="kafka")
+def issuer(ca):
+    """The identity provider over HTTPS, its certificate from the tests' CA."""
+    pem = ca.issue("idp", "localhost", server=True)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pem.cert, pem.key)
+    idp = OidcIssuer(audience="kafka", tls=tls)
+    idp.ca_file = str(ca.cert_path)
     idp.clients.update({"producer-app": "p-secret", "stranger": "s-secret"})
     yield idp
     idp.close()
 
 
 @pytest.fixture(scope="module")
-def oauth_broker(tmp_path_factory, issuer):
+def oauth_broker(tmp_path_factory, issuer, ca):
     broker = BrokerProcess(str(tmp_path_factory.mktemp("oauth") / "data"), {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "sasl.oauthbearer.jwks.endpoint.url": issuer.jwks_url,
+        "ssl.truststore.location": str(ca.cert_path),  # trusted for the JWKS endpoint
         "sasl.oauthbearer.expected.audience": "kafka",
         "sasl.oauthbearer.expected.issuer": issuer.url,
         "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": 0,
@@ -76,7 +83,7 @@ def accepted(port: int, token: str) -> bool:
 
 
 def oidc_settings(broker: BrokerProcess, issuer: OidcIssuer, client: str, secret: str) -> dict[str, str]:
-    return {"bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
+    return {"https.ca.location": str(issuer.ca_file), "bootstrap.servers": f"127.0.0.1:{broker.ports['SASL_PLAINTEXT']}",
             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
             "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": client,
             "sasl.oauthbearer.client.secret": secret, "sasl.oauthbearer.token.endpoint.url": issuer.token_url,
