@@ -1,0 +1,114 @@
+"""OAUTHBEARER without a broker: the client message, the principal claim, clock skew,
+unsecured tokens, the authorization id, and a JWKS source whose fetches fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from pykfk.security.oauth import (
+    INVALID_TOKEN,
+    JwksKeys,
+    OAuthBearerServer,
+    TokenRejected,
+    TokenValidator,
+    parse_client_response,
+)
+from pykfk.security.sasl import AuthenticationError
+
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+JWKS = json.dumps({"keys": [{**RSAAlgorithm.to_jwk(KEY.public_key(), as_dict=True), "kid": "k1"}]}).encode()
+
+
+def _token(**claims):
+    now = int(time.time())
+    return jwt.encode({"sub": "alice", "exp": now + 60, **claims}, KEY, algorithm="RS256", headers={"kid": "k1"})
+
+
+def _keys(answers):
+    """A JWKS source answering from ``answers`` (bytes, or an exception to raise)."""
+    pending = list(answers)
+
+    def fetch():
+        answer = pending.pop(0) if len(pending) > 1 else pending[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return JwksKeys("https://idp.invalid/jwks", refresh_ms=3_600_000, backoff_ms=0, fetch=fetch)
+
+
+def test_client_messages():
+    assert parse_client_response(b"n,,\x01auth=Bearer abc\x01\x01") == ("", "abc", {})
+    assert parse_client_response(b"n,a=alice,\x01auth=Bearer abc\x01traceId=7\x01\x01") == (
+        "alice", "abc", {"traceId": "7"})
+    for bad in (b"", b"n,,auth=Bearer abc", b"n,,\x01auth=Basic abc\x01\x01", b"n,,\x01auth=Bearer \x01\x01",
+                b"y,,\x01auth=Bearer abc\x01\x01", b"\xff\xfe"):
+        with pytest.raises(TokenRejected):
+            parse_client_response(bad)
+
+
+def test_principal_claim_and_clock_skew():
+    async def run():
+        keys = _keys([JWKS])
+        custom = TokenValidator(keys, sub_claim="client_id", clock_skew_s=30)
+        assert (await custom.validate(_token(client_id="svc-7")))[0] == "svc-7"
+        with pytest.raises(TokenRejected):
+            await custom.validate(_token())  # no client_id claim
+        skewed = TokenValidator(keys, clock_skew_s=30)
+        now = int(time.time())
+        assert (await skewed.validate(_token(exp=now - 10)))[0] == "alice"  # within the skew
+        with pytest.raises(TokenRejected):
+            await skewed.validate(_token(exp=now - 60))
+        with pytest.raises(TokenRejected):
+            await skewed.validate(_token(iat=now + 120))  # issued in the future
+
+    asyncio.run(run())
+
+
+def test_unsecured_tokens_only_when_enabled():
+    unsigned = jwt.encode({"sub": "dev", "exp": int(time.time()) + 60}, None, algorithm="none")
+
+    async def run():
+        assert (await TokenValidator(None, unsecured=True).validate(unsigned))[0] == "dev"
+        with pytest.raises(TokenRejected):
+            await TokenValidator(_keys([JWKS])).validate(unsigned)
+
+    asyncio.run(run())
+
+
+def test_failed_fetches_keep_the_known_keys():
+    async def run():
+        keys = _keys([JWKS, OSError("connection refused"), b"<html>", JWKS])
+        validator = TokenValidator(keys)
+        assert (await validator.validate(_token()))[0] == "alice"
+        for _ in range(2):  # unknown key ids make it fetch again, and fail
+            with pytest.raises(TokenRejected):
+                await validator.validate(jwt.encode({"sub": "a", "exp": int(time.time()) + 60}, KEY,
+                                                    algorithm="RS256", headers={"kid": "k2"}))
+            assert (await validator.validate(_token()))[0] == "alice"
+
+    asyncio.run(run())
+
+
+def test_kafkas_error_exchange_and_authorization_id():
+    async def run():
+        validator = TokenValidator(_keys([JWKS]))
+        server = OAuthBearerServer(validator.validate, AuthenticationError)
+        assert await server.step(b"n,,\x01auth=Bearer nonsense\x01\x01") == INVALID_TOKEN.encode()
+        with pytest.raises(AuthenticationError, match="invalid_token"):
+            await server.step(b"\x01")
+        other = OAuthBearerServer(validator.validate, AuthenticationError)
+        with pytest.raises(AuthenticationError, match="authorization id"):
+            await other.step(f"n,a=bob,\x01auth=Bearer {_token()}\x01\x01".encode())
+        good = OAuthBearerServer(validator.validate, AuthenticationError)
+        assert await good.step(f"n,a=alice,\x01auth=Bearer {_token()}\x01\x01".encode()) == b""
+        assert good.complete and good.user == "alice"
+
+    asyncio.run(run())
