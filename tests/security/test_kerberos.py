@@ -6,6 +6,7 @@ principal without ACLs is refused; the rules themselves."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 
@@ -37,7 +38,8 @@ def kdc(tmp_path_factory):
 def kerberos_broker(tmp_path_factory, kdc):
     keytab = kdc.add_principal("kafka/localhost")
     broker = BrokerProcess(str(tmp_path_factory.mktemp("krb") / "data"), {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        # Clients name the broker's service principal after the host they reach it by.
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://localhost:0",
         "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
         "sasl.kerberos.service.name": "kafka",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
@@ -94,6 +96,15 @@ def test_kerberos_clients_produce_and_consume_under_their_mapped_principal(kdc, 
             values.extend(r.value for r in records)
     consumer.close()
     assert sorted(values) == [f"k{i}".encode() for i in range(5)]
+
+    # librdkafka (Debian's kcat, built with Cyrus SASL) logs in with alice's keytab and reads.
+    kcat = ["kcat", "-b", f"localhost:{kerberos_broker.ports['SASL_PLAINTEXT']}", "-X", "security.protocol=SASL_PLAINTEXT",
+            "-X", "sasl.mechanisms=GSSAPI", "-X", "sasl.kerberos.service.name=kafka",
+            "-X", f"sasl.kerberos.keytab={kdc.dir / 'alice.keytab'}", "-X", f"sasl.kerberos.principal=alice@{REALM}"]
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{kdc.dir / 'kcat.ccache'}"}
+    read = subprocess.run([*kcat, "-C", "-t", topic, "-o", "beginning", "-e", "-q"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert sorted(read.stdout.split()) == [f"k{i}" for i in range(5)], read.stderr
 
     # mallory has a valid ticket but no ACL: logged in, refused.
     os.environ["KRB5CCNAME"] = f"FILE:{kdc.kinit('mallory', kdc.add_principal('mallory'))}"
