@@ -20,7 +20,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings", "unreachable"]
+__all__ = ["CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings", "flush_while_answered",
+           "unreachable"]
 
 log = logging.getLogger("pykfk.mirror")
 
@@ -55,6 +56,19 @@ _UNREACHABLE_CODES = frozenset({
 
 class TargetUnavailable(Exception):
     """The target did not answer in time; what was being written is tried again later."""
+
+
+def flush_while_answered(producer: Any, slice_s: float, limit_s: float) -> int:
+    """``producer.flush`` for as long as the cluster keeps acknowledging (some records
+    each ``slice_s``), at most ``limit_s``: a busy target is waited for, one that stopped
+    answering is not. Returns the records still unacknowledged."""
+    deadline = time.monotonic() + limit_s
+    remaining = producer.flush(slice_s)
+    while remaining and time.monotonic() < deadline:
+        before, remaining = remaining, producer.flush(min(slice_s, max(0.0, deadline - time.monotonic())))
+        if remaining >= before:
+            break
+    return int(remaining)
 
 
 def unreachable(exc: BaseException) -> bool:

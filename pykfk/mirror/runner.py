@@ -26,6 +26,7 @@ copy goes on by itself once the cluster answers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -34,6 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import (
@@ -51,7 +53,13 @@ from pykfk.mirror.audit import MirrorAudit
 from pykfk.mirror.checkpoints import Checkpointer
 from pykfk.mirror.config import ClientConfig, MirrorConfig
 from pykfk.mirror.errors import MirrorError
-from pykfk.mirror.health import ClusterState, TargetUnavailable, client_settings, unreachable
+from pykfk.mirror.health import (
+    ClusterState,
+    TargetUnavailable,
+    client_settings,
+    flush_while_answered,
+    unreachable,
+)
 from pykfk.mirror.naming import ORIGIN_HEADER, Headers, ReplicationPolicy
 from pykfk.mirror.progress import (
     READ_TIMEOUT_S,
@@ -73,10 +81,13 @@ log = logging.getLogger("pykfk.mirror")
 # Longest the mirror waits for the target to acknowledge what it sent (seconds); past
 # it the process stops rather than write progress it cannot vouch for.
 FLUSH_TIMEOUT_S = 60
-# Longest one progress write waits for acknowledgements, and a periodic call for an
-# answer, before the cluster counts as unreachable and the work is tried again later.
+# Longest a progress write waits for the next acknowledgement (at most FLUSH_TIMEOUT_S in
+# all while they come), and a periodic call for an answer, before the cluster counts as
+# unreachable and the work is tried again later.
 PROGRESS_FLUSH_TIMEOUT_S = 5
 ANSWER_TIMEOUT_S = 10
+# How long the source may take to answer when its consumer lost every connection.
+SOURCE_PROBE_TIMEOUT_S = 2
 # How long one consume call may wait for records (seconds): the loop's tick.
 CONSUME_WAIT_S = 0.1
 # librdkafka's default transaction.timeout.ms: a transaction a dead process left open in
@@ -86,8 +97,17 @@ TRANSACTION_TIMEOUT_S = 60
 # Room left in a batch for its header (61 bytes in Kafka's record batch v2) and slack.
 BATCH_HEADER_MARGIN = 1024
 
+# A source consumer that failed for good is replaced, at most this many times in the
+# window (seconds); more means another process holds the same group.instance.id.
+CONSUMER_FAILURES_MAX = 3
+CONSUMER_FAILURE_WINDOW_S = 300
+
 SourcePartition = tuple[str, int]
 T = TypeVar("T")
+
+
+class _ConsumerFailed(Exception):
+    """The source consumer met a fatal error; a new one takes its place."""
 # No offset sync is due: at-least-once copies take their syncs from progress writes.
 NEVER = 1 << 62
 
@@ -156,6 +176,9 @@ class Mirror:
         self._paused = False
         self._assigned: dict[SourcePartition, int] = {}  # offset each partition was assigned at
         self._source_answered = False
+        # Times the source consumer failed for good (its number is the count of them).
+        self._consumer_failures: list[float] = []
+        self._source_down: str | None = None  # the consumer said all its brokers are down
         self._routes: dict[str, _Route] = {}
         self._subscribed: list[str] = []
         self._since_progress = 0
@@ -181,7 +204,7 @@ class Mirror:
             "fetch.max.bytes": 16 << 20,
             **client_settings(self.source_state),
             # The copying consumer is never idle: all its connections down is an outage.
-            "error_cb": self._on_source_error,
+            "error_cb": partial(self._on_source_error, len(self._consumer_failures)),
             **self.config.source.client("consumer"),
             "group.id": self.config.group_id,
             "enable.auto.commit": False,  # progress lives in the target, not in the group
@@ -224,9 +247,23 @@ class Mirror:
             return  # the next round writes the group's checkpoint again
         self._delivery_errors.append(f"{message.topic()}[{message.partition()}]: {error}")
 
-    def _on_source_error(self, error: KafkaError) -> None:
+    def _confirm_source_down(self) -> None:
+        """The consumer lost every connection: the source is down if it does not answer."""
+        reason, self._source_down = self._source_down, None
+        if self.source_state.down:
+            return
+        try:
+            self.topic_sync.source_admin.list_topics(timeout=SOURCE_PROBE_TIMEOUT_S)
+        except KafkaException:
+            self.source_state.failed(reason or "")
+
+    def _on_source_error(self, consumer_number: int, error: KafkaError) -> None:
+        if consumer_number != len(self._consumer_failures):
+            return  # a consumer that failed and was replaced, on its way out
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.source_state.failed(error.str())
+            # Judged by the loop: librdkafka also says so while it reconnects, or when a
+            # consumer that failed for good lets its connections go.
+            self._source_down = error.str()
         else:
             self.source_state.on_client_error(error)
 
@@ -270,10 +307,14 @@ class Mirror:
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
             try:
                 self._copy(self._consumer.consume(self.config.consume_batch_records, CONSUME_WAIT_S))
+            except _ConsumerFailed as exc:
+                self._replace_consumer(str(exc))
             except TargetUnavailable as exc:  # a route or a partition's new producer could not be made
                 if not self.source_state.down:
                     self.target_state.failed(str(exc))
                 self._pause()  # the rest of the batch is fetched again
+            if self._source_down is not None:
+                self._confirm_source_down()
             now = time.monotonic()
             if self._since_progress >= self.config.progress_max_records or now >= due_progress:
                 if self.target_state.ready():
@@ -519,20 +560,51 @@ class Mirror:
         self._new_syncs[partition].append(sync)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is not self._consumer:  # a failed consumer, replaced: its partitions went with it
+            with contextlib.suppress(KafkaException):
+                consumer.unassign()
+            return
         if not self._failed:
             self._last_progress()
         for tp in partitions:
-            key = (tp.topic, tp.partition)
-            self._forget(key)
-            self._owned.pop(key, None)
-            self._written.pop(key, None)
-            self._syncs.pop(key, None)
-            self._assigned.pop(key, None)
-            if self.audit is not None:
-                self.audit.drop(key)
-            if self.transactions is not None:
-                self.transactions.release(key)
+            self._release((tp.topic, tp.partition))
         consumer.unassign()
+
+    def _release(self, key: SourcePartition) -> None:
+        """Drop a partition given up (its progress written, if it could be)."""
+        self._forget(key)
+        self._owned.pop(key, None)
+        self._written.pop(key, None)
+        self._syncs.pop(key, None)
+        self._assigned.pop(key, None)
+        if self.audit is not None:
+            self.audit.drop(key)
+        if self.transactions is not None:
+            self.transactions.release(key)
+
+    def _replace_consumer(self, reason: str) -> None:
+        """The source consumer failed for good (librdkafka's fatal errors: a static member
+        fenced, as after the group coordinator restarted): write the progress, give up its
+        partitions and join the group with a new consumer. Repeated failures mean another
+        process holds the same group.instance.id: the process stops."""
+        now = time.monotonic()
+        self._consumer_failures.append(now)
+        recent = sum(1 for t in self._consumer_failures if now - t < CONSUMER_FAILURE_WINDOW_S)
+        if recent > CONSUMER_FAILURES_MAX:
+            raise MirrorError(f"the source consumer failed {recent} times in "
+                              f"{CONSUMER_FAILURE_WINDOW_S} s ({reason}); does another process use "
+                              f"group.instance.id {self.config.group_instance_id!r}?")
+        log.warning("source consumer failed (%s); joining the group again", reason)
+        self._last_progress()
+        for key in list(self._owned):
+            self._release(key)
+        self._source_down = None
+        failed, self._consumer = self._consumer, Consumer(self._consumer_config())
+        with contextlib.suppress(KafkaException, RuntimeError):
+            failed.close()
+        self._paused = False
+        if self._subscribed:
+            self._consumer.subscribe(self._subscribed, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _forget(self, partition: SourcePartition) -> None:
         """Drop what was copied of ``partition`` and not written as progress."""
@@ -690,8 +762,8 @@ class Mirror:
     def _consume_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
-        if error.fatal():
-            raise MirrorError(f"source consumer: {error}")
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            raise _ConsumerFailed(error.str())
         if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
             self.source_state.failed()
             return
@@ -699,12 +771,14 @@ class Mirror:
 
     # ------------------------------------------------------------------ progress
 
-    def _flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-        remaining = self._plain(lambda producer: producer.flush(timeout_s))
+    def _flush(self) -> None:
+        """Wait for the target's acknowledgements while it gives some (health.py)."""
+        remaining = self._plain(lambda producer: flush_while_answered(producer, PROGRESS_FLUSH_TIMEOUT_S,
+                                                                      FLUSH_TIMEOUT_S))
         if self._delivery_errors:
             raise MirrorError("the target refused records: " + "; ".join(self._delivery_errors[:5]))
         if remaining:
-            raise TargetUnavailable(f"{remaining} records not acknowledged in {timeout_s:.0f} s")
+            raise TargetUnavailable(f"{remaining} records not acknowledged")
 
     def write_progress(self) -> bool:
         """Record where each partition stands (with its offset syncs and audit counts)
@@ -726,10 +800,10 @@ class Mirror:
 
     def _progress_at_least_once(self, changed: dict[SourcePartition, int]) -> None:
         if changed:
-            self._flush(PROGRESS_FLUSH_TIMEOUT_S)
+            self._flush()
             for partition, offset in changed.items():
                 self._stage(partition, offset, self._producer)
-        self._flush(PROGRESS_FLUSH_TIMEOUT_S)
+        self._flush()
         for partition in list(self._staged):
             self._finish(partition)
 

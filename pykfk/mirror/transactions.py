@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from pykfk.mirror.errors import MirrorError
-from pykfk.mirror.health import TargetUnavailable, unreachable
+from pykfk.mirror.health import TargetUnavailable, flush_while_answered, unreachable
 
 __all__ = ["PartitionTransactions", "TransactionAborted"]
 
@@ -122,13 +122,14 @@ class PartitionTransactions:
     def has_open(self, partition: SourcePartition) -> bool:
         return partition in self._open
 
-    def flush(self, partitions: list[SourcePartition], timeout_s: float = TRANSACTION_CALL_TIMEOUT_S) -> None:
-        """Wait until the target acknowledged everything sent for ``partitions``."""
+    def flush(self, partitions: list[SourcePartition], slice_s: float = TRANSACTION_CALL_TIMEOUT_S) -> None:
+        """Wait until the target acknowledged everything sent for ``partitions``, as long
+        as it acknowledges some every ``slice_s`` (at most TRANSACTION_CALL_TIMEOUT_S)."""
         for partition in partitions:
-            remaining = self._settle(partition, partial(self._producers[partition].flush, timeout_s))
+            remaining = self._settle(partition, partial(flush_while_answered, self._producers[partition], slice_s,
+                                                        TRANSACTION_CALL_TIMEOUT_S))
             if remaining:
-                raise TargetUnavailable(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged "
-                                        f"in {timeout_s:.0f} s")
+                raise TargetUnavailable(f"{remaining} records of {partition[0]}[{partition[1]}] not acknowledged")
 
     def commit(self, partition: SourcePartition, timeout_s: float = TRANSACTION_CALL_TIMEOUT_S) -> None:
         """Commit the partition's transaction; after TargetUnavailable call again (the
