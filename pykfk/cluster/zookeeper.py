@@ -78,7 +78,7 @@ from pykfk.security.acl import (
     ResourceType,
 )
 from pykfk.security.quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity
-from pykfk.security.tokens import TokenError, TokenInfo
+from pykfk.security.tokens import TokenError, TokenInfo, plausible_token_id
 
 log = logging.getLogger("pykfk.cluster")
 
@@ -1254,8 +1254,8 @@ class ZooKeeperMetadataStore:
                 return {}
         found: dict[str, TokenInfo] = {}
         for token_id in token_ids:
-            if not token_id or "/" in token_id or token_id in (".", ".."):
-                continue  # not a znode name: no such token
+            if not plausible_token_id(token_id):
+                continue  # no broker makes such an id (nor could it name a znode safely)
             try:
                 data, _stat = await self._wait(self.zk.get_async(f"{TOKENS_PATH}/{token_id}"))
                 found[token_id] = TokenInfo.from_json(data or b"")

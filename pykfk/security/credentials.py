@@ -10,7 +10,7 @@ from typing import Any
 from pykfk.errors import KafkaError
 from pykfk.security.sasl import AuthenticationError, TokenLogin
 from pykfk.security.scram import ScramCredential, ScramError
-from pykfk.security.tokens import TokenSettings, token_credential
+from pykfk.security.tokens import TokenSettings, plausible_token_id, token_credential
 
 
 async def scram_credential(store: Any, user: str, mechanism: str) -> ScramCredential | None:
@@ -45,7 +45,7 @@ _token_credential = functools.lru_cache(maxsize=1024)(token_credential)
 async def token_login(store: Any, settings: TokenSettings, token_id: str, mechanism: str) -> TokenLogin | None:
     """The login of the live token ``token_id``; None when tokens are disabled or the
     token is unknown or expired. AuthenticationError when the store cannot be read."""
-    if not settings.enabled:
+    if not settings.enabled or not plausible_token_id(token_id):
         return None
     try:
         tokens = await store.delegation_tokens([token_id])

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import re
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable
@@ -110,6 +111,15 @@ def token_password(mac: bytes) -> str:
 def token_credential(secret: str, token_id: str, mechanism: str) -> ScramCredential:
     """The SCRAM credential a token logs in with (fresh salt; Kafka's minimum iterations)."""
     return make_credential(mechanism, token_password(token_hmac(secret, token_id)))
+
+
+_TOKEN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def plausible_token_id(text: str) -> bool:
+    """Whether ``text`` could be a token id (brokers make them URL-safe base64): a login
+    naming anything else is refused before the store is asked."""
+    return _TOKEN_ID.fullmatch(text) is not None
 
 
 def new_token_id() -> str:

@@ -243,7 +243,7 @@ def test_hostile_token_logins_are_refused(token_broker):
     assert replay.call(36, 1, {"auth_bytes": sent[1]}).error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
     replay.close()
     # An id that names no token, an absurd one, a malformed extension.
-    for token_id in ("no-such-token", "../../config/users/admin", "x" * 10_000):
+    for token_id in ("no-such-token", "../../config/users/admin", "x" * 10_000, "nul\0byte", "é" * 30):
         assert token_login_error(port, token_id, made.hmac) == ErrorCode.SASL_AUTHENTICATION_FAILED
     bad = RawClient("127.0.0.1", port)
     assert bad.call(17, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == ErrorCode.NONE
