@@ -146,6 +146,10 @@ def test_create_describe_renew_expire_with_kafkas_rules(token_broker):
     for_bob = create_token(alice, owner="bob")
     assert for_bob.error_code == ErrorCode.NONE and for_bob.principal_name == "bob"
     assert for_bob.token_requester_principal_name == "alice"
+    # DescribeTokens on User:bob lets carol see bob's tokens.
+    assert for_bob.token_id not in described_ids(carol)
+    allow(admin, "User:carol", 7, "User:bob", 14)  # USER, DESCRIBE_TOKENS
+    assert for_bob.token_id in described_ids(carol)
     bad_renewer = alice.call(CREATE, 2, {"renewers": [{"principal_type": "Group", "principal_name": "g"}],
                                          "max_lifetime_ms": -1})
     assert bad_renewer.error_code == ErrorCode.INVALID_PRINCIPAL_TYPE
