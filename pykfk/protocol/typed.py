@@ -1806,3 +1806,216 @@ class DescribeTopicPartitionsResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     topics: Sequence[DescribeTopicPartitionsResponseTopic]  # v0+
     next_cursor: DescribeTopicPartitionsResponseCursor | None  # v0+, nullable v0+
+
+
+# -- ShareGroupHeartbeat (key 76, v1-1, flexible 0+)
+
+
+class ShareGroupHeartbeatRequest(Protocol):
+    group_id: str  # v0+
+    member_id: str  # v0+
+    member_epoch: int  # v0+
+    rack_id: str | None  # v0+, nullable v0+, default None
+    subscribed_topic_names: Sequence[str] | None  # v0+, nullable v0+
+
+
+class ShareGroupHeartbeatResponseTopicPartitions(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[int]  # v0+
+
+
+class ShareGroupHeartbeatResponseAssignment(TypedDict, total=False):
+    topic_partitions: Sequence[ShareGroupHeartbeatResponseTopicPartitions]  # v0+
+
+
+class ShareGroupHeartbeatResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    member_id: str | None  # v0+, nullable v0+, default None
+    member_epoch: int  # v0+
+    heartbeat_interval_ms: int  # v0+
+    assignment: ShareGroupHeartbeatResponseAssignment | None  # v0+, nullable v0+
+
+
+# -- ShareGroupDescribe (key 77, v1-1, flexible 0+)
+
+
+class ShareGroupDescribeRequest(Protocol):
+    group_ids: Sequence[str]  # v0+
+    include_authorized_operations: bool  # v0+
+
+
+class ShareGroupDescribeResponseTopicPartitions(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    topic_name: str  # v0+
+    partitions: Sequence[int]  # v0+
+
+
+class ShareGroupDescribeResponseAssignment(TypedDict, total=False):
+    topic_partitions: Sequence[ShareGroupDescribeResponseTopicPartitions]  # v0+
+
+
+class ShareGroupDescribeResponseMember(TypedDict, total=False):
+    member_id: str  # v0+
+    rack_id: str | None  # v0+, nullable v0+, default None
+    member_epoch: int  # v0+
+    client_id: str  # v0+
+    client_host: str  # v0+
+    subscribed_topic_names: Sequence[str]  # v0+
+    assignment: ShareGroupDescribeResponseAssignment | None  # v0+
+
+
+class ShareGroupDescribeResponseDescribedGroup(TypedDict, total=False):
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    group_id: str  # v0+
+    group_state: str  # v0+
+    group_epoch: int  # v0+
+    assignment_epoch: int  # v0+
+    assignor_name: str  # v0+
+    members: Sequence[ShareGroupDescribeResponseMember]  # v0+
+    authorized_operations: int  # v0+, default -2147483648
+
+
+class ShareGroupDescribeResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    groups: Sequence[ShareGroupDescribeResponseDescribedGroup]  # v0+
+
+
+# -- ShareFetch (key 78, v1-1, flexible 0+)
+
+
+class ShareFetchRequestAcknowledgementBatch(Protocol):
+    first_offset: int  # v0+
+    last_offset: int  # v0+
+    acknowledge_types: Sequence[int]  # v0+
+
+
+class ShareFetchRequestFetchPartition(Protocol):
+    partition_index: int  # v0+
+    acknowledgement_batches: Sequence[ShareFetchRequestAcknowledgementBatch]  # v0+
+
+
+class ShareFetchRequestFetchTopic(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ShareFetchRequestFetchPartition]  # v0+
+
+
+class ShareFetchRequestForgottenTopic(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[int]  # v0+
+
+
+class ShareFetchRequest(Protocol):
+    group_id: str | None  # v0+, nullable v0+, default None
+    member_id: str | None  # v0+, nullable v0+, default None
+    share_session_epoch: int  # v0+
+    max_wait_ms: int  # v0+
+    min_bytes: int  # v0+
+    max_bytes: int  # v0+, default 2147483647
+    max_records: int  # v1+
+    batch_size: int  # v1+
+    topics: Sequence[ShareFetchRequestFetchTopic]  # v0+
+    forgotten_topics_data: Sequence[ShareFetchRequestForgottenTopic]  # v0+
+
+
+class ShareFetchResponseLeaderIdAndEpoch(TypedDict, total=False):
+    leader_id: int  # v0+
+    leader_epoch: int  # v0+
+
+
+class ShareFetchResponseAcquiredRecords(TypedDict, total=False):
+    first_offset: int  # v0+
+    last_offset: int  # v0+
+    delivery_count: int  # v0+
+
+
+class ShareFetchResponsePartitionData(TypedDict, total=False):
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    acknowledge_error_code: int  # v0+
+    acknowledge_error_message: str | None  # v0+, nullable v0+, default None
+    current_leader: ShareFetchResponseLeaderIdAndEpoch | None  # v0+
+    records: RecordsData | None  # v0+, nullable v0+, default None
+    acquired_records: Sequence[ShareFetchResponseAcquiredRecords]  # v0+
+
+
+class ShareFetchableTopicResponse(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ShareFetchResponsePartitionData]  # v0+
+
+
+class ShareFetchResponseNodeEndpoint(TypedDict, total=False):
+    node_id: int  # v0+
+    host: str  # v0+
+    port: int  # v0+
+    rack: str | None  # v0+, nullable v0+, default None
+
+
+class ShareFetchResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    acquisition_lock_timeout_ms: int  # v1+
+    responses: Sequence[ShareFetchableTopicResponse]  # v0+
+    node_endpoints: Sequence[ShareFetchResponseNodeEndpoint]  # v0+
+
+
+# -- ShareAcknowledge (key 79, v1-1, flexible 0+)
+
+
+class ShareAcknowledgeRequestAcknowledgementBatch(Protocol):
+    first_offset: int  # v0+
+    last_offset: int  # v0+
+    acknowledge_types: Sequence[int]  # v0+
+
+
+class ShareAcknowledgeRequestAcknowledgePartition(Protocol):
+    partition_index: int  # v0+
+    acknowledgement_batches: Sequence[ShareAcknowledgeRequestAcknowledgementBatch]  # v0+
+
+
+class ShareAcknowledgeRequestAcknowledgeTopic(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ShareAcknowledgeRequestAcknowledgePartition]  # v0+
+
+
+class ShareAcknowledgeRequest(Protocol):
+    group_id: str | None  # v0+, nullable v0+, default None
+    member_id: str | None  # v0+, nullable v0+, default None
+    share_session_epoch: int  # v0+
+    topics: Sequence[ShareAcknowledgeRequestAcknowledgeTopic]  # v0+
+
+
+class ShareAcknowledgeResponseLeaderIdAndEpoch(TypedDict, total=False):
+    leader_id: int  # v0+
+    leader_epoch: int  # v0+
+
+
+class ShareAcknowledgeResponsePartitionData(TypedDict, total=False):
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    current_leader: ShareAcknowledgeResponseLeaderIdAndEpoch | None  # v0+
+
+
+class ShareAcknowledgeTopicResponse(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ShareAcknowledgeResponsePartitionData]  # v0+
+
+
+class ShareAcknowledgeResponseNodeEndpoint(TypedDict, total=False):
+    node_id: int  # v0+
+    host: str  # v0+
+    port: int  # v0+
+    rack: str | None  # v0+, nullable v0+, default None
+
+
+class ShareAcknowledgeResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    responses: Sequence[ShareAcknowledgeTopicResponse]  # v0+
+    node_endpoints: Sequence[ShareAcknowledgeResponseNodeEndpoint]  # v0+

@@ -85,10 +85,12 @@ _CASES = [
 ]
 
 
-# kafka-python ships no spec of these: the consumer group protocol's and the delegation
-# token APIs (tests/security/test_delegation_tokens.py speaks them on the wire).
+# kafka-python ships no spec of these: the consumer group protocol's, the delegation
+# token APIs (tests/security/test_delegation_tokens.py speaks them on the wire) and the
+# share group APIs (tests/share, with confluent-kafka's ShareConsumer).
 NOT_SHIPPED = {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "CreateDelegationToken", "RenewDelegationToken",
-               "ExpireDelegationToken", "DescribeDelegationToken"}
+               "ExpireDelegationToken", "DescribeDelegationToken", "ShareGroupHeartbeat", "ShareGroupDescribe",
+               "ShareFetch", "ShareAcknowledge"}
 
 
 def test_only_the_consumer_group_protocol_apis_lack_a_shipped_spec():

@@ -60,6 +60,10 @@ from . import (
     renew_delegation_token,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -121,6 +125,10 @@ _MODULES = (
     consumer_group_heartbeat,
     consumer_group_describe,
     describe_topic_partitions,
+    share_group_heartbeat,
+    share_group_describe,
+    share_fetch,
+    share_acknowledge,
 )
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}
