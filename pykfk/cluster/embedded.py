@@ -244,6 +244,10 @@ class EmbeddedMetadataStore:
             return dict(self._tokens)
         return {i: self._tokens[i] for i in token_ids if i in self._tokens}
 
+    def delegation_token_end(self, token_id: str) -> int | None:
+        token = self._tokens.get(token_id)
+        return None if token is None else min(token.expiry_ms, token.max_ms)
+
     async def store_delegation_token(self, token: TokenInfo) -> None:
         self._commit(f"store delegation token {token.token_id}", _tokens={**self._tokens, token.token_id: token})
 

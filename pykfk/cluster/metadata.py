@@ -264,6 +264,11 @@ class MetadataStore(Protocol):
         unknown ids are left out. Expired tokens are there until removed."""
         ...
 
+    def delegation_token_end(self, token_id: str) -> int | None:
+        """When the token stops working (ms since the epoch), from memory; None when it
+        is not (any more) stored. Connections logged in with it are closed then."""
+        ...
+
     async def store_delegation_token(self, token: TokenInfo) -> None:
         """Create or replace a token."""
         ...

@@ -409,6 +409,8 @@ class ZooKeeperMetadataStore:
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
+        # Delegation token id -> when it stops working (ms), from the tokens' znodes.
+        self._token_ends: dict[str, int] = {}
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -438,7 +440,7 @@ class ZooKeeperMetadataStore:
         from kazoo.recipe.cache import TreeCache
 
         for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH, CONFIG_USERS_PATH,
-                     CONFIG_CLIENTS_PATH, CONFIG_BROKERS_PATH):
+                     CONFIG_CLIENTS_PATH, CONFIG_BROKERS_PATH, TOKENS_PATH):
             cache = TreeCache(self.zk, root)
             self._initialized[root] = asyncio.Event()
             cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
@@ -571,6 +573,13 @@ class ZooKeeperMetadataStore:
         quota_entity = _quota_entity(parts)
         if quota_entity is not None:
             self._apply_quotas(quota_entity, data)
+            return
+        if parts[:2] == ["delegation_token", "tokens"] and len(parts) == 3:
+            if data is None:
+                self._token_ends.pop(parts[2], None)
+            elif data:
+                token = TokenInfo.from_json(data)
+                self._token_ends[parts[2]] = min(token.expiry_ms, token.max_ms)
             return
         if parts[:1] == ["kafka-acl"] and len(parts) == 3:
             self._apply_acls(parts[1], PatternType.LITERAL, parts[2], data)
@@ -1264,6 +1273,11 @@ class ZooKeeperMetadataStore:
             except TokenError as exc:
                 log.warning("delegation token %s ignored: %s", token_id, exc)
         return found
+
+    def delegation_token_end(self, token_id: str) -> int | None:
+        """When the token stops working (ms since the epoch), from memory; None when
+        there is no such token (any more)."""
+        return self._token_ends.get(token_id)
 
     @_metadata_change("store delegation token {0.token_id}")
     async def store_delegation_token(self, token: TokenInfo) -> None:

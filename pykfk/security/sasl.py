@@ -63,7 +63,7 @@ class SaslServer:
         # When the credential ends (ms since the epoch): a delegation token's or a
         # bearer token's expiry; None for passwords.
         self.credential_expiry_ms: int | None = None
-        self.delegation_token = False  # logged in with a delegation token
+        self.delegation_token = ""  # the id of the delegation token logged in with
         self._plain_users = plain_users
         self._lookup = lookup
         self._token_lookup = token_lookup
@@ -130,7 +130,7 @@ class SaslServer:
             return None
         self._token_owner = login.owner
         self.credential_expiry_ms = login.expiry_ms
-        self.delegation_token = True
+        self.delegation_token = user
         return login.credential
 
     def _plain(self, token: bytes) -> bytes:

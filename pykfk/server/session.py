@@ -147,7 +147,8 @@ class Session:
     """One connection's security state. Loop-affine."""
 
     __slots__ = ("authenticated", "client_host", "client_ip", "expires_at", "gated", "handshake_version",
-                 "on_failed_login", "on_throttle", "principal", "sasl", "security", "token_authenticated")
+                 "on_failed_login", "on_throttle", "principal", "sasl", "security", "token_authenticated",
+                 "token_end", "token_ends")
 
     def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS):
         self.security = security
@@ -155,6 +156,10 @@ class Session:
         self.client_ip = client_host.rpartition(":")[0] or client_host  # ACL bindings name hosts by address
         self.principal = principal
         self.token_authenticated = False  # logged in with a delegation token
+        # Where a delegation token login looks up when its token stops working (the
+        # metadata store's delegation_token_end), and the token's id.
+        self.token_ends: Callable[[str], int | None] | None = None
+        self.token_end = ""
         self.authenticated = not security.listener.uses_sasl
         # Dispatch looks at the session only while this is set: before a SASL login
         # completes, and while a login can expire.
@@ -184,7 +189,9 @@ class Session:
         return self.sasl is not None and self.handshake_version == 0 and not self.sasl.complete
 
     def start_login(self, mechanism: str, handshake_version: int, lookup: CredentialLookup,
-                    token_lookup: TokenLookup | None = None) -> None:
+                    token_lookup: TokenLookup | None = None,
+                    token_ends: Callable[[str], int | None] | None = None) -> None:
+        self.token_ends = token_ends
         validator = self.security.bearer_validator
         self.sasl = SaslServer(mechanism, self.security.plain_users, lookup, token_lookup,
                                self.security.tokens_without_extension,
@@ -203,7 +210,8 @@ class Session:
             raise PermissionError("re-authentication must keep the principal")
         self.principal = principal
         self.authenticated = True
-        self.token_authenticated = self.sasl.delegation_token
+        self.token_authenticated = bool(self.sasl.delegation_token)
+        self.token_end = self.sasl.delegation_token
         lifetime_ms = self.security.reauth_ms
         if self.sasl.credential_expiry_ms is not None:
             token_left_ms = max(1, self.sasl.credential_expiry_ms - int(time.time() * 1000))
@@ -217,4 +225,11 @@ class Session:
             self.on_failed_login()
 
     def expired(self) -> bool:
-        return bool(self.expires_at) and time.monotonic() >= self.expires_at
+        """The session is over: its lifetime is past, or the delegation token it logged
+        in with was expired or removed since (on any broker)."""
+        if self.expires_at and time.monotonic() >= self.expires_at:
+            return True
+        if self.token_end and self.token_ends is not None:
+            end = self.token_ends(self.token_end)
+            return end is None or end < time.time() * 1000
+        return False

@@ -91,6 +91,18 @@ def token_login_error(port: int, token_id: str, hmac: bytes) -> int:
     return answer.error_code
 
 
+def closed_on_next_request(raw: RawClient, timeout_s: float = 5.0) -> bool:
+    """Whether the broker closes ``raw`` at a request (Metadata) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            raw.call(3, 1, {"topics": []})
+        except (ConnectionError, OSError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def create_token(raw: RawClient, renewers: tuple[str, ...] = (), owner: str | None = None,
                  max_lifetime_ms: int = -1, version: int = 3) -> object:
     body = {"owner_principal_type": "User" if owner else None, "owner_principal_name": owner,
@@ -212,6 +224,14 @@ def test_token_logins_act_as_the_owner_and_end_with_the_token(token_broker, ca):
     consumer.close()
     assert sorted(values) == sorted(f"r{i}".encode() for i in range(10))
 
+    # A connection logged in with a token is closed once the token is removed.
+    doomed = create_token(alice)
+    raw, answer = token_login(port, doomed.token_id, doomed.hmac)
+    assert answer.error_code == ErrorCode.NONE and not closed_on_next_request(raw, 0.3)
+    assert alice.call(EXPIRE, 2, {"hmac": doomed.hmac, "expiry_time_period_ms": -1}).error_code == ErrorCode.NONE
+    assert closed_on_next_request(raw)
+    raw.close()
+
     # Expired (a short period, then past it): every new login is refused, with either client.
     assert alice.call(EXPIRE, 2, {"hmac": made.hmac, "expiry_time_period_ms": 500}).error_code == ErrorCode.NONE
     time.sleep(0.7)
@@ -277,8 +297,12 @@ def test_a_token_made_through_one_broker_works_on_all(tmp_path, zookeeper_server
         assert b'"owner":"User%3Aalice"' in data and b"hmac" not in data.lower()
         for broker in brokers:
             assert token_login_error(broker.ports["SASL_PLAINTEXT"], made.token_id, made.hmac) == ErrorCode.NONE
+        logged_in, answer = token_login(brokers[0].ports["SASL_PLAINTEXT"], made.token_id, made.hmac)
+        assert answer.error_code == ErrorCode.NONE
         bob = plain_login(brokers[2].ports["SASL_PLAINTEXT"], "bob")
         assert bob.call(EXPIRE, 2, {"hmac": made.hmac, "expiry_time_period_ms": -1}).error_code == ErrorCode.NONE
+        assert closed_on_next_request(logged_in)  # broker 0 hears of it through ZooKeeper
+        logged_in.close()
         assert token_login_error(brokers[1].ports["SASL_PLAINTEXT"], made.token_id, made.hmac) == \
             ErrorCode.SASL_AUTHENTICATION_FAILED
         alice.close()

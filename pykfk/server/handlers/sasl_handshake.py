@@ -30,5 +30,6 @@ def handle(ctx: RequestContext, request: typed.SaslHandshakeRequest) -> typed.Sa
         return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
     store = ctx.broker.metadata
     session.start_login(request.mechanism, ctx.api_version, functools.partial(scram_credential, store),
-                        functools.partial(token_login, store, token_settings(ctx.broker.config)))
+                        functools.partial(token_login, store, token_settings(ctx.broker.config)),
+                        store.delegation_token_end)
     return {"error_code": ErrorCode.NONE, "mechanisms": mechanisms}
