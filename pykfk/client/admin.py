@@ -127,6 +127,7 @@ class ClientSecurity:
         """From Kafka client properties; PEM files for the TLS trust and key stores.
         Raises ValueError naming a property that is unusable."""
         from pykfk.security.jaas import JaasError, parse_jaas
+        from pykfk.security.sasl import CLIENT_MECHANISMS
 
         protocol = props.get("security.protocol", "PLAINTEXT").upper()
         if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
@@ -140,12 +141,16 @@ class ClientSecurity:
             username, password = options.get("username", ""), options.get("password", "")
         username = props.get("sasl.username", username)
         password = props.get("sasl.password", password)
+        mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL") and mechanism not in CLIENT_MECHANISMS:
+            raise ValueError(f"sasl.mechanism: {mechanism} is not one pykfk logs in with "
+                             f"({', '.join(CLIENT_MECHANISMS)})")
         for store in ("ssl.truststore.type", "ssl.keystore.type"):
             if props.get(store, "PEM").upper() != "PEM":
                 raise ValueError(f"{store}: only PEM files are supported")
         return cls(
             protocol=protocol,
-            sasl_mechanism=props.get("sasl.mechanism", "PLAIN").upper(),
+            sasl_mechanism=mechanism,
             sasl_username=username,
             sasl_password=password,
             ssl_cafile=props.get("ssl.truststore.location") or props.get("ssl.ca.location"),
