@@ -54,6 +54,9 @@ MAX_PRODUCER_EPOCH = 32767
 MARKER_RETRY_BACKOFF_S = 0.05
 MARKER_RETRY_BACKOFF_MAX_S = 1.0
 
+# Transactional ids whose partition is remembered (the cache starts again when full).
+PARTITION_CACHE_SIZE = 100_000
+
 TopicPartition = tuple[str, int]
 SETTLED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 PREPARING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE})
@@ -169,6 +172,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, _Loaded] = {}
         self._loading: set[int] = set()
+        self._partition_of: dict[str, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = False
 
@@ -202,7 +206,14 @@ class TransactionCoordinator:
     # -- partitions -------------------------------------------------------------------------
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.config.num_partitions)
+        # Every request asks this, several times; the hash is a Python loop over the id.
+        partition = self._partition_of.get(transactional_id)
+        if partition is None:
+            if len(self._partition_of) >= PARTITION_CACHE_SIZE:
+                self._partition_of.clear()
+            partition = self._partition_of[transactional_id] = partition_for(
+                transactional_id, self.config.num_partitions)
+        return partition
 
     @property
     def owned_partitions(self) -> frozenset[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pykfk.cluster.channel import BrokerChannel, ChannelError
@@ -40,15 +40,43 @@ async def write_local_marker(replicas: ReplicaManager, groups: GroupCoordinator 
                              partition: int, producer_id: int, producer_epoch: int, commit: bool,
                              coordinator_epoch: int, timeout_ms: int) -> int:
     """One marker on a partition this broker leads; the error code."""
-    try:
-        leader = replicas.leader_partition(topic, partition)
-        _info, wait = leader.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, timeout_ms)
-        code = ErrorCode.NONE if wait is None else await wait
-    except KafkaError as exc:
-        return int(exc.code)
-    if code == ErrorCode.NONE and topic == OFFSETS_TOPIC and groups is not None:
-        await groups.complete_transaction(producer_id, partition, commit)
-    return int(code)
+    codes = await write_local_markers(replicas, groups, [(topic, partition)], producer_id, producer_epoch,
+                                      commit, coordinator_epoch, timeout_ms)
+    return codes[0]
+
+
+async def write_local_markers(replicas: ReplicaManager, groups: GroupCoordinator | None,
+                              partitions: list[TopicPartition], producer_id: int, producer_epoch: int,
+                              commit: bool, coordinator_epoch: int, timeout_ms: int) -> list[int]:
+    """Markers on partitions this broker leads, an error code for each. All are
+    appended in one pass before any wait, so their replication (or flush) waits
+    overlap; a partition whose marker is already covered by the high watermark costs no
+    task or await."""
+    codes: list[int] = [int(ErrorCode.NONE)] * len(partitions)
+    waits: list[tuple[int, Coroutine[Any, Any, ErrorCode]]] = []
+    for i, (topic, partition) in enumerate(partitions):
+        try:
+            leader = replicas.leader_partition(topic, partition)
+            _info, wait = leader.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, timeout_ms)
+        except KafkaError as exc:
+            codes[i] = int(exc.code)
+            continue
+        if wait is not None:
+            waits.append((i, wait))
+    if waits:
+        results = await asyncio.gather(*(wait for _i, wait in waits), return_exceptions=True)
+        for (i, _wait), result in zip(waits, results, strict=True):
+            if isinstance(result, KafkaError):
+                codes[i] = int(result.code)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                codes[i] = int(result)
+    if groups is not None:
+        for i, (topic, partition) in enumerate(partitions):
+            if codes[i] == ErrorCode.NONE and topic == OFFSETS_TOPIC:
+                await groups.complete_transaction(producer_id, partition, commit)
+    return codes
 
 
 class BrokerMarkerWriter:
@@ -80,10 +108,13 @@ class BrokerMarkerWriter:
             else:
                 remote.setdefault(state.leader, []).append((topic, partition))
         groups = getattr(self.broker, "group_coordinator", None)
+        local_markers = write_local_markers(replicas, groups, local, producer_id, producer_epoch, commit,
+                                            coordinator_epoch, self.timeout_ms)
+        if not remote:  # the common case on one broker: no gather, no task per leader
+            codes.update(zip(local, await local_markers, strict=True))
+            return codes
         local_codes, remote_codes = await asyncio.gather(
-            asyncio.gather(*(write_local_marker(replicas, groups, topic, partition, producer_id, producer_epoch,
-                                                commit, coordinator_epoch, self.timeout_ms)
-                             for topic, partition in local)),
+            local_markers,
             asyncio.gather(*(self._send(leader, producer_id, producer_epoch, commit, coordinator_epoch, targets)
                              for leader, targets in remote.items())))
         codes.update(zip(local, local_codes, strict=True))
