@@ -31,6 +31,7 @@ from pykfk.cluster.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TopicManager
 from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
+from pykfk.server.loop_stalls import LoopStallMonitor
 
 if TYPE_CHECKING:
     from pykfk.group import GroupCoordinator
@@ -74,6 +75,7 @@ class Broker:
         self.request_stats = RequestStats(timing=bool(config["metrics.listener"]))
         self.registry: Registry | None = None  # the APIs served, once started
         self.metrics_endpoint: MetricsEndpoint | None = None  # with metrics.listener set
+        self.loop_stalls: LoopStallMonitor | None = None  # with PYKFK_LOOP_STALL_MS set
         self._default_log_config = LogConfig.from_properties(_as_strings(config.topic_defaults()))
         self._group_coordinator: GroupCoordinator | None = None
         self._coordinator_leadership: CoordinatorLeadership | None = None
@@ -144,6 +146,9 @@ class Broker:
         # partitions does not pause its clients for full collections of them later.
         gc.collect()
         gc.freeze()
+        self.loop_stalls = LoopStallMonitor.from_environment()
+        if self.loop_stalls is not None:
+            self.loop_stalls.start(asyncio.get_running_loop())
         for server in self.servers:
             await server.serve()
         self._started = True
@@ -190,6 +195,8 @@ class Broker:
         self.stopping = True
         log.info("broker %d shutting down", self.config.broker_id)
         gc.unfreeze()  # what start froze (see start) may be garbage once this broker is gone
+        if self.loop_stalls is not None:
+            self.loop_stalls.stop()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         await self.cluster.controlled_shutdown()

@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.latency.report import plot, print_table, summarize
+from bench.latency.report import plot, print_stalls, print_table, summarize
 from bench.scale.probes import user_and_kernel_cpu_seconds
+from pykfk.server.loop_stalls import REPORT_ENV, STALL_MS_ENV
 from pykfk.testing import BrokerProcess
 
 TOPIC = "latency"
@@ -52,8 +53,17 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
     os.makedirs(run_dir)
     mock = target == "mock"
     broker = None
+    stalls_path = os.path.join(run_dir, "loop-stalls.json")
     if not mock:
-        broker = BrokerProcess(os.path.join(run_dir, "data"), log_level="WARNING").start()
+        # The broker's loop-stall monitor (pykfk.server.loop_stalls) reports what blocked its
+        # event loop; the broker process inherits these.
+        os.environ[STALL_MS_ENV] = str(args.stall_ms)
+        os.environ[REPORT_ENV] = stalls_path
+        try:
+            broker = BrokerProcess(os.path.join(run_dir, "data"), log_level="WARNING").start()
+        finally:
+            os.environ.pop(STALL_MS_ENV, None)
+            os.environ.pop(REPORT_ENV, None)
         _create_topic(broker.bootstrap, args.partitions)
     bootstrap = broker.bootstrap if broker else "127.0.0.1:1"
     procs: list[subprocess.Popen[bytes]] = []
@@ -80,7 +90,11 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
         producer = json.load(f)
     with open(os.path.join(run_dir, "consumer.json"), encoding="ascii") as f:
         consumer = json.load(f)
-    return summarize(target, args, producer, consumer, cpu)
+    result = summarize(target, args, producer, consumer, cpu)
+    if broker is not None and os.path.exists(stalls_path):
+        with open(stalls_path, encoding="utf-8") as f:
+            result["loop_stalls"] = json.load(f)
+    return result
 
 
 def _broker_cpu_in_window(broker: BrokerProcess, start: int, args: argparse.Namespace) -> tuple[float, float]:
@@ -113,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--target", choices=["pykfk", "mock", "both"], default="both")
     parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
+    parser.add_argument("--stall-ms", type=float, default=5.0,
+                        help="the broker records loop stalls longer than this (ms)")
     parser.add_argument("--profile", metavar="FILE",
                         help="also sample the broker with py-spy over the window (raw stacks)")
     args = parser.parse_args(argv)
@@ -131,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump([{k: v for k, v in r.items() if not k.startswith("_")} for r in results], f, indent=2)
     plot(results, os.path.join(args.out, f"latency-{args.rate}.png"))
     print_table(results)
+    print_stalls(results)
     return 0
 
 

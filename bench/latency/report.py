@@ -78,6 +78,26 @@ def print_table(results: list[dict[str, Any]]) -> None:
           "kernel the part of us/req spent in system calls")
 
 
+def print_stalls(results: list[dict[str, Any]], worst: int = 8) -> None:
+    """The broker's loop-stall histogram and what blocked its loop longest (the stalls
+    are the broker's own, whatever the load on the machine adds to the latencies)."""
+    for r in results:
+        stalls = r.get("loop_stalls")
+        if stalls is None:
+            continue
+        print(f"\n{r['target']}: {stalls['stalls']} event-loop stalls over {stalls['threshold_ms']:g} ms "
+              f"(whole run, start-up included)")
+        print("  " + "  ".join(f"{label}: {count}" for label, count in stalls["histogram"].items()))
+        print("  longest by what ran (count, total ms, max ms):")
+        for entry in stalls["by_name"][:worst]:
+            print(f"    {entry['max_ms']:7.1f} {entry['total_ms']:8.1f} {entry['count']:5d}  {entry['name']}")
+        print("  worst stalls (ms, gc ms inside, what ran @ innermost frame):")
+        for stall in stalls["worst"][:worst]:
+            print(f"    {stall['ms']:7.1f} {stall['gc_ms']:6.1f}  t={stall['at_s']:.1f}s  {stall['name']} @ {stall['at']}")
+        print("  collections: " + ", ".join(f"gen {g}: {c['count']} x, total {c['total_ms']:.0f} ms, "
+                                            f"max {c['max_ms']:.1f} ms" for g, c in stalls["gc"].items()))
+
+
 def plot(results: list[dict[str, Any]], path: str) -> None:
     import matplotlib
 

@@ -1,0 +1,242 @@
+"""The loop-stall monitor: what stops the broker's event loop, and for how long.
+
+Off unless ``PYKFK_LOOP_STALL_MS`` names a threshold in milliseconds (``bench.latency``
+sets it); ``PYKFK_LOOP_STALLS`` is the JSON file it keeps up to date (once a second and
+at stop). Works on uvloop as on asyncio's own loop, without wrapping their callbacks:
+
+- a tick on the loop every ``TICK_S`` measures how late it ran: a tick late by more than
+  the threshold is a stall of that length;
+- a watchdog thread reads the loop thread's Python stack while the loop is late, so a
+  stall is named by what ran: the callback or task at the bottom of the stack (the first
+  frame above the loop) and the innermost frame at the time;
+- ``gc.callbacks`` time every collection, with its generation; a stall overlapping a
+  collection says so (a collection holds the interpreter lock, so the watchdog cannot
+  sample it: the gc record is the name then).
+
+The report: a histogram of stall lengths, the stalls grouped by name (count, total,
+longest), the worst stalls one by one, and the collections by generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+STALL_MS_ENV = "PYKFK_LOOP_STALL_MS"
+REPORT_ENV = "PYKFK_LOOP_STALLS"
+# How often the loop is ticked; a stall shorter than this may go unseen.
+TICK_S = 0.005
+# Stall lengths are counted in these buckets (ms, upper bounds; the last is open).
+BUCKETS_MS = (5, 10, 20, 50, 100, 200, 500, 1000)
+WORST_KEPT = 50
+REPORT_INTERVAL_S = 1.0
+# Frames of the loop itself: the callback is the first frame above the last of these.
+_LOOP_FILES = (os.sep + os.path.join("asyncio", ""), os.sep + os.path.join("uvloop", ""))
+
+
+def _name(frame: FrameType) -> str:
+    code = frame.f_code
+    return str(getattr(code, "co_qualname", code.co_name))  # co_qualname: Python 3.11+
+
+
+def _where(frame: FrameType) -> str:
+    return f"{_name(frame)} ({_short_path(frame.f_code.co_filename)}:{frame.f_lineno})"
+
+
+def _short_path(path: str) -> str:
+    parts = path.split(os.sep)
+    return os.sep.join(parts[-2:])
+
+
+def _is_loop_frame(frame: FrameType) -> bool:
+    return any(part in frame.f_code.co_filename for part in _LOOP_FILES)
+
+
+def describe_stack(frame: FrameType | None) -> tuple[str, str]:
+    """(the callback or task that runs, the innermost frame) of a thread's stack; the
+    callback is the outermost frame above the event loop's own."""
+    if frame is None:
+        return "<none>", "<none>"
+    innermost = frame
+    stack: list[FrameType] = []
+    while frame is not None:
+        stack.append(frame)
+        frame = frame.f_back
+    stack.reverse()  # outermost first
+    callback = stack[0]
+    for i, f in enumerate(stack):
+        if _is_loop_frame(f) and i + 1 < len(stack) and not _is_loop_frame(stack[i + 1]):
+            callback = stack[i + 1]
+    return _name(callback), _where(innermost)
+
+
+class LoopStallMonitor:
+    """Records every stretch over ``threshold_ms`` in which the loop ran no tick."""
+
+    def __init__(self, threshold_ms: float, report_path: str | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.threshold_s = threshold_ms / 1000
+        self.report_path = report_path
+        self.clock = clock
+        self.buckets = [0] * (len(BUCKETS_MS) + 1)
+        self.by_name: dict[str, list[float]] = {}  # name -> [count, total ms, max ms]
+        self.worst: list[dict[str, Any]] = []
+        self.gc_by_generation: dict[int, list[float]] = {}  # gen -> [count, total ms, max ms]
+        self.gc_pauses: collections.deque[tuple[float, float, int]] = collections.deque(maxlen=256)
+        self.stall_count = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread_id = 0
+        self._expected = 0.0  # when the next tick is due
+        self._handle: asyncio.TimerHandle | None = None
+        self._samples: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._gc_started = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_at = 0.0
+
+    @classmethod
+    def from_environment(cls) -> LoopStallMonitor | None:
+        threshold = os.environ.get(STALL_MS_ENV)
+        if not threshold:
+            return None
+        return cls(float(threshold), os.environ.get(REPORT_ENV) or None)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread_id = threading.get_ident()
+        self._started_at = self.clock()
+        self._schedule_tick()
+        gc.callbacks.append(self._on_gc)
+        self._thread = threading.Thread(target=self._watch, name="pykfk-loop-stalls", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.write_report()
+
+    # -- the loop side ----------------------------------------------------------------
+
+    def _schedule_tick(self) -> None:
+        assert self._loop is not None
+        self._expected = self.clock() + TICK_S
+        self._handle = self._loop.call_later(TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        now = self.clock()
+        late = now - self._expected
+        if late > self.threshold_s:
+            self._record(late, now)
+        self._schedule_tick()
+
+    def _record(self, late_s: float, now: float) -> None:
+        with self._lock:
+            samples, self._samples = self._samples, collections.Counter()
+        start = now - late_s
+        overlapping = [(d, g) for (t, d, g) in list(self.gc_pauses) if t + d / 1000 >= start]
+        gc_ms = sum(d for d, _g in overlapping)
+        gcs = [g for _d, g in overlapping]
+        if samples:
+            (name, at), _n = samples.most_common(1)[0]
+        elif gcs:
+            name, at = f"gc generation {max(gcs)}", "gc"
+        else:
+            name, at = "<not sampled>", "<not sampled>"
+        ms = late_s * 1000
+        stall = {"ms": round(ms, 2), "name": name, "at": at, "gc_ms": round(gc_ms, 2),
+                 "at_s": round(start - self._started_at, 3),
+                 "sampled": {f"{n} @ {a}": c for (n, a), c in samples.most_common(3)}}
+        with self._lock:  # the watchdog thread writes the report
+            self.stall_count += 1
+            self.buckets[_bucket(ms)] += 1
+            entry = self.by_name.setdefault(name, [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += ms
+            entry[2] = max(entry[2], ms)
+            self.worst.append(stall)
+            if len(self.worst) > 2 * WORST_KEPT:
+                self.worst.sort(key=lambda e: -e["ms"])
+                del self.worst[WORST_KEPT:]
+
+    # -- gc ---------------------------------------------------------------------------
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = self.clock()
+            return
+        ms = (self.clock() - self._gc_started) * 1000
+        generation = info.get("generation", -1)
+        entry = self.gc_by_generation.setdefault(generation, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += ms
+        entry[2] = max(entry[2], ms)
+        if ms >= 1.0:
+            self.gc_pauses.append((self._gc_started, ms, generation))
+
+    # -- the watchdog thread ----------------------------------------------------------
+
+    def _watch(self) -> None:
+        next_report = self.clock() + REPORT_INTERVAL_S
+        while not self._stop.wait(TICK_S / 2):
+            now = self.clock()
+            if now - self._expected > self.threshold_s / 2:
+                frame = sys._current_frames().get(self._loop_thread_id)
+                sample = describe_stack(frame)
+                del frame
+                with self._lock:
+                    self._samples[sample] += 1
+            if self.report_path is not None and now >= next_report:
+                next_report = now + REPORT_INTERVAL_S
+                self.write_report()
+
+    # -- the report -------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        labels = [f"<={b} ms" for b in BUCKETS_MS] + [f">{BUCKETS_MS[-1]} ms"]
+        with self._lock:
+            worst = sorted(self.worst, key=lambda e: -e["ms"])[:WORST_KEPT]
+            by_name = [(n, list(v)) for n, v in self.by_name.items()]
+            buckets, stalls = list(self.buckets), self.stall_count
+        collections_by_generation = [(g, list(v)) for g, v in list(self.gc_by_generation.items())]
+        return {
+            "threshold_ms": self.threshold_s * 1000,
+            "stalls": stalls,
+            "histogram": dict(zip(labels, buckets, strict=True)),
+            "by_name": sorted(({"name": n, "count": int(c), "total_ms": round(t, 2), "max_ms": round(m, 2)}
+                               for n, (c, t, m) in by_name), key=lambda e: -e["max_ms"]),
+            "worst": worst,
+            "gc": {str(g): {"count": int(c), "total_ms": round(t, 2), "max_ms": round(m, 2)}
+                   for g, (c, t, m) in sorted(collections_by_generation)},
+        }
+
+    def write_report(self) -> None:
+        if self.report_path is None:
+            return
+        tmp = f"{self.report_path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.report(), f, indent=1)
+        os.replace(tmp, self.report_path)
+
+
+def _bucket(ms: float) -> int:
+    for i, bound in enumerate(BUCKETS_MS):
+        if ms <= bound:
+            return i
+    return len(BUCKETS_MS)
