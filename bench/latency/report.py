@@ -87,13 +87,17 @@ def print_stalls(results: list[dict[str, Any]], worst: int = 8) -> None:
             continue
         print(f"\n{r['target']}: {stalls['stalls']} event-loop stalls over {stalls['threshold_ms']:g} ms "
               f"(whole run, start-up included)")
-        print("  " + "  ".join(f"{label}: {count}" for label, count in stalls["histogram"].items()))
+        print("  length:         " + "  ".join(f"{label}: {count}" for label, count in stalls["histogram"].items()))
+        print("  loop's own CPU: " + "  ".join(f"{label}: {count}" for label, count in stalls["cpu_histogram"].items()))
         print("  longest by what ran (count, total ms, max ms):")
         for entry in stalls["by_name"][:worst]:
             print(f"    {entry['max_ms']:7.1f} {entry['total_ms']:8.1f} {entry['count']:5d}  {entry['name']}")
-        print("  worst stalls (ms, gc ms inside, what ran @ innermost frame):")
+        print("  worst stalls (ms; of it the loop's CPU, waiting for a CPU, asleep in the kernel, gc; "
+              "what ran @ innermost frame):")
         for stall in stalls["worst"][:worst]:
-            print(f"    {stall['ms']:7.1f} {stall['gc_ms']:6.1f}  t={stall['at_s']:.1f}s  {stall['name']} @ {stall['at']}")
+            print(f"    {stall['ms']:7.1f}  cpu {stall['cpu_ms']:5.1f} runq {stall['runqueue_ms']:5.1f} "
+                  f"sleep {stall['blocked_ms']:5.1f} gc {stall['gc_ms']:5.1f}  t={stall['at_s']:.1f}s  "
+                  f"{stall['name']} @ {stall['at']}")
         print("  collections: " + ", ".join(f"gen {g}: {c['count']} x, total {c['total_ms']:.0f} ms, "
                                             f"max {c['max_ms']:.1f} ms" for g, c in stalls["gc"].items()))
 

@@ -13,8 +13,13 @@ at stop). Works on uvloop as on asyncio's own loop, without wrapping their callb
   collection says so (a collection holds the interpreter lock, so the watchdog cannot
   sample it: the gc record is the name then).
 
-The report: a histogram of stall lengths, the stalls grouped by name (count, total,
-longest), the worst stalls one by one, and the collections by generation.
+On Linux each stall is split by the loop thread's scheduler statistics into its own CPU
+time, its wait for a CPU (load from other processes) and the rest (asleep in a system
+call: disk writes, fsync): the CPU part is the broker's own, whatever the machine's load.
+
+The report: histograms of stall lengths and of the loop's CPU time within them, the
+stalls grouped by name (count, total, longest), the worst stalls one by one, and the
+collections by generation.
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
+import inspect
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 STALL_MS_ENV = "PYKFK_LOOP_STALL_MS"
@@ -39,8 +45,7 @@ TICK_S = 0.005
 BUCKETS_MS = (5, 10, 20, 50, 100, 200, 500, 1000)
 WORST_KEPT = 50
 REPORT_INTERVAL_S = 1.0
-# Frames of the loop itself: the callback is the first frame above the last of these.
-_LOOP_FILES = (os.sep + os.path.join("asyncio", ""), os.sep + os.path.join("uvloop", ""))
+NO_CALLBACK = "<loop, no Python callback>"
 
 
 def _name(frame: FrameType) -> str:
@@ -57,25 +62,33 @@ def _short_path(path: str) -> str:
     return os.sep.join(parts[-2:])
 
 
-def _is_loop_frame(frame: FrameType) -> bool:
-    return any(part in frame.f_code.co_filename for part in _LOOP_FILES)
-
-
-def describe_stack(frame: FrameType | None) -> tuple[str, str]:
-    """(the callback or task that runs, the innermost frame) of a thread's stack; the
-    callback is the outermost frame above the event loop's own."""
-    if frame is None:
-        return "<none>", "<none>"
-    innermost = frame
-    stack: list[FrameType] = []
+def loop_runner_code(frame: FrameType | None) -> CodeType | None:
+    """The code that runs the loop (``Runner.run``, or whatever called
+    ``run_until_complete``), seen from a frame inside a task: what the outermost
+    coroutine frame was called from."""
+    runner = None
     while frame is not None:
-        stack.append(frame)
+        if frame.f_code.co_flags & inspect.CO_COROUTINE and frame.f_back is not None:
+            runner = frame.f_back.f_code
         frame = frame.f_back
-    stack.reverse()  # outermost first
-    callback = stack[0]
-    for i, f in enumerate(stack):
-        if _is_loop_frame(f) and i + 1 < len(stack) and not _is_loop_frame(stack[i + 1]):
-            callback = stack[i + 1]
+    return runner
+
+
+def describe_stack(frame: FrameType | None, runner: CodeType | None) -> tuple[str, str]:
+    """(the callback or task that runs, the innermost frame) of the loop thread's stack;
+    the callback is the frame right above the loop's ``runner``."""
+    if frame is None:
+        return NO_CALLBACK, "<none>"
+    innermost = frame
+    callback = None
+    while frame is not None:
+        if frame.f_back is not None and frame.f_back.f_code is runner:
+            callback = frame
+        frame = frame.f_back
+    if callback is None:
+        # No Python callback runs: the loop is in its own C code or a system call, or
+        # the thread waits for a CPU.
+        return NO_CALLBACK, _where(innermost)
     return _name(callback), _where(innermost)
 
 
@@ -88,6 +101,7 @@ class LoopStallMonitor:
         self.report_path = report_path
         self.clock = clock
         self.buckets = [0] * (len(BUCKETS_MS) + 1)
+        self.cpu_buckets = [0] * (len(BUCKETS_MS) + 1)  # the loop thread's own CPU in each stall
         self.by_name: dict[str, list[float]] = {}  # name -> [count, total ms, max ms]
         self.worst: list[dict[str, Any]] = []
         self.gc_by_generation: dict[int, list[float]] = {}  # gen -> [count, total ms, max ms]
@@ -98,11 +112,14 @@ class LoopStallMonitor:
         self._loop_thread_id = 0
         self._expected = 0.0  # when the next tick is due
         self._handle: asyncio.TimerHandle | None = None
+        self._runner: CodeType | None = None
         self._samples: collections.Counter[tuple[str, str]] = collections.Counter()
         self._gc_started = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started_at = 0.0
+        self._schedstat_fd = -1
+        self._last_sched = (0, 0)  # the loop thread's (CPU ns, run-queue wait ns) at the last tick
 
     @classmethod
     def from_environment(cls) -> LoopStallMonitor | None:
@@ -116,7 +133,13 @@ class LoopStallMonitor:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._loop_thread_id = threading.get_ident()
+        self._runner = loop_runner_code(sys._getframe())
         self._started_at = self.clock()
+        try:  # Linux: the loop thread's own CPU time and time spent waiting for a CPU
+            self._schedstat_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._schedstat_fd = -1
+        self._last_sched = self._sched()
         self._schedule_tick()
         gc.callbacks.append(self._on_gc)
         self._thread = threading.Thread(target=self._watch, name="pykfk-loop-stalls", daemon=True)
@@ -131,6 +154,9 @@ class LoopStallMonitor:
         if self._thread is not None:
             self._thread.join(5)
         self.write_report()
+        if self._schedstat_fd >= 0:
+            os.close(self._schedstat_fd)
+            self._schedstat_fd = -1
 
     # -- the loop side ----------------------------------------------------------------
 
@@ -139,14 +165,27 @@ class LoopStallMonitor:
         self._expected = self.clock() + TICK_S
         self._handle = self._loop.call_later(TICK_S, self._tick)
 
+    def _sched(self) -> tuple[int, int]:
+        if self._schedstat_fd < 0:
+            return 0, 0
+        try:
+            fields = os.pread(self._schedstat_fd, 128, 0).split()
+            return int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            return 0, 0
+
     def _tick(self) -> None:
         now = self.clock()
         late = now - self._expected
+        sched = self._sched()
         if late > self.threshold_s:
-            self._record(late, now)
+            cpu_ms = (sched[0] - self._last_sched[0]) / 1e6
+            waiting_ms = (sched[1] - self._last_sched[1]) / 1e6
+            self._record(late, now, cpu_ms, waiting_ms)
+        self._last_sched = sched
         self._schedule_tick()
 
-    def _record(self, late_s: float, now: float) -> None:
+    def _record(self, late_s: float, now: float, cpu_ms: float = 0.0, waiting_ms: float = 0.0) -> None:
         with self._lock:
             samples, self._samples = self._samples, collections.Counter()
         start = now - late_s
@@ -160,12 +199,17 @@ class LoopStallMonitor:
         else:
             name, at = "<not sampled>", "<not sampled>"
         ms = late_s * 1000
+        # Of the stall (and the tick interval before it): the loop thread's own CPU time,
+        # its wait for a CPU (other processes' load), and the rest asleep in the kernel.
+        blocked_ms = max(ms + TICK_S * 1000 - cpu_ms - waiting_ms, 0.0)
         stall = {"ms": round(ms, 2), "name": name, "at": at, "gc_ms": round(gc_ms, 2),
+                 "cpu_ms": round(cpu_ms, 2), "runqueue_ms": round(waiting_ms, 2), "blocked_ms": round(blocked_ms, 2),
                  "at_s": round(start - self._started_at, 3),
                  "sampled": {f"{n} @ {a}": c for (n, a), c in samples.most_common(3)}}
         with self._lock:  # the watchdog thread writes the report
             self.stall_count += 1
             self.buckets[_bucket(ms)] += 1
+            self.cpu_buckets[_bucket(cpu_ms)] += 1
             entry = self.by_name.setdefault(name, [0, 0.0, 0.0])
             entry[0] += 1
             entry[1] += ms
@@ -198,7 +242,7 @@ class LoopStallMonitor:
             now = self.clock()
             if now - self._expected > self.threshold_s / 2:
                 frame = sys._current_frames().get(self._loop_thread_id)
-                sample = describe_stack(frame)
+                sample = describe_stack(frame, self._runner)
                 del frame
                 with self._lock:
                     self._samples[sample] += 1
@@ -213,12 +257,13 @@ class LoopStallMonitor:
         with self._lock:
             worst = sorted(self.worst, key=lambda e: -e["ms"])[:WORST_KEPT]
             by_name = [(n, list(v)) for n, v in self.by_name.items()]
-            buckets, stalls = list(self.buckets), self.stall_count
+            buckets, cpu_buckets, stalls = list(self.buckets), list(self.cpu_buckets), self.stall_count
         collections_by_generation = [(g, list(v)) for g, v in list(self.gc_by_generation.items())]
         return {
             "threshold_ms": self.threshold_s * 1000,
             "stalls": stalls,
             "histogram": dict(zip(labels, buckets, strict=True)),
+            "cpu_histogram": dict(zip(labels, cpu_buckets, strict=True)),
             "by_name": sorted(({"name": n, "count": int(c), "total_ms": round(t, 2), "max_ms": round(m, 2)}
                                for n, (c, t, m) in by_name), key=lambda e: -e["max_ms"]),
             "worst": worst,
