@@ -46,6 +46,8 @@ BUCKETS_MS = (5, 10, 20, 50, 100, 200, 500, 1000)
 WORST_KEPT = 50
 REPORT_INTERVAL_S = 1.0
 NO_CALLBACK = "<loop, no Python callback>"
+# A stall names the innermost frames, up to this many.
+STACK_DEPTH = 4
 
 
 def _name(frame: FrameType) -> str:
@@ -80,6 +82,11 @@ def describe_stack(frame: FrameType | None, runner: CodeType | None) -> tuple[st
     if frame is None:
         return NO_CALLBACK, "<none>"
     innermost = frame
+    callers: list[FrameType] = []
+    while frame is not None and len(callers) < STACK_DEPTH:
+        callers.append(frame)
+        frame = frame.f_back
+    frame = innermost
     callback = None
     while frame is not None:
         if frame.f_back is not None and frame.f_back.f_code is runner:
@@ -89,7 +96,13 @@ def describe_stack(frame: FrameType | None, runner: CodeType | None) -> tuple[st
         # No Python callback runs: the loop is in its own C code or a system call, or
         # the thread waits for a CPU.
         return NO_CALLBACK, _where(innermost)
-    return _name(callback), _where(innermost)
+    # The innermost frames, innermost first, down to the callback.
+    at = []
+    for f in callers:
+        at.append(_where(f))
+        if f is callback:
+            break
+    return _name(callback), " < ".join(at)
 
 
 class LoopStallMonitor:
