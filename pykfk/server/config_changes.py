@@ -27,9 +27,10 @@ from pykfk.config import (
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
+from pykfk.server import share_groups
 from pykfk.server.dispatch import RequestContext
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 
 DEFAULT_BROKER_ENTITY = "<default>"
 
@@ -84,6 +85,11 @@ async def _alter_one(ctx: RequestContext, resource: Resource, validate_only: boo
         if not ctx.allowed_on_cluster(Operation.ALTER_CONFIGS):
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
         raise KafkaError(ErrorCode.INVALID_REQUEST, "broker logger levels cannot be changed on a pykfk broker")
+    elif resource.resource_type == GROUP:  # share groups' settings (KIP-932)
+        if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
+        configs = new_configs(resource, share_groups.group_configs(ctx, name), share_groups.GROUP_CONFIG_KEYS)
+        share_groups.alter_group_configs(ctx, name, configs, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
 

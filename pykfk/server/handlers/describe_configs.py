@@ -29,6 +29,7 @@ from pykfk.config import (
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
+from pykfk.server import share_groups
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 32
@@ -36,6 +37,8 @@ VERSIONS = (0, 4)
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
+DYNAMIC_GROUP_CONFIG = 8
 # ConfigSource codes (DescribeConfigsResponse.json)
 DYNAMIC_TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
@@ -134,6 +137,18 @@ def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> lis
             if (keys is None or name in keys) and name in BROKER_KEYS]
 
 
+def _group_configs(ctx: RequestContext, group: str, keys: set[str] | None) -> list[typed.DescribeConfigsResourceResult]:
+    """A share group's settings: the group's own (DYNAMIC_GROUP_CONFIG) or the default."""
+    overrides = share_groups.group_configs(ctx, group)
+    out: list[typed.DescribeConfigsResourceResult] = []
+    for name, key in share_groups.GROUP_CONFIG_KEYS.items():
+        if keys is None or name in keys:
+            source = DYNAMIC_GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
+            value = overrides.get(name, key.default)
+            out.append(_entry(name, value, source, False, [_synonym(name, value, source)], key.kind, key.doc))
+    return out
+
+
 def _shaped(configs: list[typed.DescribeConfigsResourceResult], request: typed.DescribeConfigsRequest, version: int) -> list[typed.DescribeConfigsResourceResult]:
     """Drop what the request did not ask for: synonyms (v1+ flag) and documentation."""
     for entry in configs:
@@ -170,6 +185,11 @@ async def handle(ctx: RequestContext, request: typed.DescribeConfigsRequest) -> 
                 configs = _cluster_default_configs(broker.config, keys)
             else:
                 configs = _broker_configs(broker.config, keys)
+        elif resource.resource_type == GROUP:
+            if not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.GROUP, resource.resource_name):
+                code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed."
+            else:
+                configs = _group_configs(ctx, resource.resource_name, keys)
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
         results.append(

@@ -1,0 +1,165 @@
+"""What the share-group handlers (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
+ShareAcknowledge) share: the broker's ``ShareCoordinator``, acknowledgements applied to
+a share partition, and one share partition's read (records acquired with the whole
+batches that hold them)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pykfk._core.errors import CorruptBatchError
+from pykfk._core.records import parse_batch_header
+from pykfk.config import ConfigKey
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.group.share.coordinator import (
+    GROUP_CONFIG_DEFAULTS,
+    GROUP_CONFIG_VALUES,
+    ShareCoordinator,
+    ShareSettings,
+)
+from pykfk.group.share.partition import AckBatch, Acquired, SharePartition
+from pykfk.log.log import Log
+from pykfk.server.dispatch import RequestContext
+
+_COORDINATORS: weakref.WeakKeyDictionary[object, ShareCoordinator] = weakref.WeakKeyDictionary()
+
+
+def share_coordinator(ctx: RequestContext) -> ShareCoordinator:
+    """The broker's share groups and share partitions (made on first use)."""
+    found = _COORDINATORS.get(ctx.broker)
+    if found is None:
+        found = _COORDINATORS[ctx.broker] = ShareCoordinator(ShareSettings.from_config(ctx.broker.config))
+    return found
+
+
+def now_ms(ctx: RequestContext) -> int:
+    return int(ctx.broker.replica_manager.clock.monotonic() * 1000)
+
+
+class WireAckBatch(Protocol):
+    first_offset: int
+    last_offset: int
+    acknowledge_types: Sequence[int]
+
+
+def acknowledge(part: SharePartition | None, member_id: str, batches: Iterable[WireAckBatch]) -> int:
+    """A partition's acknowledgement batches applied (all or none); the error code."""
+    wanted = [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in batches]
+    if not wanted:
+        return ErrorCode.NONE
+    if part is None:  # nothing was ever acquired here
+        return ErrorCode.INVALID_RECORD_STATE
+    return part.acknowledge(member_id, wanted)
+
+
+@dataclass
+class ShareRead:
+    records: bytes
+    acquired: list[Acquired]
+
+
+def read_and_acquire(part: SharePartition, plog: Log, member_id: str, max_bytes: int, max_records: int,
+                     now: int, read_committed: bool) -> ShareRead:
+    """Acquire for ``member_id`` what one read of the log returns: from the lowest
+    available offset (a redelivery, else the share-partition end), whole batches up to
+    ``max_bytes`` (at least one) below the high watermark (the last stable offset under
+    read_committed). Control batches, and aborted transactional ones under
+    read_committed, are archived, never handed out."""
+    limit = plog.last_stable_offset if read_committed else plog.high_watermark
+    part.expire_locks(now)
+    start = _first_to_deliver(part, limit)
+    if start is None:
+        return ShareRead(b"", [])
+    region = plog.read(start, max_bytes, max_offset=limit).file_region
+    if region is None or region.size <= 0:
+        return ShareRead(b"", [])
+    data = region.read()
+    end, size, skipped = _scan(data, plog, start, limit, read_committed)
+    if end <= start:
+        return ShareRead(b"", [])
+    acquired = part.acquire(member_id, end, max_records, now, skipped)
+    return ShareRead(data[:size] if acquired else b"", acquired)
+
+
+def _first_to_deliver(part: SharePartition, limit: int) -> int | None:
+    for item in part.ranges:
+        if item.state == 0 and item.first < limit:  # AVAILABLE
+            return item.first
+    end = part.end_offset
+    if end < limit and part.in_flight < part.settings.max_in_flight:
+        return end
+    return None
+
+
+def _scan(data: bytes, plog: Log, start: int, limit: int, read_committed: bool
+          ) -> tuple[int, int, list[tuple[int, int]]]:
+    """(offset after the last whole batch, its byte size, offset ranges never to deliver)
+    of batches read from ``start``: control batches, and under read_committed the
+    batches of aborted transactions (the consumers' rule: a producer's aborted
+    transaction starts at its first offset and ends at its next control batch)."""
+    aborted = sorted(((t.first_offset, t.producer_id) for t in plog.aborted_transactions(start, limit)),
+                     reverse=True) if read_committed else []
+    in_aborted: set[int] = set()
+    skipped: list[tuple[int, int]] = []
+    position, end = 0, start
+    while position + 61 <= len(data):
+        try:
+            header = parse_batch_header(data, position)
+        except CorruptBatchError:  # a torn tail: stop at the last whole batch
+            break
+        if position + header.size > len(data) or header.base_offset >= limit:
+            break
+        while aborted and aborted[-1][0] <= header.base_offset:
+            in_aborted.add(aborted.pop()[1])
+        if header.is_control:
+            in_aborted.discard(header.producer_id)
+            skipped.append((header.base_offset, header.last_offset))
+        elif header.is_transactional and header.producer_id in in_aborted:
+            skipped.append((header.base_offset, header.last_offset))
+        position += header.size
+        end = header.last_offset + 1
+    return end, position, skipped
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        text = str(raw).strip()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return text
+    return parse
+
+
+# The group configs of share groups (GROUP resources, KIP-932), their parsers and defaults.
+GROUP_CONFIG_KEYS: Mapping[str, ConfigKey] = {
+    name: ConfigKey(name, _choice(*sorted(GROUP_CONFIG_VALUES[name])), default, doc)
+    for name, default, doc in (
+        ("share.auto.offset.reset", GROUP_CONFIG_DEFAULTS["share.auto.offset.reset"],
+         "where a share group starts on a partition it has no state for: latest or earliest"),
+        ("share.isolation.level", GROUP_CONFIG_DEFAULTS["share.isolation.level"],
+         "read_committed hands out committed records only"),
+    )
+}
+
+
+def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mapping[str, str], validate_only: bool) -> None:
+    """New settings of a group (what IncrementalAlterConfigs or AlterConfigs made of the
+    current ones): INVALID_CONFIG for a bad value, nothing stored then."""
+    for name, value in configs.items():
+        try:
+            GROUP_CONFIG_KEYS[name].parse(value)
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {exc}") from None
+    if not validate_only:
+        coordinator = share_coordinator(ctx)
+        if configs:
+            coordinator.group_configs[group_id] = dict(configs)
+        else:
+            coordinator.group_configs.pop(group_id, None)
+
+
+def group_configs(ctx: RequestContext, group_id: str) -> dict[str, str]:
+    return dict(share_coordinator(ctx).group_configs.get(group_id, {}))

@@ -1,0 +1,191 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer against a broker process:
+consumers sharing one partition, RELEASE/REJECT, the delivery count limit, a consumer
+killed while holding records; and hostile requests answered with Kafka's error codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from pykfk.errors import ErrorCode
+from pykfk.testing import BrokerProcess, RawClient
+
+HOLDER = str(Path(__file__).with_name("share_holder.py"))
+LOCK_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    process = BrokerProcess(str(tmp_path_factory.mktemp("share") / "data"), overrides={
+        "offsets.topic.num.partitions": 1,
+        "group.share.min.record.lock.duration.ms": 1000,
+        "group.share.record.lock.duration.ms": LOCK_MS,
+        "group.share.delivery.count.limit": 3,
+        "group.share.heartbeat.interval.ms": 500,
+    })
+    process.start()
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+def _queue(broker: BrokerProcess, topic: str, group: str, records: int) -> None:
+    """A one-partition topic holding ``records`` records and a share group that starts
+    at its earliest record."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(records):
+        producer.produce(topic, value=b"%d" % i)
+        if i % 7 == 6:
+            producer.flush(10)  # several batches
+    assert producer.flush(10) == 0
+
+
+def _consumer(broker: BrokerProcess, group: str, topic: str, **config: object) -> ShareConsumer:
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, **config})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def test_three_consumers_share_one_partition_each_record_to_one_of_them(broker):
+    _queue(broker, "q3", "g3", 90)
+    consumers = [_consumer(broker, "g3", "q3", **{"max.poll.records": 5}) for _ in range(3)]
+    got: list[list[int]] = [[], [], []]
+    deadline = time.monotonic() + 30
+    while sum(map(len, got)) < 90 and time.monotonic() < deadline:
+        for index, consumer in enumerate(consumers):
+            for message in consumer.poll(0.2) or []:
+                assert message.error() is None, message.error()
+                got[index].append(message.offset())
+    for consumer in consumers:
+        consumer.close()
+    every = [offset for offsets in got for offset in offsets]
+    assert sorted(every) == list(range(90))  # disjoint, and none lost
+    assert all(got), [len(offsets) for offsets in got]
+
+
+def test_release_redelivers_reject_does_not_and_the_delivery_limit_archives(broker):
+    _queue(broker, "qr", "gr", 3)
+    consumer = _consumer(broker, "gr", "qr", **{"share.acknowledgement.mode": "explicit"})
+    deliveries: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    deadline = time.monotonic() + 20
+    quiet_since = None
+    while time.monotonic() < deadline:
+        messages = consumer.poll(0.3) or []
+        for message in messages:
+            assert message.error() is None, message.error()
+            offset = message.offset()
+            deliveries[offset].append(message.delivery_count())
+            if offset == 0:  # released every time: archived at the limit (3)
+                consumer.acknowledge(message, AcknowledgeType.RELEASE)
+            elif offset == 1:
+                consumer.acknowledge(message, AcknowledgeType.REJECT)
+            else:  # released once, then accepted
+                consumer.acknowledge(message, AcknowledgeType.RELEASE if len(deliveries[2]) == 1
+                                     else AcknowledgeType.ACCEPT)
+        if messages:
+            consumer.commit_sync()
+            quiet_since = None
+        elif len(deliveries[0]) >= 3:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 2:  # past the lock: nothing more comes
+                break
+    consumer.close()
+    assert deliveries == {0: [1, 2, 3], 1: [1], 2: [1, 2]}
+
+
+def test_records_held_by_a_killed_consumer_are_redelivered_after_their_lock(broker):
+    _queue(broker, "qk", "gk", 20)
+    holder = subprocess.Popen([sys.executable, HOLDER, broker.bootstrap, "gk", "qk"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline()  # the offsets it acquired and will never acknowledge
+    finally:
+        holder.kill()  # SIGKILL
+        holder.wait(10)
+    held = [int(x) for x in line.split()]
+    assert held, "the holder received nothing"
+    consumer = _consumer(broker, "gk", "qk")
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 20
+    while len(seen) < 20 and time.monotonic() < deadline:
+        for message in consumer.poll(0.3) or []:
+            seen[message.offset()] = message.delivery_count()
+    consumer.close()
+    assert sorted(seen) == list(range(20))
+    assert all(seen[offset] == 2 for offset in held)
+
+
+def _heartbeat(client: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> dict:
+    return client.call(76, 1, {"group_id": group, "member_id": member, "member_epoch": epoch,
+                               "subscribed_topic_names": topics})
+
+
+def _fetch(client: RawClient, group: str, member: str, epoch: int, topic_id, acks=()) -> dict:
+    return client.call(78, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait_ms": 0, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": list(acks)}]}],
+        "forgotten_topics_data": []})
+
+
+def test_hostile_share_requests_get_kafkas_error_codes(broker):
+    _queue(broker, "qh", "gh", 5)
+    client = RawClient(broker.host, broker.port)
+    try:
+        member = str(uuid.uuid4())
+        assert _heartbeat(client, "gh", member, 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert _heartbeat(client, "gh", member, 0, None).error_code == ErrorCode.INVALID_REQUEST
+        joined = _heartbeat(client, "gh", member, 0, ["qh"])
+        assert joined.error_code == ErrorCode.NONE and joined.member_epoch > 0
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        assert _heartbeat(client, "gh", member, joined.member_epoch + 5).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+        # share sessions
+        assert _fetch(client, "gh", member, 4, topic_id).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        accept_0 = {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]}
+        assert _fetch(client, "gh", member, 0, topic_id, [accept_0]).error_code == ErrorCode.INVALID_REQUEST
+        first = _fetch(client, "gh", member, 0, topic_id)
+        acquired = first.responses[0].partitions[0].acquired_records
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired] == [(0, 4, 1)]
+        assert _fetch(client, "gh", member, 7, topic_id).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        # acknowledgements of what this member does not hold, or that make no sense
+        other = RawClient(broker.host, broker.port)
+        try:
+            stranger = str(uuid.uuid4())
+            assert _fetch(other, "gh", stranger, 0, topic_id).error_code == ErrorCode.NONE
+            answer = _fetch(other, "gh", stranger, 1, topic_id, [accept_0])
+            assert answer.responses[0].partitions[0].acknowledge_error_code == ErrorCode.INVALID_RECORD_STATE
+        finally:
+            other.close()
+        bad = [{"first_offset": 3, "last_offset": 1, "acknowledge_types": [1]}]
+        answer = _fetch(client, "gh", member, 1, topic_id, bad)
+        assert answer.responses[0].partitions[0].acknowledge_error_code == ErrorCode.INVALID_REQUEST
+        beyond = [{"first_offset": 4, "last_offset": 9, "acknowledge_types": [1]}]
+        answer = client.call(79, 1, {"group_id": "gh", "member_id": member, "share_session_epoch": 2, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": beyond}]}]})
+        assert answer.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+        all_five = [{"first_offset": 0, "last_offset": 4, "acknowledge_types": [1]}]
+        answer = client.call(79, 1, {"group_id": "gh", "member_id": member, "share_session_epoch": 3, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": all_five}]}]})
+        assert answer.error_code == ErrorCode.NONE and answer.responses[0].partitions[0].error_code == ErrorCode.NONE
+        described = client.call(77, 1, {"group_ids": ["gh", "nope"], "include_authorized_operations": False})
+        assert [m.member_id for m in described.groups[0].members] == [member]
+        assert described.groups[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert _heartbeat(client, "gh", member, -1).member_epoch == -1
+    finally:
+        client.close()
