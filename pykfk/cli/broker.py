@@ -105,10 +105,23 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, hard
 
 
-def size_sealed_segment_lru(open_files_limit: int) -> int:
-    """Sealed segments whose .log stays open between uses: an eighth of the open-files
-    limit (between 64 and 4,096), the rest left to active segments and connections."""
+def max_map_count() -> int | None:
+    """The kernel's limit of memory mappings per process (vm.max_map_count), or None."""
+    try:
+        with open("/proc/sys/vm/max_map_count", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def size_sealed_segment_lru(open_files_limit: int, map_count_limit: int | None = None) -> int:
+    """Sealed segments whose .log stays open and whose two indexes stay mapped between
+    uses: an eighth of the open-files limit (between 64 and 4,096), and at most an eighth
+    of the mappings vm.max_map_count allows; the rest is left to active segments (one
+    descriptor and two mappings each), connections and the interpreter."""
     limit = min(max(open_files_limit // 8, 64), 4096)
+    if map_count_limit is not None:
+        limit = max(min(limit, map_count_limit // 16), 1)
     set_open_sealed_segments_limit(limit)
     return limit
 
@@ -213,7 +226,8 @@ async def _serve(config: BrokerConfig, args: argparse.Namespace) -> int:
 
 async def _run_broker(config: BrokerConfig, args: argparse.Namespace) -> int:
     _before, open_files = raise_open_files_limit()
-    size_sealed_segment_lru(open_files if open_files != resource.RLIM_INFINITY else 1 << 20)
+    size_sealed_segment_lru(open_files if open_files != resource.RLIM_INFINITY else 1 << 20,
+                            max_map_count())
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -7,7 +7,8 @@ import subprocess
 import venv
 from pathlib import Path
 
-from pykfk.cli.broker import hidden_from_unit
+from pykfk._core.segment import open_sealed_segments_limit, set_open_sealed_segments_limit
+from pykfk.cli.broker import hidden_from_unit, max_map_count, size_sealed_segment_lru
 
 
 def test_a_venv_under_tmp_gets_a_warning(tmp_path: Path) -> None:
@@ -35,3 +36,16 @@ def test_which_paths_the_unit_hides() -> None:
     assert "ProtectHome=yes" in (hidden_from_unit("/root/venv/bin/pykfk-broker") or "")
     assert "PrivateTmp=yes" in (hidden_from_unit("/var/tmp/venv/bin/pykfk-broker") or "")
     assert hidden_from_unit("/tmpfs/pykfk-broker") is None
+
+
+def test_the_sealed_segment_lru_is_sized_from_open_files_and_mappings() -> None:
+    saved = open_sealed_segments_limit()
+    try:
+        assert size_sealed_segment_lru(1 << 20) == 4096
+        assert size_sealed_segment_lru(1024) == 128 == open_sealed_segments_limit()
+        # two mappings a sealed segment, an eighth of what the kernel allows
+        assert size_sealed_segment_lru(1 << 20, 65530) == 4095
+        assert size_sealed_segment_lru(1 << 20, 16000) == 1000
+        assert max_map_count() == int(Path("/proc/sys/vm/max_map_count").read_text())
+    finally:
+        set_open_sealed_segments_limit(saved)
