@@ -54,7 +54,7 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
     mock = target == "mock"
     broker = None
     stalls_path = os.path.join(run_dir, "loop-stalls.json")
-    if not mock:
+    if not mock and args.stall_ms > 0:
         # The broker's loop-stall monitor (pykfk.server.loop_stalls) reports what blocked its
         # event loop; the broker process inherits these.
         os.environ[STALL_MS_ENV] = str(args.stall_ms)
@@ -64,6 +64,8 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
         finally:
             os.environ.pop(STALL_MS_ENV, None)
             os.environ.pop(REPORT_ENV, None)
+    elif not mock:
+        broker = BrokerProcess(os.path.join(run_dir, "data"), log_level="WARNING").start()
         _create_topic(broker.bootstrap, args.partitions)
     bootstrap = broker.bootstrap if broker else "127.0.0.1:1"
     procs: list[subprocess.Popen[bytes]] = []
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=["pykfk", "mock", "both"], default="both")
     parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
     parser.add_argument("--stall-ms", type=float, default=5.0,
-                        help="the broker records loop stalls longer than this (ms)")
+                        help="the broker records loop stalls longer than this (ms); 0: no monitor")
     parser.add_argument("--profile", metavar="FILE",
                         help="also sample the broker with py-spy over the window (raw stacks)")
     args = parser.parse_args(argv)
