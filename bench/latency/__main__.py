@@ -66,6 +66,7 @@ def run_once(target: str, args: argparse.Namespace, workdir: str) -> dict[str, A
             os.environ.pop(REPORT_ENV, None)
     elif not mock:
         broker = BrokerProcess(os.path.join(run_dir, "data"), log_level="WARNING").start()
+    if broker is not None:
         _create_topic(broker.bootstrap, args.partitions)
     bootstrap = broker.bootstrap if broker else "127.0.0.1:1"
     procs: list[subprocess.Popen[bytes]] = []
