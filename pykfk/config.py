@@ -390,6 +390,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("group.share.max.groups", _at_least(1), 10, "most share groups", "int"),
         _key("group.share.assignors", _parse_list, ["simple"], "server-side assignors of share groups", "list"),
         _key("group.share.enable", _parse_bool, True, "serve share groups", "bool"),
+        _key("share.coordinator.state.topic.num.partitions", _at_least(1), 50,
+             "partitions of __share_group_state (fixed once the topic exists)", "int"),
+        _key("share.coordinator.state.topic.replication.factor", _at_least(1), 3,
+             "replication factor of __share_group_state (fewer when fewer brokers are up)", "int"),
         _key("offsets.retention.minutes", _at_least(1), 10080, "keep committed offsets of empty groups this long", "int"),
         _key("offsets.retention.check.interval.ms", _at_least(1, big=True), 600000, "offset expiry check period", "long"),
         _key("offset.metadata.max.bytes", _at_least(0), 4096, "largest metadata string of a committed offset", "int"),
@@ -574,7 +578,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
                 # KRaft's quorum of one: this broker is its own controller.
                 ("controller.quorum.voters", _parse_list, [], "list"),
                 ("controller.quorum.bootstrap.servers", _parse_list, [], "list"),
-                ("share.coordinator.state.topic.replication.factor", _at_least(1), 3, "int"),
                 ("share.coordinator.state.topic.min.isr", _at_least(1), 2, "int"),
             ]
         ],

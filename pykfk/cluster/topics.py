@@ -32,7 +32,9 @@ log = logging.getLogger("pykfk.cluster")
 OFFSETS_TOPIC = "__consumer_offsets"
 # The transaction coordinator's state (pykfk.txn.TRANSACTION_STATE_TOPIC).
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# Share groups' delivery state (pykfk.group.share.state_records.SHARE_STATE_TOPIC).
+SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC})
 # Upper bound per topic: a single request must not be able to create millions of
 # directories and open files on this broker.
 MAX_PARTITIONS_PER_TOPIC = 10000

@@ -88,8 +88,9 @@ async def _alter_one(ctx: RequestContext, resource: Resource, validate_only: boo
     elif resource.resource_type == GROUP:  # share groups' settings (KIP-932)
         if not ctx.allowed(Operation.ALTER_CONFIGS, ResourceType.GROUP, name):
             raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
+        await share_groups.load_group_configs(ctx)
         configs = new_configs(resource, share_groups.group_configs(ctx, name), share_groups.GROUP_CONFIG_KEYS)
-        share_groups.alter_group_configs(ctx, name, configs, validate_only)
+        await share_groups.alter_group_configs(ctx, name, configs, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
 

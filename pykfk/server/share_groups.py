@@ -5,15 +5,22 @@ batches that hold them)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pykfk._core.errors import CorruptBatchError
-from pykfk._core.records import parse_batch_header
+from pykfk._core.records import build_batch, parse_batch_header
+from pykfk.cluster.metadata import TopicExistsError
 from pykfk.config import ConfigKey
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.group.offsets import partition_for
 from pykfk.group.share.coordinator import (
     GROUP_CONFIG_DEFAULTS,
     GROUP_CONFIG_VALUES,
@@ -21,8 +28,24 @@ from pykfk.group.share.coordinator import (
     ShareSettings,
 )
 from pykfk.group.share.partition import AckBatch, Acquired, SharePartition
+from pykfk.group.share.state_records import (
+    SHARE_STATE_TOPIC,
+    SHARE_STATE_TOPIC_CONFIG,
+    ShareSnapshot,
+    decode_group_config_key,
+    decode_group_config_value,
+    decode_snapshot,
+    group_config_key,
+    group_config_value,
+    snapshot_key,
+    snapshot_value,
+    state_partition,
+)
+from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
 from pykfk.server.dispatch import RequestContext
+
+log = logging.getLogger("pykfk.group")
 
 _COORDINATORS: weakref.WeakKeyDictionary[object, ShareCoordinator] = weakref.WeakKeyDictionary()
 
@@ -145,21 +168,136 @@ GROUP_CONFIG_KEYS: Mapping[str, ConfigKey] = {
 }
 
 
-def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mapping[str, str], validate_only: bool) -> None:
+async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mapping[str, str],
+                              validate_only: bool) -> None:
     """New settings of a group (what IncrementalAlterConfigs or AlterConfigs made of the
-    current ones): INVALID_CONFIG for a bad value, nothing stored then."""
+    current ones): INVALID_CONFIG for a bad value, nothing stored then; stored in
+    ``__share_group_state`` (the group's partition) before they apply."""
     for name, value in configs.items():
         try:
             GROUP_CONFIG_KEYS[name].parse(value)
         except ValueError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {exc}") from None
-    if not validate_only:
-        coordinator = share_coordinator(ctx)
-        if configs:
-            coordinator.group_configs[group_id] = dict(configs)
-        else:
-            coordinator.group_configs.pop(group_id, None)
+    if validate_only:
+        return
+    await load_group_configs(ctx)
+    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
+    if info is not None:
+        batch = bytearray(build_batch([(group_config_key(group_id), group_config_value(dict(configs)),
+                                        int(time.time() * 1000), ())]))
+        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, partition_for(group_id, info.partitions),
+                                                batch, -1, 30000)
+    coordinator = share_coordinator(ctx)
+    if configs:
+        coordinator.group_configs[group_id] = dict(configs)
+    else:
+        coordinator.group_configs.pop(group_id, None)
 
 
 def group_configs(ctx: RequestContext, group_id: str) -> dict[str, str]:
     return dict(share_coordinator(ctx).group_configs.get(group_id, {}))
+
+
+_CONFIGS_LOADED: weakref.WeakSet[object] = weakref.WeakSet()
+
+
+async def load_group_configs(ctx: RequestContext) -> None:
+    """Once per broker: the share groups' configs stored in the state partitions this
+    broker leads (creating the topic on the way)."""
+    if ctx.broker in _CONFIGS_LOADED:
+        return
+    if not await ensure_state_topic(ctx):
+        return
+    _CONFIGS_LOADED.add(ctx.broker)
+    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
+    coordinator = share_coordinator(ctx)
+    for number in range(info.partitions if info is not None else 0):
+        try:
+            state_log = ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log
+        except KafkaError:
+            continue
+        for key, value in LogOffsetsLog(state_log).read_all():
+            group = decode_group_config_key(key)
+            if group is None:
+                continue
+            if value:
+                coordinator.group_configs[group] = decode_group_config_value(value)
+            else:
+                coordinator.group_configs.pop(group, None)
+
+
+# -- durable state: __share_group_state ----------------------------------------------------
+
+
+async def ensure_state_topic(ctx: RequestContext) -> bool:
+    """Create ``__share_group_state`` on first use (compacted; Kafka's partition count
+    and replication factor settings), and wait, bounded, for its leaders. False when it
+    cannot be had (the share state then lives in memory only)."""
+    store = ctx.broker.metadata
+    if store.get_topic(SHARE_STATE_TOPIC) is None:
+        config = ctx.broker.config
+        factor = min(config["share.coordinator.state.topic.replication.factor"], len(store.live_broker_ids()))
+        with contextlib.suppress(TopicExistsError):
+            await store.create_topic(SHARE_STATE_TOPIC, config["share.coordinator.state.topic.num.partitions"],
+                                     max(factor, 1), SHARE_STATE_TOPIC_CONFIG)
+        for _ in range(100):  # up to 5 s for the partitions to get their leader
+            info = store.get_topic(SHARE_STATE_TOPIC)
+            if info is not None and all(store.partition_state(SHARE_STATE_TOPIC, p) is not None
+                                        for p in range(info.partitions)):
+                break
+            await asyncio.sleep(0.05)
+    return store.get_topic(SHARE_STATE_TOPIC) is not None
+
+
+def _state_log(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[Log, int] | None:
+    """The local log of the state partition of a share partition, with its number,
+    when this broker leads it."""
+    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
+    if info is None:
+        return None
+    number = state_partition(group_id, topic_id, partition, info.partitions)
+    try:
+        return ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log, number
+    except KafkaError:
+        return None
+
+
+def load_snapshot(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> ShareSnapshot | None:
+    """The latest snapshot of a share partition (None: none, or not led here)."""
+    found = _state_log(ctx, group_id, topic_id, partition)
+    if found is None:
+        return None
+    wanted = snapshot_key(group_id, topic_id, partition)
+    latest: bytes | None = None
+    for key, value in LogOffsetsLog(found[0]).read_all():
+        if key == wanted:
+            latest = value
+    return decode_snapshot(latest) if latest is not None else None
+
+
+async def persist(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int,
+                  part: SharePartition) -> int:
+    """Write the share partition's snapshot (acks=all) before the acknowledgement is
+    answered; the error code (NONE also when the state partition is led elsewhere:
+    the state then lives in this broker's memory)."""
+    found = _state_log(ctx, group_id, topic_id, partition)
+    if found is None:
+        return ErrorCode.NONE
+    part.state_epoch = max(part.state_epoch, 1)
+    value = snapshot_value(ShareSnapshot(part.state_epoch, part.start_offset, part.state_batches()))
+    batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), value,
+                                    int(time.time() * 1000), ())]))
+    try:
+        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, found[1], batch, -1, 30000)
+    except KafkaError as exc:
+        log.warning("share state of %s %s-%d not written: %s", group_id, topic_id, partition, exc)
+        return exc.code
+    return ErrorCode.NONE
+
+
+def restorer(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int
+             ) -> Callable[[], tuple[int, int, Sequence[tuple[int, int, int, int]]] | None]:
+    def load() -> tuple[int, int, Sequence[tuple[int, int, int, int]]] | None:
+        snapshot = load_snapshot(ctx, group_id, topic_id, partition)
+        return None if snapshot is None else (snapshot.start_offset, snapshot.state_epoch, snapshot.batches)
+    return load

@@ -35,6 +35,8 @@ def broker(tmp_path_factory):
         "group.share.record.lock.duration.ms": LOCK_MS,
         "group.share.delivery.count.limit": 3,
         "group.share.heartbeat.interval.ms": 500,
+        "share.coordinator.state.topic.num.partitions": 2,
+        "share.coordinator.state.topic.replication.factor": 1,
     })
     process.start()
     yield process
@@ -189,3 +191,37 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
     finally:
         client.close()
+
+
+def test_a_broker_restart_redelivers_only_unacknowledged_records(broker):
+    """Runs last in this module: it restarts the module's broker."""
+    _queue(broker, "qs", "gs", 12)
+    consumer = _consumer(broker, "gs", "qs", **{"share.acknowledgement.mode": "explicit", "max.poll.records": 4})
+    accepted: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(accepted) < 6 and time.monotonic() < deadline:
+        for message in consumer.poll(0.3) or []:
+            if len(accepted) < 6:  # accept six, leave the rest acquired
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                accepted.append(message.offset())
+            else:
+                consumer.acknowledge(message, AcknowledgeType.RELEASE)
+        consumer.commit_sync()
+    assert len(accepted) == 6
+    broker.restart(clean=True)
+    consumer.close()
+    after = _consumer(broker, "gs", "qs")
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    quiet_since = None
+    while time.monotonic() < deadline:
+        messages = after.poll(0.3) or []
+        seen += [m.offset() for m in messages]
+        if messages or len(seen) < 6:
+            quiet_since = None
+        else:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 2:
+                break
+    after.close()
+    assert sorted(seen) == sorted(set(range(12)) - set(accepted))

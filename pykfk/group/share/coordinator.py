@@ -10,7 +10,7 @@ call takes ``now_ms``; nothing here does I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,8 @@ GROUP_CONFIG_VALUES: Mapping[str, frozenset[str]] = {
 }
 
 PartitionKey = tuple[str, str, int]  # group, topic, partition
+# What a share partition's stored state gives: (start offset, state epoch, state batches).
+Restorer = Callable[[], "tuple[int, int, Sequence[tuple[int, int, int, int]]] | None"]
 
 
 class ConfigLookup(Protocol):
@@ -245,17 +247,25 @@ class ShareCoordinator:
     def group_config(self, group_id: str, name: str) -> str:
         return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
 
-    def share_partition(self, group_id: str, topic: str, partition: int, log_start: int, log_end: int
-                        ) -> SharePartition:
-        """The group's state of a partition this broker leads, made at the first fetch
-        from where ``share.auto.offset.reset`` says; moved up when retention deleted
-        records below its start."""
+    def share_partition(self, group_id: str, topic: str, partition: int, log_start: int, log_end: int,
+                        restore: Restorer | None = None) -> SharePartition:
+        """The group's state of a partition this broker leads: at the first fetch, what
+        ``restore`` finds stored (start offset, state epoch, state batches), else a new
+        state from where ``share.auto.offset.reset`` says; moved up when retention
+        deleted records below its start."""
         key = (group_id, topic, partition)
         part = self.partitions.get(key)
         if part is None:
-            start = initial_start_offset(self.group_config(group_id, "share.auto.offset.reset"), log_start, log_end)
-            part = self.partitions[key] = SharePartition(start, self.settings.partition_settings)
-        elif part.start_offset < log_start:
+            stored = restore() if restore is not None else None
+            if stored is not None:
+                start, epoch, batches = stored
+                part = SharePartition.restored(start, epoch + 1, batches, self.settings.partition_settings)
+            else:
+                start = initial_start_offset(self.group_config(group_id, "share.auto.offset.reset"), log_start,
+                                             log_end)
+                part = SharePartition(start, self.settings.partition_settings)
+            self.partitions[key] = part
+        if part.start_offset < log_start:
             part.reset_start(log_start)
         return part
 

@@ -11,7 +11,7 @@ from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed, topics_denied
 from pykfk.server.handlers.metadata import topic_ids
-from pykfk.server.share_groups import acknowledge, share_coordinator
+from pykfk.server.share_groups import acknowledge, persist, share_coordinator
 
 API_KEY = 79
 VERSIONS = (1, 1)
@@ -22,7 +22,7 @@ def _top(code: int, message: str | None = None) -> typed.ShareAcknowledgeRespons
             "node_endpoints": []}
 
 
-def handle(ctx: RequestContext, request: typed.ShareAcknowledgeRequest) -> typed.ShareAcknowledgeResponse:
+async def handle(ctx: RequestContext, request: typed.ShareAcknowledgeRequest) -> typed.ShareAcknowledgeResponse:
     group_id, member_id = request.group_id, request.member_id
     if not group_id or not member_id:
         return _top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
@@ -45,8 +45,10 @@ def handle(ctx: RequestContext, request: typed.ShareAcknowledgeRequest) -> typed
             elif name in denied:
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
-                code = acknowledge(coordinator.partitions.get((group_id, name, part.partition_index)), member_id,
-                                   part.acknowledgement_batches)
+                state = coordinator.partitions.get((group_id, name, part.partition_index))
+                code = acknowledge(state, member_id, part.acknowledgement_batches)
+                if code == ErrorCode.NONE and state is not None:
+                    code = await persist(ctx, group_id, topic.topic_id, part.partition_index, state)
             partitions.append({"partition_index": part.partition_index, "error_code": code, "error_message": None,
                                "current_leader": {"leader_id": -1, "leader_epoch": -1}})
         responses.append({"topic_id": topic.topic_id, "partitions": partitions})

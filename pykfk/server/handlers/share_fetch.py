@@ -23,7 +23,15 @@ from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed, topics_denied
 from pykfk.server.handlers.metadata import topic_ids
-from pykfk.server.share_groups import acknowledge, now_ms, read_and_acquire, share_coordinator
+from pykfk.server.share_groups import (
+    acknowledge,
+    load_group_configs,
+    now_ms,
+    persist,
+    read_and_acquire,
+    restorer,
+    share_coordinator,
+)
 
 API_KEY = 78
 VERSIONS = (1, 1)
@@ -67,14 +75,18 @@ async def handle(ctx: RequestContext, request: typed.ShareFetchRequest) -> typed
     denied = topics_denied(ctx, Operation.READ, {name for name, _p in session.partitions | named})
     answers: dict[tuple[uuid.UUID, int], typed.ShareFetchResponsePartitionData] = {
         (i, p): _partition(p, ErrorCode.UNKNOWN_TOPIC_ID) for i, p in wanted if ids.name_of(i) is None}
+    await load_group_configs(ctx)
     for topic_id, index, batches in acks:
         answer = answers.setdefault((topic_id, index), _partition(index))
         name = ids.name_of(topic_id)
         if name is None or name in denied:
             answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
-        answer["acknowledge_error_code"] = acknowledge(coordinator.partitions.get((group_id, name, index)),
-                                                       member_id, batches)
+        part = coordinator.partitions.get((group_id, name, index))
+        code = acknowledge(part, member_id, batches)
+        if code == ErrorCode.NONE and part is not None:
+            code = await persist(ctx, group_id, topic_id, index, part)
+        answer["acknowledge_error_code"] = code
     if epoch == -1:
         coordinator.release_member(group_id, member_id)
     else:
@@ -136,7 +148,8 @@ def _read_pass(ctx: RequestContext, request: typed.ShareFetchRequest, coordinato
         if records_left <= 0 or bytes_left <= 0 or answer["acquired_records"]:
             continue
         plog = leader.log
-        part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset)
+        part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset,
+                                           restorer(ctx, group_id, topic_id, index))
         try:
             read = read_and_acquire(part, plog, member_id, bytes_left, records_left, now, read_committed)
         except KafkaError as exc:
