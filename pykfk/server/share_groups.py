@@ -43,6 +43,7 @@ from pykfk.group.share.state_records import (
 )
 from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
+from pykfk.protocol import typed
 from pykfk.server.dispatch import RequestContext
 
 log = logging.getLogger("pykfk.group")
@@ -301,3 +302,15 @@ def restorer(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition:
         snapshot = load_snapshot(ctx, group_id, topic_id, partition)
         return None if snapshot is None else (snapshot.start_offset, snapshot.state_epoch, snapshot.batches)
     return load
+
+
+def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequence[str]
+           ) -> list[typed.ListGroupsResponseListedGroup]:
+    """ListGroups entries of the share groups this broker coordinates."""
+    states = {s.lower() for s in states_filter}
+    types = {t.lower() for t in types_filter}
+    if types and "share" not in types:
+        return []
+    return [{"group_id": group.group_id, "protocol_type": "share", "group_state": group.state, "group_type": "share"}
+            for group in share_coordinator(ctx).groups.values()
+            if (not states or group.state.lower() in states) and ctx.broker.group_coordinator.owns(group.group_id)]

@@ -150,6 +150,10 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
     _queue(broker, "qh", "gh", 5)
     client = RawClient(broker.host, broker.port)
     try:
+        for _ in range(50):  # the first FindCoordinator creates __consumer_offsets
+            if client.call(10, 1, {"key": "gh", "key_type": 0}).error_code == ErrorCode.NONE:
+                break
+            time.sleep(0.1)
         member = str(uuid.uuid4())
         assert _heartbeat(client, "gh", member, 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
         assert _heartbeat(client, "gh", member, 0, None).error_code == ErrorCode.INVALID_REQUEST
@@ -188,6 +192,9 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         described = client.call(77, 1, {"group_ids": ["gh", "nope"], "include_authorized_operations": False})
         assert [m.member_id for m in described.groups[0].members] == [member]
         assert described.groups[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        listed = client.call(16, 5, {"states_filter": [], "types_filter": ["share"]})
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups
+                if g.group_id == "gh"] == [("gh", "share", "share", "Stable")]
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
     finally:
         client.close()
