@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from pykfk.group.share.coordinator import coordinator_of
 from pykfk.metrics.stats import LATENCY_BOUNDS_S, TIME_PARTS, RequestStats
 
 if TYPE_CHECKING:
@@ -300,6 +301,29 @@ class BrokerCollector(Collector):
         for state, count in sorted(by_state.items()):
             groups.add_metric([state], count)
         yield from (groups, committed, lag)
+        yield from self._share_group_metrics()
+
+    def _share_group_metrics(self) -> Iterator[Metric]:
+        """Share groups (KIP-932): per share partition this broker leads, records by what
+        happened to them, and the records not yet acknowledged or archived."""
+        coordinator = coordinator_of(self.broker)
+        labels = ["group", "topic", "partition"]
+        records = CounterMetricFamily("kafka_sharegroup_records", "Records of share partitions by event "
+                                      "(acquired, acknowledged, released, archived, redelivered)",
+                                      labels=[*labels, "event"])
+        lag = GaugeMetricFamily("kafka_sharegroup_lag", "Records below the high watermark not yet acknowledged "
+                                "or archived", labels=labels)
+        for key, part in sorted(coordinator.partitions.items()) if coordinator is not None else ():
+            names = [key[0], key[1], str(key[2])]
+            counters = part.counters
+            for event, count in (("acquired", counters.acquired), ("acknowledged", counters.acknowledged),
+                                 ("released", counters.released), ("archived", counters.archived),
+                                 ("redelivered", counters.redelivered)):
+                records.add_metric([*names, event], count)
+            plog = self.broker.get_log(key[1], key[2])
+            if plog is not None and coordinator is not None:
+                lag.add_metric(names, coordinator.lag(key, plog.high_watermark))
+        yield from (records, lag)
 
     # -- network -----------------------------------------------------------------------
 

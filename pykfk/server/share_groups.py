@@ -25,7 +25,7 @@ from pykfk.group.share.coordinator import (
     GROUP_CONFIG_DEFAULTS,
     GROUP_CONFIG_VALUES,
     ShareCoordinator,
-    ShareSettings,
+    coordinator_of,
 )
 from pykfk.group.share.partition import AckBatch, Acquired, SharePartition
 from pykfk.group.share.state_records import (
@@ -48,14 +48,10 @@ from pykfk.server.dispatch import RequestContext
 
 log = logging.getLogger("pykfk.group")
 
-_COORDINATORS: weakref.WeakKeyDictionary[object, ShareCoordinator] = weakref.WeakKeyDictionary()
-
-
 def share_coordinator(ctx: RequestContext) -> ShareCoordinator:
     """The broker's share groups and share partitions (made on first use)."""
-    found = _COORDINATORS.get(ctx.broker)
-    if found is None:
-        found = _COORDINATORS[ctx.broker] = ShareCoordinator(ShareSettings.from_config(ctx.broker.config))
+    found = coordinator_of(ctx.broker, ctx.broker.config)
+    assert found is not None
     return found
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from confluent_kafka.admin import (
 )
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import BrokerProcess, RawClient
+from pykfk.testing import BrokerProcess, RawClient, free_port
 
 HOLDER = str(Path(__file__).with_name("share_holder.py"))
 LOCK_MS = 3000
@@ -29,7 +30,9 @@ LOCK_MS = 3000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
+    metrics_port = free_port()
     process = BrokerProcess(str(tmp_path_factory.mktemp("share") / "data"), overrides={
+        "metrics.listener": f"http://127.0.0.1:{metrics_port}",
         "offsets.topic.num.partitions": 1,
         "group.share.min.record.lock.duration.ms": 1000,
         "group.share.record.lock.duration.ms": LOCK_MS,
@@ -39,6 +42,7 @@ def broker(tmp_path_factory):
         "share.coordinator.state.topic.replication.factor": 1,
     })
     process.start()
+    process.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -110,6 +114,11 @@ def test_release_redelivers_reject_does_not_and_the_delivery_limit_archives(brok
                 break
     consumer.close()
     assert deliveries == {0: [1, 2, 3], 1: [1], 2: [1, 2]}
+    page = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    labels = 'group="gr",partition="0",topic="qr"'
+    for event, count in (("acquired", 6), ("acknowledged", 1), ("archived", 2), ("redelivered", 3)):
+        assert f'kafka_sharegroup_records_total{{event="{event}",{labels}}} {count}.0' in page, event
+    assert f"kafka_sharegroup_lag{{{labels}}} 0.0" in page
 
 
 def test_records_held_by_a_killed_consumer_are_redelivered_after_their_lock(broker):

@@ -10,6 +10,7 @@ call takes ``now_ms``; nothing here does I/O.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -269,6 +270,14 @@ class ShareCoordinator:
             part.reset_start(log_start)
         return part
 
+    def lag(self, key: PartitionKey, high_watermark: int) -> int:
+        """Records below the high watermark not yet acknowledged or archived."""
+        part = self.partitions.get(key)
+        if part is None:
+            return 0
+        settled = sum(r.last - r.first + 1 for r in part.ranges if r.state in (2, 4))  # ACKNOWLEDGED, ARCHIVED
+        return max(high_watermark - part.start_offset - settled, 0)
+
     def next_lock_deadline_ms(self, keys: Iterable[PartitionKey]) -> int | None:
         deadlines = [d for k in keys if (p := self.partitions.get(k)) is not None
                      and (d := p.next_deadline_ms()) is not None]
@@ -279,3 +288,15 @@ class ShareCoordinator:
         self.settings = settings
         for part in self.partitions.values():
             part.settings = dataclasses.replace(settings.partition_settings)
+
+
+_BY_BROKER: weakref.WeakKeyDictionary[object, ShareCoordinator] = weakref.WeakKeyDictionary()
+
+
+def coordinator_of(broker: object, config: ConfigLookup | None = None) -> ShareCoordinator | None:
+    """The broker's share coordinator, made from ``config`` on first use (None when
+    none was made and no ``config`` is given)."""
+    found = _BY_BROKER.get(broker)
+    if found is None and config is not None:
+        found = _BY_BROKER[broker] = ShareCoordinator(ShareSettings.from_config(config))
+    return found
