@@ -56,6 +56,10 @@ def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None
         assert 0 < result["end_to_end"]["p50_ms"] <= result["end_to_end"]["p99_ms"] <= result["end_to_end"]["max_ms"]
         assert 0 < result["ack"]["p50_ms"] <= result["ack"]["max_ms"]
     assert results["pykfk"]["broker_cpu_us_per_request"] > results["pykfk"]["broker_kernel_us_per_request"] >= 0
+    # the broker's loop-stall monitor ran: its histogram is in the results and the output
+    stalls = results["pykfk"]["loop_stalls"]
+    assert sum(stalls["histogram"].values()) == sum(stalls["cpu_histogram"].values()) == stalls["stalls"]
+    assert "event-loop stalls over" in run.stdout and "collections:" in run.stdout
     assert (out / "latency-500.png").stat().st_size > 1000
 
 
