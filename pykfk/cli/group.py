@@ -38,7 +38,7 @@ INACTIVE_STATES = ("Empty", "Dead")
 
 @click.group("group")
 def group_group() -> None:
-    """Consumer groups: members, lag, offsets."""
+    """Consumer groups and share groups: members, lag, offsets."""
 
 
 @group_group.command("list")
@@ -49,6 +49,11 @@ def list_groups(cli: CliContext) -> None:
     admin = cli.admin()
     rows = []
     for g in admin.list_groups():
+        shared = _share_group(admin, g["group"]) if g["protocol_type"] == "share" else None
+        if shared is not None:
+            rows.append({"group": g["group"], "protocol_type": "share", "state": shared["state"],
+                         "members": len(shared["members"])})
+            continue
         description = admin.describe_group(g["group"])
         rows.append({"group": g["group"], "protocol_type": g["protocol_type"],
                      "state": description.state, "members": len(description.members)})
@@ -132,6 +137,9 @@ def _describe_one(admin: AdminClient, group: str, *, missing_ok: bool) -> dict[s
     description = admin.describe_group(group)
     offsets = lag_rows(admin, group, description)
     if description.state == "Dead" and not offsets:
+        shared = _share_group(admin, group)
+        if shared is not None:
+            return shared
         if missing_ok:
             return None
         raise CliError(f"group {group!r} does not exist")
@@ -146,6 +154,26 @@ def _describe_one(admin: AdminClient, group: str, *, missing_ok: bool) -> dict[s
             "protocol": description.protocol, "coordinator": description.coordinator,
             "members": members, "offsets": offsets,
             "total_lag": sum(r["lag"] or 0 for r in offsets)}
+
+
+def _share_group(admin: AdminClient, group: str) -> dict[str, Any] | None:
+    """A share group (KIP-932) as ShareGroupDescribe tells it, None when there is no
+    share group of that name (or the brokers do not speak share groups)."""
+    if not admin.supports(77):
+        return None
+    conn = admin.coordinator(group)
+    answer = admin.call(conn, 77, {"group_ids": [group], "include_authorized_operations": False})
+    g = answer.groups[0]
+    if g.error_code:
+        return None
+    members: list[dict[str, Any]] = [
+        {"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id, "host": m.client_host,
+         "assignment": {t.topic_name: list(t.partitions) for t in sorted(m.assignment.topic_partitions,
+                                                                        key=lambda t: t.topic_name)}}
+        for m in g.members
+    ]
+    return {"group": group, "state": g.group_state, "protocol_type": "share", "protocol": g.assignor_name,
+            "coordinator": conn.node_id, "members": members, "offsets": [], "total_lag": 0}
 
 
 def _print_group(d: dict[str, Any]) -> None:

@@ -4,6 +4,8 @@ killed while holding records; and hostile requests answered with Kafka's error c
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -204,6 +206,15 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         listed = client.call(16, 5, {"states_filter": [], "types_filter": ["share"]})
         assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups
                 if g.group_id == "gh"] == [("gh", "share", "share", "Stable")]
+        cli = [sys.executable, "-m", "pykfk.cli.main", "group"]
+        env = {**os.environ, "PYKFK_BOOTSTRAP": broker.bootstrap}
+        listed_rows = json.loads(subprocess.run([*cli, "list", "-o", "json"], env=env, capture_output=True,
+                                                text=True, timeout=60, check=True).stdout)
+        assert {"group": "gh", "state": "Stable", "members": 1, "protocol_type": "share"} in listed_rows
+        shown = json.loads(subprocess.run([*cli, "describe", "gh", "-o", "json"], env=env, capture_output=True,
+                                          text=True, timeout=60, check=True).stdout)
+        assert (shown["protocol_type"], [m["member_id"] for m in shown["members"]]) == ("share", [member])
+        assert shown["members"][0]["assignment"] == {"qh": [0]}
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
     finally:
         client.close()
