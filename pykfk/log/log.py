@@ -581,6 +581,10 @@ class Log:
                       max_index_bytes=self.config.max_index_bytes,
                       preallocate=self.config.preallocate, new=new_dir)
         self._created_ms[base_offset] = time_ms() if now_ms is None else now_ms
+        if seg.size == 0 and self.scheduler is not None:
+            # Its index files are made in the background, not by the append of its first
+            # index entry (a new file is the costly part of that entry on a busy disk).
+            self.scheduler.schedule(1, seg.create_index_files)
         return seg
 
     def _check_open(self) -> None:

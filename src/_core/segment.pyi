@@ -147,6 +147,10 @@ class Segment:
         """The .log descriptor, kept open until the matching unpin(), even past close()
         (a send in flight finishes on the file it started on). ValueError when closed."""
     def unpin(self) -> None: ...
+    def create_index_files(self) -> None:
+        """Creates a new segment's empty index files now instead of at its first entry
+        (call it from a worker thread: it runs without the GIL). No-op once they exist,
+        or when the segment is closed or sealed."""
     def seal(self) -> None:
         """The log rolled past this segment: trims the indexes to their used entries and
         lets the LRU close the .log between uses. An append unseals it. RuntimeError

@@ -12,6 +12,7 @@ import ctypes
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -36,6 +37,7 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
 IN_OPEN = 0x20
+IN_CREATE = 0x100
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -62,15 +64,16 @@ def resident_pages(path: str) -> int:
 
 
 class FileOpens:
-    """Names of the files opened in some directories from now on (inotify IN_OPEN)."""
+    """Names of the files opened (or, with IN_CREATE, created) in some directories from
+    now on (inotify)."""
 
-    def __init__(self, directories: list[str]):
+    def __init__(self, directories: list[str], events: int = IN_OPEN):
         self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
         self.dirs = {}
         for d in directories:
-            wd = _libc.inotify_add_watch(self.fd, d.encode(), IN_OPEN)
+            wd = _libc.inotify_add_watch(self.fd, d.encode(), events)
             if wd < 0:
                 raise OSError(ctypes.get_errno(), f"inotify_add_watch {d}")
             self.dirs[wd] = d
@@ -153,3 +156,37 @@ def test_appends_after_readers_touched_every_partition_open_and_map_nothing(logs
     assert index_mappings() == mapped
     pages = max(resident_pages(path) for path in active_index_files(logs[1]))
     assert pages <= PAGES_PER_INDEX_MAX
+
+
+class WorkerScheduler:
+    """Keeps scheduled work for one worker thread to run, as the LogManager's executor."""
+
+    def __init__(self):
+        self.work = []
+
+    def schedule(self, delay_ms, fn):
+        self.work.append(fn)
+
+    def run_all(self):
+        worker = threading.Thread(target=lambda: [fn() for fn in self.work])
+        worker.start()
+        worker.join(30)
+        self.work.clear()
+
+
+def test_a_new_segments_index_files_are_made_in_the_background_not_by_an_append(tmp_path):
+    scheduler = WorkerScheduler()
+    logs = [Log(str(tmp_path / f"t-{p}"), LogConfig(), scheduler=scheduler) for p in range(20)]
+    scheduler.run_all()
+    indexes = [path for log in logs for path in active_index_files(log)]
+    assert all(os.path.getsize(path) == 0 for path in indexes)
+    watch = FileOpens(sorted({os.path.dirname(path) for path in indexes}), IN_CREATE)
+    try:
+        append_round(logs, 8)       # each active segment's first index entries
+        created = watch.opened()
+    finally:
+        watch.close()
+    assert all(log.segments[-1].index_entries > 0 for log in logs)
+    assert not created, f"appends created {created[:4]}"
+    for log in logs:
+        log.close()
