@@ -202,7 +202,11 @@ class LoopStallMonitor:
         with self._lock:
             samples, self._samples = self._samples, collections.Counter()
         start = now - late_s
-        overlapping = [(d, g) for (t, d, g) in list(self.gc_pauses) if t + d / 1000 >= start]
+        try:
+            pauses = list(self.gc_pauses)
+        except RuntimeError:  # a collection (its callback) appended while it was copied
+            pauses = []
+        overlapping = [(d, g) for (t, d, g) in pauses if t + d / 1000 >= start]
         gc_ms = sum(d for d, _g in overlapping)
         gcs = [g for _d, g in overlapping]
         if samples:
