@@ -216,6 +216,26 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         assert (shown["protocol_type"], [m["member_id"] for m in shown["members"]]) == ("share", [member])
         assert shown["members"][0]["assignment"] == {"qh": [0]}
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
+        # consumer byte-rate quotas apply to ShareFetch as to Fetch
+        quota = client.call(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "slow"}],
+                                                 "ops": [{"key": "consumer_byte_rate", "value": 10.0,
+                                                          "remove": False}]}], "validate_only": False})
+        assert quota.entries[0].error_code == ErrorCode.NONE
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce("qh", b"more")
+        assert producer.flush(10) == 0
+        slow = RawClient(broker.host, broker.port)
+        try:
+            body = {"group_id": "gh", "member_id": "slow-member", "share_session_epoch": 0, "max_wait_ms": 0,
+                    "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100, "topics": [
+                        {"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}],
+                    "forgotten_topics_data": []}
+            slow.send(78, 1, body, client_id="slow")
+            _correlation, throttled = slow.recv(78, 1)
+            assert throttled.responses[0].partitions[0].records
+            assert throttled.throttle_time_ms > 0
+        finally:
+            slow.close()
     finally:
         client.close()
 

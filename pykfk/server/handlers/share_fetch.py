@@ -20,6 +20,7 @@ from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.share.coordinator import ShareCoordinator
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
+from pykfk.security.quotas import CONSUMER_BYTE_RATE
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed, topics_denied
 from pykfk.server.handlers.metadata import topic_ids
@@ -91,10 +92,14 @@ async def handle(ctx: RequestContext, request: typed.ShareFetchRequest) -> typed
         coordinator.release_member(group_id, member_id)
     else:
         await _fetch(ctx, request, coordinator, session.partitions, denied, answers)
+    throttle_ms = 0
+    if ctx.broker.quotas.active:  # consumer byte-rate quotas apply as to Fetch
+        sent = sum(len(r) for a in answers.values() if isinstance(r := a["records"], bytes))
+        throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, sent)
     by_topic: dict[uuid.UUID, list[typed.ShareFetchResponsePartitionData]] = {}
     for (topic_id, _index), answer in sorted(answers.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         by_topic.setdefault(topic_id, []).append(answer)
-    return {**_top(ErrorCode.NONE, lock_ms=lock_ms),
+    return {**_top(ErrorCode.NONE, lock_ms=lock_ms), "throttle_time_ms": throttle_ms,
             "responses": [{"topic_id": t, "partitions": parts} for t, parts in by_topic.items()]}
 
 
