@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from pykfk.group.share.coordinator import coordinator_of
 from pykfk.metrics.stats import LATENCY_BOUNDS_S, TIME_PARTS, RequestStats
+from pykfk.server.telemetry import find_telemetry
 
 if TYPE_CHECKING:
     from pykfk.cluster.controller import Controller
@@ -113,9 +114,33 @@ class BrokerCollector(Collector):
         metrics: list[Metric] = []
         for part in (self._topic_metrics, self._request_metrics, self._replica_metrics,
                      self._controller_metrics, self._log_metrics, self._group_metrics,
-                     self._network_metrics):
+                     self._network_metrics, self._client_metrics):
             metrics.extend(part())
         return metrics
+
+    # -- client telemetry (KIP-714) ----------------------------------------------------
+
+    def _client_metrics(self) -> Iterator[Metric]:
+        """What clients pushed, under their OTLP names (dots as underscores), each series
+        labelled with the client and its data point's attributes."""
+        state = find_telemetry(self.broker)
+        if state is None:
+            return
+        families: dict[tuple[str, str], list[tuple[dict[str, str], float, str]]] = {}
+        for instance in state.instances.values():
+            for (kind, name), series in instance.series.items():
+                for point_labels, entry in series.items():
+                    families.setdefault((kind, name), []).append(
+                        ({**dict(point_labels), **instance.labels}, entry.value, entry.description))
+        for (kind, name), points in sorted(families.items()):
+            label_names = sorted({label for labels, _v, _d in points for label in labels})
+            doc = points[0][2] or f"client metric {name}"
+            family: GaugeMetricFamily | CounterMetricFamily = (
+                CounterMetricFamily(name, doc, labels=label_names) if kind == "counter"
+                else GaugeMetricFamily(name, doc, labels=label_names))
+            for labels, value, _doc in points:
+                family.add_metric([labels.get(label, "") for label in label_names], value)
+            yield family
 
     # -- topics ------------------------------------------------------------------------
 

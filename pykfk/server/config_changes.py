@@ -27,7 +27,7 @@ from pykfk.config import (
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
-from pykfk.server import share_groups
+from pykfk.server import share_groups, telemetry
 from pykfk.server.dispatch import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
@@ -91,6 +91,12 @@ async def _alter_one(ctx: RequestContext, resource: Resource, validate_only: boo
         await share_groups.load_group_configs(ctx)
         configs = new_configs(resource, share_groups.group_configs(ctx, name), share_groups.GROUP_CONFIG_KEYS)
         await share_groups.alter_group_configs(ctx, name, configs, validate_only)
+    elif resource.resource_type == telemetry.CLIENT_METRICS:  # KIP-714 subscriptions
+        if not ctx.allowed_on_cluster(Operation.ALTER_CONFIGS):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+        state = telemetry.broker_telemetry(ctx.broker, ctx.broker.config)
+        configs = new_configs(resource, dict(state.configs.get(name, {})), telemetry.CLIENT_METRICS_KEYS)
+        state.alter(name, configs, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
 

@@ -146,7 +146,7 @@ PLAINTEXT_SECURITY = ListenerSecurity(Listener("PLAINTEXT", "", 0))
 class Session:
     """One connection's security state. Loop-affine."""
 
-    __slots__ = ("authenticated", "client_host", "client_ip", "expires_at", "gated", "handshake_version",
+    __slots__ = ("authenticated", "client_host", "client_ip", "client_software", "expires_at", "gated", "handshake_version",
                  "on_failed_login", "on_throttle", "principal", "sasl", "security", "token_authenticated",
                  "token_end", "token_ends")
 
@@ -169,6 +169,7 @@ class Session:
         self.expires_at = 0.0  # monotonic seconds; 0: never
         self.on_failed_login: Callable[[], None] | None = None
         self.on_throttle: Callable[[float], None] | None = None  # mute the connection this many seconds
+        self.client_software = ("", "")  # name and version the client gave in ApiVersions v3+
 
     @property
     def user(self) -> str:

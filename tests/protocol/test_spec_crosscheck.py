@@ -90,7 +90,8 @@ _CASES = [
 # share group APIs (tests/share, with confluent-kafka's ShareConsumer).
 NOT_SHIPPED = {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "CreateDelegationToken", "RenewDelegationToken",
                "ExpireDelegationToken", "DescribeDelegationToken", "ShareGroupHeartbeat", "ShareGroupDescribe",
-               "ShareFetch", "ShareAcknowledge"}
+               "ShareFetch", "ShareAcknowledge", "GetTelemetrySubscriptions", "PushTelemetry",
+               "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets"}
 
 
 def test_only_the_consumer_group_protocol_apis_lack_a_shipped_spec():

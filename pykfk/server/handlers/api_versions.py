@@ -25,6 +25,7 @@ async def handle(ctx: RequestContext, request: typed.ApiVersionsRequest) -> type
     response: typed.ApiVersionsResponse = {
         "error_code": ErrorCode.NONE, "api_keys": ctx.registry.api_versions(), "throttle_time_ms": 0}
     if ctx.api_version >= 3:
+        ctx.session.client_software = (request.client_software_name, request.client_software_version)
         served = features.served_features(_share_groups_served(ctx))
         response["supported_features"] = features.supported_keys(served, ctx.api_version)
         response["finalized_features"] = features.finalized_keys(served)

@@ -29,7 +29,7 @@ from pykfk.config import (
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
-from pykfk.server import share_groups
+from pykfk.server import share_groups, telemetry
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 32
@@ -39,6 +39,7 @@ TOPIC = 2
 BROKER = 4
 GROUP = 32
 DYNAMIC_GROUP_CONFIG = 8
+CLIENT_METRICS_CONFIG = 7
 # ConfigSource codes (DescribeConfigsResponse.json)
 DYNAMIC_TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
@@ -149,6 +150,19 @@ def _group_configs(ctx: RequestContext, group: str, keys: set[str] | None) -> li
     return out
 
 
+def _client_metrics_configs(ctx: RequestContext, name: str, keys: set[str] | None
+                            ) -> list[typed.DescribeConfigsResourceResult]:
+    """A client-metrics subscription's settings (CLIENT_METRICS_CONFIG where set, as Kafka)."""
+    given = telemetry.broker_telemetry(ctx.broker, ctx.broker.config).configs.get(name, {})
+    out: list[typed.DescribeConfigsResourceResult] = []
+    for key_name, key in telemetry.CLIENT_METRICS_KEYS.items():
+        if keys is None or key_name in keys:
+            source = CLIENT_METRICS_CONFIG if key_name in given else DEFAULT_CONFIG
+            value = given.get(key_name, format_config_value(key.default))
+            out.append(_entry(key_name, value, source, False, [_synonym(key_name, value, source)], key.kind, key.doc))
+    return out
+
+
 def _shaped(configs: list[typed.DescribeConfigsResourceResult], request: typed.DescribeConfigsRequest, version: int) -> list[typed.DescribeConfigsResourceResult]:
     """Drop what the request did not ask for: synonyms (v1+ flag) and documentation."""
     for entry in configs:
@@ -190,6 +204,11 @@ async def handle(ctx: RequestContext, request: typed.DescribeConfigsRequest) -> 
                 code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed."
             else:
                 configs = _group_configs(ctx, resource.resource_name, keys)
+        elif resource.resource_type == telemetry.CLIENT_METRICS:
+            if not ctx.allowed_on_cluster(Operation.DESCRIBE_CONFIGS):
+                code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed."
+            else:
+                configs = _client_metrics_configs(ctx, resource.resource_name, keys)
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
         results.append(

@@ -1,0 +1,293 @@
+"""Client telemetry (KIP-714): client-metrics subscriptions (CLIENT_METRICS config
+resources: ``metrics``, ``interval.ms``, ``match``), the client instances the broker
+knows, and the metrics they last pushed, read by the Prometheus collector.
+
+Subscriptions are kept by each broker in ``client-metrics.json`` of its first log
+directory (written before a change applies). A client matches a subscription when every
+``match`` pattern matches its whole attribute (no ``match``: every client); the metrics
+of all its subscriptions are requested together at the shortest of their intervals. The
+subscription id is a CRC-32 of those metrics, the interval and the instance id, so any
+change of what a client should send changes it (PushTelemetry with an older id:
+UNKNOWN_SUBSCRIPTION_ID, as Kafka answers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+import weakref
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cramjam
+
+from pykfk.config import BrokerConfig, ConfigKey
+from pykfk.errors import ErrorCode, KafkaError
+from pykfk.server.otlp import CUMULATIVE, MalformedMetrics, OtlpMetric, decode_metrics
+
+CLIENT_METRICS = 16  # ConfigResource type
+DEFAULT_INTERVAL_MS = 300_000
+MIN_INTERVAL_MS, MAX_INTERVAL_MS = 100, 3_600_000
+TELEMETRY_MAX_BYTES = 1024 * 1024
+# zstd, lz4, gzip, snappy: what Kafka accepts, in its order of preference.
+ACCEPTED_COMPRESSION = (4, 3, 1, 2)
+MATCH_KEYS = ("client_instance_id", "client_id", "client_software_name", "client_software_version",
+              "client_source_address", "client_source_port")
+MAX_INSTANCES = 16384  # the most client instances remembered, as Kafka's cache
+FILE_NAME = "client-metrics.json"
+
+
+def _metrics_list(value: object) -> list[str]:
+    return [item.strip() for item in str(value).split(",") if item.strip()]
+
+
+def _interval(value: object) -> int:
+    interval = int(str(value))
+    if not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
+        raise ValueError(f"interval.ms must be between {MIN_INTERVAL_MS} and {MAX_INTERVAL_MS}")
+    return interval
+
+
+def _match(value: object) -> dict[str, re.Pattern[str]]:
+    patterns: dict[str, re.Pattern[str]] = {}
+    for entry in _metrics_list(value):
+        key, sep, pattern = entry.partition("=")
+        key = key.strip()
+        if not sep or key not in MATCH_KEYS:
+            raise ValueError(f"Illegal client matching pattern: {entry}")
+        if key in patterns:
+            raise ValueError(f"Duplicate key {key} in client matching patterns")
+        try:
+            patterns[key] = re.compile(pattern.strip())
+        except re.error as exc:
+            raise ValueError(f"Illegal regular expression in client matching pattern {entry}: {exc}") from None
+    return patterns
+
+
+CLIENT_METRICS_KEYS: Mapping[str, ConfigKey] = {
+    "metrics": ConfigKey("metrics", _metrics_list, [],
+                         "metric name prefixes to push (an empty prefix or * for every metric)", "list"),
+    "interval.ms": ConfigKey("interval.ms", _interval, DEFAULT_INTERVAL_MS, "how often clients push", "int"),
+    "match": ConfigKey("match", _match, [], "client attribute=regex pairs a client must all match", "list"),
+}
+
+
+@dataclass(frozen=True)
+class Subscription:
+    name: str
+    metrics: tuple[str, ...]
+    interval_ms: int
+    match: Mapping[str, re.Pattern[str]]
+
+    @classmethod
+    def parse(cls, name: str, configs: Mapping[str, str]) -> Subscription:
+        """INVALID_CONFIG for a bad value, as Kafka's ClientMetricsConfigs."""
+        try:
+            metrics = tuple(_metrics_list(configs.get("metrics", "")))
+            interval = _interval(configs.get("interval.ms", DEFAULT_INTERVAL_MS))
+            match = _match(configs.get("match", ""))
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        return cls(name, metrics, interval, match)
+
+    def matches(self, attributes: Mapping[str, str]) -> bool:
+        return all(p.fullmatch(attributes.get(k, "")) for k, p in self.match.items())
+
+
+@dataclass
+class Series:
+    """One exported series: the last value of a gauge, or the running total of a sum."""
+    value: float
+    description: str
+
+
+@dataclass
+class ClientInstance:
+    instance_id: uuid.UUID
+    attributes: dict[str, str]
+    metrics: tuple[str, ...] = ()
+    interval_ms: int = DEFAULT_INTERVAL_MS
+    subscription_id: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+    terminating: bool = False
+    # (prometheus kind, metric name) -> {point label items: series}
+    series: dict[tuple[str, str], dict[tuple[tuple[str, str], ...], Series]] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The client labels every exported series carries."""
+        return {"client_id": self.attributes.get("client_id", ""), "client_instance_id": str(self.instance_id),
+                "client_software_name": self.attributes.get("client_software_name", ""),
+                "client_software_version": self.attributes.get("client_software_version", "")}
+
+
+def _subscription_id(metrics: tuple[str, ...], interval_ms: int, instance_id: uuid.UUID) -> int:
+    text = f"{','.join(metrics)}|{interval_ms}|{instance_id}".encode()
+    value = zlib.crc32(text)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def decompress(codec: int, data: bytes, limit: int) -> bytes:
+    """The pushed payload uncompressed; ValueError past ``limit`` bytes or when broken."""
+    if codec == 0:
+        return data
+    try:
+        if codec == 1:
+            inflater = zlib.decompressobj(wbits=47)
+            out = inflater.decompress(data, limit + 1)
+        elif codec == 2:
+            out = bytes(cramjam.snappy.decompress_raw(data)) if data[:1] != b"\x82" else _xerial(data)
+        elif codec == 3:
+            out = bytes(cramjam.lz4.decompress(data))
+        elif codec == 4:
+            out = bytes(cramjam.zstd.decompress(data))
+        else:
+            raise ValueError(f"unknown compression type {codec}")
+    except (cramjam.DecompressionError, zlib.error) as exc:
+        raise ValueError(f"cannot decompress the metrics: {exc}") from None
+    if len(out) > limit:
+        raise ValueError("decompressed metrics too large")
+    return out
+
+
+def _xerial(data: bytes) -> bytes:
+    """Snappy in the xerial framing Java clients write (a 16-byte header, sized blocks)."""
+    out, at = [], 16
+    while at + 4 <= len(data):
+        size = int.from_bytes(data[at:at + 4], "big")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[at + 4:at + 4 + size])))
+        at += 4 + size
+    return b"".join(out)
+
+
+def _series_name(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+class ClientTelemetry:
+    """One broker's subscriptions and client instances. Loop-affine."""
+
+    def __init__(self, directory: str | None):
+        self.path = Path(directory, FILE_NAME) if directory else None
+        self.configs: dict[str, dict[str, str]] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.instances: dict[uuid.UUID, ClientInstance] = {}
+        if self.path is not None and self.path.exists():
+            for name, configs in json.loads(self.path.read_text(encoding="utf-8")).items():
+                self.configs[name] = dict(configs)
+                self.subscriptions[name] = Subscription.parse(name, configs)
+
+    # -- subscriptions (CLIENT_METRICS resources) ---------------------------------------
+
+    def alter(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics resource name must not be empty")
+        subscription = Subscription.parse(name, configs)
+        if validate_only:
+            return
+        updated = {k: v for k, v in self.configs.items() if k != name}
+        if configs:
+            updated[name] = dict(configs)
+        self._save(updated)
+        self.configs = updated
+        if configs:
+            self.subscriptions[name] = subscription
+        else:
+            self.subscriptions.pop(name, None)
+
+    def _save(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        if self.path is None:
+            return
+        temporary = self.path.with_suffix(".tmp")
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(configs, out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+
+    # -- client instances ---------------------------------------------------------------
+
+    def instance(self, instance_id: uuid.UUID, attributes: dict[str, str]) -> ClientInstance:
+        """The instance, made (or its subscription refreshed) from the current subscriptions."""
+        found = self.instances.get(instance_id)
+        if found is None:
+            self._expire()
+            found = self.instances[instance_id] = ClientInstance(instance_id, attributes)
+        found.attributes.update(attributes)
+        matched = [s for s in self.subscriptions.values() if s.matches(found.attributes)]
+        found.metrics = tuple(sorted({m for s in matched for m in s.metrics}))
+        found.interval_ms = min((s.interval_ms for s in matched), default=DEFAULT_INTERVAL_MS)
+        found.subscription_id = _subscription_id(found.metrics, found.interval_ms, instance_id)
+        found.last_seen = time.monotonic()
+        return found
+
+    def _expire(self) -> None:
+        """Forget instances not heard from for three push intervals (and the oldest past
+        MAX_INSTANCES): their series leave the scrape."""
+        now = time.monotonic()
+        for key, inst in list(self.instances.items()):
+            if now - inst.last_seen > 3 * inst.interval_ms / 1000:
+                del self.instances[key]
+        while len(self.instances) >= MAX_INSTANCES:
+            del self.instances[min(self.instances, key=lambda k: self.instances[k].last_seen)]
+
+    def record(self, instance: ClientInstance, payload: bytes) -> None:
+        """Fold a MetricsData payload into the instance's series (MalformedMetrics if broken)."""
+        _resource, metrics = decode_metrics(payload)
+        for metric in metrics:
+            if instance.metrics and not self._requested(instance, metric.name):
+                continue
+            self._fold(instance, metric)
+
+    @staticmethod
+    def _requested(instance: ClientInstance, name: str) -> bool:
+        return any(prefix in ("", "*") or name.startswith(prefix) for prefix in instance.metrics)
+
+    @staticmethod
+    def _fold(instance: ClientInstance, metric: OtlpMetric) -> None:
+        counter = metric.kind == "sum" and metric.monotonic
+        kind = "counter" if counter else "gauge"
+        series = instance.series.setdefault((kind, _series_name(metric.name)), {})
+        for point in metric.points:
+            labels = tuple(sorted((_series_name(k), v) for k, v in point.attributes.items()))
+            current = series.get(labels)
+            if counter and metric.temporality != CUMULATIVE and current is not None:
+                current.value += point.value  # delta temporality: the total grows by it
+            else:
+                series[labels] = Series(point.value, metric.description)
+
+
+_BY_BROKER: weakref.WeakKeyDictionary[object, ClientTelemetry] = weakref.WeakKeyDictionary()
+
+
+def telemetry_of(broker: object, directory: str | None = None) -> ClientTelemetry:
+    """The broker's telemetry state, made on first use (reading its subscriptions)."""
+    found = _BY_BROKER.get(broker)
+    if found is None:
+        found = _BY_BROKER[broker] = ClientTelemetry(directory)
+    return found
+
+
+def find_telemetry(broker: object) -> ClientTelemetry | None:
+    return _BY_BROKER.get(broker)
+
+
+
+
+def broker_telemetry(broker: object, config: BrokerConfig) -> ClientTelemetry:
+    """``telemetry_of`` with the broker's first log directory as the store."""
+    found = _BY_BROKER.get(broker)
+    if found is not None:
+        return found
+    dirs = config["log.dirs"]
+    return telemetry_of(broker, str(dirs[0]) if dirs else None)
+
+
+__all__ = ["ACCEPTED_COMPRESSION", "CLIENT_METRICS", "CLIENT_METRICS_KEYS", "TELEMETRY_MAX_BYTES",
+           "ClientInstance", "ClientTelemetry", "MalformedMetrics", "broker_telemetry", "decompress",
+           "find_telemetry", "telemetry_of"]
