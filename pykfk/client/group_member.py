@@ -20,7 +20,6 @@ ConsumerProtocolAssignment v0 (ConsumerProtocolAssignment.json):
 from __future__ import annotations
 
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Iterable
@@ -29,6 +28,7 @@ from typing import Any
 from pykfk.client.cluster_view import ClusterMetadata
 from pykfk.client.connection import BrokerConnection, ConnectionError_
 from pykfk.errors import ErrorCode, KafkaError, error_code
+from pykfk.protocol import internal
 
 log = logging.getLogger("pykfk.consumer")
 
@@ -42,9 +42,6 @@ SYNC_GROUP = 14
 
 PROTOCOL_TYPE = "consumer"
 RANGE = "range"
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 # Errors after which the coordinator must be looked up again.
 COORDINATOR_ERRORS = frozenset(
@@ -69,95 +66,41 @@ REJOIN_ERRORS = frozenset(
 # ------------------------------------------------------------ protocol bytes
 
 
-def _string(s: str) -> bytes:
-    raw = s.encode("utf-8")
-    return _I16.pack(len(raw)) + raw
-
-
-def _user_data(data: bytes | None) -> bytes:
-    return _I32.pack(-1) if data is None else _I32.pack(len(data)) + data
-
-
-class _Reader:
-    def __init__(self, data: bytes):
-        self.data = memoryview(data)
-        self.pos = 0
-
-    def i16(self) -> int:
-        v: int = _I16.unpack_from(self.data, self.pos)[0]
-        self.pos += 2
-        return v
-
-    def i32(self) -> int:
-        v: int = _I32.unpack_from(self.data, self.pos)[0]
-        self.pos += 4
-        return v
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError("bad string length")
-        s = str(self.data[self.pos : self.pos + n], "utf-8")
-        self.pos += n
-        return s
-
-    def count(self) -> int:
-        n = self.i32()
-        # every element is at least 2 bytes: refuse counts the bytes cannot hold
-        if n < -1 or n > (len(self.data) - self.pos) // 2 + 1:
-            raise ValueError("bad array length")
-        return max(n, 0)
-
-    def user_data(self) -> bytes | None:
-        if self.pos + 4 > len(self.data):
-            return None
-        n = self.i32()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.data):
-            raise ValueError("bad user_data length")
-        out = bytes(self.data[self.pos : self.pos + n])
-        self.pos += n
-        return out
+# Member metadata is read as version 0 (the leading int16); later versions only add fields
+# after those, which are left unread.
+_CONSUMER_PROTOCOL_VERSION = 0
 
 
 def encode_subscription(topics: Iterable[str], user_data: bytes | None = None) -> bytes:
-    names = sorted(set(topics))
-    return (
-        _I16.pack(0)
-        + _I32.pack(len(names))
-        + b"".join(_string(t) for t in names)
-        + _user_data(user_data)
-    )
+    return internal.encode(internal.CONSUMER_PROTOCOL_SUBSCRIPTION, _CONSUMER_PROTOCOL_VERSION,
+                           {"topics": sorted(set(topics)), "user_data": user_data}, prefix=_CONSUMER_PROTOCOL_VERSION)
 
 
 def decode_subscription(data: bytes) -> list[str]:
     """Topics of a member's subscription (any version; later fields are ignored)."""
-    r = _Reader(data)
-    r.i16()
-    return [r.string() for _ in range(r.count())]
+    internal.read_prefix(data, "version")
+    subscription = internal.decode(internal.CONSUMER_PROTOCOL_SUBSCRIPTION, _CONSUMER_PROTOCOL_VERSION, data,
+                                   whole=False)
+    return list(subscription.topics)
 
 
 def encode_assignment(assignment: dict[str, list[int]], user_data: bytes | None = None) -> bytes:
-    out = [_I16.pack(0), _I32.pack(len(assignment))]
-    for topic in sorted(assignment):
-        parts = sorted(assignment[topic])
-        out.append(_string(topic))
-        out.append(_I32.pack(len(parts)) + struct.pack(f">{len(parts)}i", *parts))
-    out.append(_user_data(user_data))
-    return b"".join(out)
+    body = {
+        "assigned_partitions": [{"topic": topic, "partitions": sorted(assignment[topic])}
+                                for topic in sorted(assignment)],
+        "user_data": user_data,
+    }
+    return internal.encode(internal.CONSUMER_PROTOCOL_ASSIGNMENT, _CONSUMER_PROTOCOL_VERSION, body,
+                           prefix=_CONSUMER_PROTOCOL_VERSION)
 
 
 def decode_assignment(data: bytes | None) -> dict[str, list[int]]:
     if not data:
         return {}
-    r = _Reader(data)
-    r.i16()
-    out: dict[str, list[int]] = {}
-    for _ in range(r.count()):
-        topic = r.string()
-        out[topic] = [r.i32() for _ in range(r.count())]
-    return out
+    internal.read_prefix(data, "version")
+    assignment = internal.decode(internal.CONSUMER_PROTOCOL_ASSIGNMENT, _CONSUMER_PROTOCOL_VERSION, data,
+                                 whole=False)
+    return {entry.topic: list(entry.partitions) for entry in assignment.assigned_partitions}
 
 
 def range_assign(
@@ -339,7 +282,7 @@ class BrokerGroupMembership:
         for member in members:
             try:
                 subscriptions[member.member_id] = decode_subscription(member.metadata)
-            except (ValueError, struct.error):
+            except ValueError:
                 log.warning("member %s sent an unreadable subscription", member.member_id)
                 subscriptions[member.member_id] = []
         all_topics = sorted({t for ts in subscriptions.values() for t in ts})
