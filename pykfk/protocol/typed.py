@@ -2072,3 +2072,109 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     error_message: str | None  # v0+, nullable v0+, default None
     responses: Sequence[ShareAcknowledgeTopicResponse]  # v0+
     node_endpoints: Sequence[ShareAcknowledgeResponseNodeEndpoint]  # v0+
+
+
+# -- DescribeShareGroupOffsets (key 90, v0-0, flexible 0+)
+
+
+class DescribeShareGroupOffsetsRequestTopic(Protocol):
+    topic_name: str  # v0+
+    partitions: Sequence[int]  # v0+
+
+
+class DescribeShareGroupOffsetsRequestGroup(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[DescribeShareGroupOffsetsRequestTopic] | None  # v0+, nullable v0+
+
+
+class DescribeShareGroupOffsetsRequest(Protocol):
+    groups: Sequence[DescribeShareGroupOffsetsRequestGroup]  # v0+
+
+
+class DescribeShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    partition_index: int  # v0+
+    start_offset: int  # v0+
+    leader_epoch: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class DescribeShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[DescribeShareGroupOffsetsResponsePartition]  # v0+
+
+
+class DescribeShareGroupOffsetsResponseGroup(TypedDict, total=False):
+    group_id: str  # v0+
+    topics: Sequence[DescribeShareGroupOffsetsResponseTopic]  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class DescribeShareGroupOffsetsResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    groups: Sequence[DescribeShareGroupOffsetsResponseGroup]  # v0+
+
+
+# -- AlterShareGroupOffsets (key 91, v0-0, flexible 0+)
+
+
+class AlterShareGroupOffsetsRequestPartition(Protocol):
+    partition_index: int  # v0+
+    start_offset: int  # v0+
+
+
+class AlterShareGroupOffsetsRequestTopic(Protocol):
+    topic_name: str  # v0+
+    partitions: Sequence[AlterShareGroupOffsetsRequestPartition]  # v0+
+
+
+class AlterShareGroupOffsetsRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[AlterShareGroupOffsetsRequestTopic]  # v0+
+
+
+class AlterShareGroupOffsetsResponsePartition(TypedDict, total=False):
+    partition_index: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class AlterShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[AlterShareGroupOffsetsResponsePartition]  # v0+
+
+
+class AlterShareGroupOffsetsResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    responses: Sequence[AlterShareGroupOffsetsResponseTopic]  # v0+
+
+
+# -- DeleteShareGroupOffsets (key 92, v0-0, flexible 0+)
+
+
+class DeleteShareGroupOffsetsRequestTopic(Protocol):
+    topic_name: str  # v0+
+
+
+class DeleteShareGroupOffsetsRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[DeleteShareGroupOffsetsRequestTopic]  # v0+
+
+
+class DeleteShareGroupOffsetsResponseTopic(TypedDict, total=False):
+    topic_name: str  # v0+
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class DeleteShareGroupOffsetsResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    responses: Sequence[DeleteShareGroupOffsetsResponseTopic]  # v0+

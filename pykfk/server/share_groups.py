@@ -310,3 +310,25 @@ def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequ
     return [{"group_id": group.group_id, "protocol_type": "share", "group_state": group.state, "group_type": "share"}
             for group in share_coordinator(ctx).groups.values()
             if (not states or group.state.lower() in states) and ctx.broker.group_coordinator.owns(group.group_id)]
+
+
+async def forget(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
+    """Drop a share partition's stored state (a tombstone); the error code."""
+    found = _state_log(ctx, group_id, topic_id, partition)
+    if found is None:
+        return ErrorCode.NONE
+    batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), None, int(time.time() * 1000), ())]))
+    try:
+        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, found[1], batch, -1, 30000)
+    except KafkaError as exc:
+        return exc.code
+    return ErrorCode.NONE
+
+
+def start_offset(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, partition: int) -> int:
+    """The share-partition start offset of a group (-1: it has no state there)."""
+    part = share_coordinator(ctx).partitions.get((group_id, topic, partition))
+    if part is not None:
+        return part.start_offset
+    snapshot = load_snapshot(ctx, group_id, topic_id, partition)
+    return snapshot.start_offset if snapshot is not None else -1

@@ -215,7 +215,23 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
                                           text=True, timeout=60, check=True).stdout)
         assert (shown["protocol_type"], [m["member_id"] for m in shown["members"]]) == ("share", [member])
         assert shown["members"][0]["assignment"] == {"qh": [0]}
+        alter_to_0 = {"group_id": "gh", "topics": [{"topic_name": "qh", "partitions": [
+            {"partition_index": 0, "start_offset": 0}]}]}
+        assert client.call(91, 0, alter_to_0).error_code == ErrorCode.NON_EMPTY_GROUP
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
+
+        def start_offsets() -> list[tuple[int, int]]:
+            answer = client.call(90, 0, {"groups": [{"group_id": "gh", "topics": [
+                {"topic_name": "qh", "partitions": [0, 7]}]}]})
+            return [(p.start_offset, p.error_code) for p in answer.groups[0].topics[0].partitions]
+
+        assert start_offsets() == [(5, 0), (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]  # 0-4 accepted
+        altered = client.call(91, 0, alter_to_0)
+        assert altered.error_code == ErrorCode.NONE and altered.responses[0].partitions[0].error_code == 0
+        assert start_offsets()[0] == (0, 0)
+        deleted = client.call(92, 0, {"group_id": "gh", "topics": [{"topic_name": "qh"}]})
+        assert deleted.error_code == ErrorCode.NONE and deleted.responses[0].error_code == 0
+        assert start_offsets()[0] == (-1, 0)
         # consumer byte-rate quotas apply to ShareFetch as to Fetch
         quota = client.call(49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "slow"}],
                                                  "ops": [{"key": "consumer_byte_rate", "value": 10.0,

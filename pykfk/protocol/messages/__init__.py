@@ -14,6 +14,7 @@ from . import (
     alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -25,6 +26,7 @@ from . import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -34,6 +36,7 @@ from . import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -135,6 +138,9 @@ _MODULES = (
     share_group_describe,
     share_fetch,
     share_acknowledge,
+    describe_share_group_offsets,
+    alter_share_group_offsets,
+    delete_share_group_offsets,
 )
 
 API_SPECS: dict[int, ApiSpec] = {m.SPEC.api_key: m.SPEC for m in _MODULES}
