@@ -37,15 +37,18 @@ from pykfk.group.reconciliation import (
     remove_member,
     update_member,
 )
+from pykfk.group.storage import OffsetsRecord, storage_error_code
 
 if TYPE_CHECKING:
-    from pykfk.group.coordinator import GroupCoordinator
+    from collections.abc import Coroutine
+
+    from pykfk.clock import Clock
 
 log = logging.getLogger("pykfk.group")
 
 E = ErrorCode
 Result = dict[str, Any]
-Record = tuple[bytes, "bytes | None"]
+Record = OffsetsRecord
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -132,10 +135,30 @@ def _is_internal(name: str) -> bool:
     return name.startswith("__")
 
 
+class GroupOwner(Protocol):
+    """What consumer groups use of the classic coordinator that owns them (``GroupCoordinator``):
+    its group table, partition map, clock, task spawner and offsets log."""
+
+    _groups: dict[str, ClassicGroup]
+    _clock: Clock
+
+    def _check_group(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode | None: ...
+
+    def group(self, group_id: str) -> ClassicGroup | None: ...
+
+    def _now_ms(self) -> int: ...
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    async def _append(self, group_id: str, records: list[OffsetsRecord]) -> None: ...
+
+    def partition_for(self, group_id: str) -> int: ...
+
+
 class ConsumerGroups:
     """Every consumer-protocol group of one coordinator."""
 
-    def __init__(self, owner: GroupCoordinator, config: ConsumerGroupConfig):
+    def __init__(self, owner: GroupOwner, config: ConsumerGroupConfig):
         self._owner = owner
         self.config = config
         self._groups: dict[str, ConsumerGroup] = {}
@@ -490,12 +513,10 @@ class ConsumerGroups:
     async def _store(self, group_id: str, records: list[Record]) -> ErrorCode | None:
         if not records:
             return None
-        from pykfk.group.coordinator import _storage_error
-
         try:
             await asyncio.shield(self._owner._spawn(self._owner._append(group_id, records)))
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
-            code = _storage_error(exc, commit=False)
+            code = storage_error_code(exc, commit=False)
             log.warning("consumer group %r: storing records failed: %r -> %s", group_id, exc, code.name)
             return code
         return None

@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
-from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
+from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from pykfk.group.consumer_records import is_consumer_group_key
 from pykfk.group.group import Group, GroupState, Member
@@ -44,7 +44,13 @@ from pykfk.group.offsets import (
     encode_offset_commit_value,
     partition_for,
 )
-from pykfk.group.storage import ABORT_MARKER, COMMIT_MARKER, TRANSACTIONAL, OffsetsLog
+from pykfk.group.storage import (
+    ABORT_MARKER,
+    COMMIT_MARKER,
+    TRANSACTIONAL,
+    OffsetsLog,
+    storage_error_code,
+)
 
 log = logging.getLogger("pykfk.group")
 
@@ -132,22 +138,6 @@ def _sync_result(error: ErrorCode, assignment: bytes = b"", group: Group | None 
         "protocol_name": group.protocol_name if ok else None,  # type: ignore[union-attr]
         "assignment": assignment if error == E.NONE else b"",
     }
-
-
-def _storage_error(exc: BaseException, *, commit: bool) -> ErrorCode:
-    """What a client gets when the offsets log refused an append (Kafka's mapping in
-    GroupMetadataManager.storeGroup / storeOffsets)."""
-    code = E.KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else error_for_core_exception(exc)
-    if code in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
-                E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.COORDINATOR_NOT_AVAILABLE):
-        return E.COORDINATOR_NOT_AVAILABLE
-    if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR, E.NOT_COORDINATOR):
-        return E.NOT_COORDINATOR
-    if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
-        return E.INVALID_COMMIT_OFFSET_SIZE if commit else E.UNKNOWN_SERVER_ERROR
-    if code == E.REQUEST_TIMED_OUT and not commit:
-        return E.REBALANCE_IN_PROGRESS
-    return code
 
 
 class GroupCoordinator:
@@ -929,7 +919,7 @@ class GroupCoordinator:
         try:
             await self._append(group.group_id, [(key, encode_group_metadata_value(record))])
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
-            code = _storage_error(exc, commit=False)
+            code = storage_error_code(exc, commit=False)
             log.warning("group %r: storing group metadata failed: %r -> %s",
                         group.group_id, exc, code.name)
             return code
@@ -1122,7 +1112,7 @@ class GroupCoordinator:
         try:
             await self._append(group.group_id, records)
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
-            code = _storage_error(exc, commit=True)
+            code = storage_error_code(exc, commit=True)
             log.warning("group %r: storing offsets failed: %r -> %s",
                         group.group_id, exc, code.name)
             return code
@@ -1205,7 +1195,7 @@ class GroupCoordinator:
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes an error code
             if isinstance(exc, KafkaError) and exc.code == E.INVALID_PRODUCER_EPOCH:
                 return E.PRODUCER_FENCED
-            code = _storage_error(exc, commit=True)
+            code = storage_error_code(exc, commit=True)
             log.warning("group %r: storing transactional offsets failed: %r -> %s", group_id, exc, code.name)
             return code
         self._txn_epochs[producer_id] = max(producer_epoch, self._txn_epochs.get(producer_id, -1))

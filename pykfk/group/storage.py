@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from pykfk.errors import ErrorCode, error_for_core_exception
+
 if TYPE_CHECKING:
     from pykfk.log import Log
 
@@ -27,6 +29,22 @@ COMMIT_MARKER = 2   # the producer's transaction committed (key and value None)
 ABORT_MARKER = 3    # the producer's transaction aborted (key and value None)
 # (key, value, producer id (-1 for PLAIN), kind)
 OffsetsEntry = tuple["bytes | None", "bytes | None", int, int]
+
+def storage_error_code(exc: BaseException, *, commit: bool) -> ErrorCode:
+    """What a client gets when the offsets log refused an append (Kafka's mapping in
+    GroupMetadataManager.storeGroup / storeOffsets)."""
+    code = ErrorCode.KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else error_for_core_exception(exc)
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_COORDINATOR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if commit else ErrorCode.UNKNOWN_SERVER_ERROR
+    if code == ErrorCode.REQUEST_TIMED_OUT and not commit:
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    return code
+
 
 # Bytes read from the log per step while loading; Kafka's offsets.load.buffer.size default.
 LOAD_BUFFER_SIZE = 5 * 1024 * 1024
