@@ -48,6 +48,12 @@ class ShareSettings:
     delivery_count_limit: int = 5
     max_in_flight: int = 2000
     max_size: int = 200
+    max_groups: int = 10
+
+    @property
+    def max_sessions(self) -> int:
+        """Share sessions a broker keeps at most (Kafka: members per group times groups)."""
+        return self.max_size * self.max_groups
 
     @classmethod
     def from_config(cls, config: ConfigLookup) -> ShareSettings:
@@ -60,7 +66,7 @@ class ShareSettings:
                    num("group.share.max.record.lock.duration.ms"))
         return cls(num("group.share.session.timeout.ms"), num("group.share.heartbeat.interval.ms"), lock,
                    num("group.share.delivery.count.limit"), num("group.share.partition.max.record.locks"),
-                   num("group.share.max.size"))
+                   num("group.share.max.size"), num("group.share.max.groups"))
 
     @property
     def partition_settings(self) -> SharePartitionSettings:
@@ -156,6 +162,10 @@ class ShareCoordinator:
             if not subscribed:
                 return HeartbeatAnswer(ErrorCode.INVALID_REQUEST,
                                        message="SubscribedTopicNames must be set in first request.")
+            if group is None and len(self.groups) >= self.settings.max_groups:
+                return HeartbeatAnswer(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                       message=f"The maximum number of share groups "
+                                               f"({self.settings.max_groups}) has been reached.")
             group = self.groups.setdefault(group_id, ShareGroup(group_id))
             if member_id not in group.members and len(group.members) >= self.settings.max_size:
                 return HeartbeatAnswer(ErrorCode.GROUP_MAX_SIZE_REACHED,
@@ -229,6 +239,8 @@ class ShareCoordinator:
         if epoch == 0:
             if acknowledge_only:
                 return ErrorCode.INVALID_SHARE_SESSION_EPOCH
+            if found is None and len(self.sessions) >= self.settings.max_sessions:
+                return ErrorCode.SHARE_SESSION_LIMIT_REACHED
             found = self.sessions[key] = ShareSession(1, set(adding))
             return found
         if found is None:
