@@ -387,7 +387,8 @@ class Broker:
 
         configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
         await self.cluster.ensure_offsets_topic(self.group_coordinator.config.offsets_topic_num_partitions, configs)
-        await self._coordinator_leadership.settled()
+        if self._coordinator_leadership is not None:  # None before start and after stop
+            await self._coordinator_leadership.settled()
 
     def coordinator_node(self, offsets_partition: int, listener: str) -> tuple[int, str, int] | None:
         return self.cluster.leader_node(OFFSETS_TOPIC, offsets_partition, listener)

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pykfk._core.records import DecodedRecords, decode_records
 from pykfk.client.cluster_view import ClusterMetadata
@@ -187,7 +187,9 @@ class SimpleConsumer:
             raise KafkaError(result.error, f"fetch {topic}[{partition}] at {offset}")
         return result
 
-    def multifetch(self, requests: Sequence[FetchRequest | tuple]) -> list[MessageSet]:
+    def multifetch(
+        self, requests: Sequence[FetchRequest | tuple[str, int, int] | tuple[str, int, int, int]]
+    ) -> list[MessageSet]:
         """Several partitions in one request; results in request order, each with its own
         ``error``."""
         reqs = [r if isinstance(r, FetchRequest) else FetchRequest(*r) for r in requests]
@@ -259,6 +261,9 @@ class SimpleConsumer:
 class TopicFilter:
     """A topic regex as the seeds take it: commas mean "or", blanks and quotes around it
     are ignored; a topic matches when the whole name matches."""
+
+    # How the ZooKeeper registration names the filter (Whitelist / Blacklist).
+    pattern_name: ClassVar[str]
 
     def __init__(self, regex: str):
         cleaned = regex.strip().replace(",", "|").replace(" ", "").strip("\"'")

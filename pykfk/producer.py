@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pykfk._core.records import BATCH_HEADER_SIZE, build_batch
 from pykfk.client.cluster_view import REFRESH_ERRORS, ClusterMetadata
-from pykfk.client.connection import BrokerConnection
+from pykfk.client.connection import BrokerConnection, InFlight
 from pykfk.client.partitioner import DefaultPartitioner, Partitioner
 from pykfk.errors import ErrorCode, KafkaError, error_code
 
@@ -66,6 +66,8 @@ class QueueFullError(KafkaError):
 
 
 Callback = Callable[["RecordMetadata | None", "Exception | None"], None]
+# One record as appended: (key, value, timestamp ms, headers).
+_Record = tuple[Any, Any, int, Any]
 
 
 class _BatchResult:
@@ -84,7 +86,7 @@ class _BatchResult:
         "watched",
     )
 
-    def __init__(self, topic: str, partition: int, records: list):
+    def __init__(self, topic: str, partition: int, records: list[_Record]):
         self.condition = threading.Condition()  # an RLock: wait() acquires it once per future
         self.state = _futures_base.PENDING
         self.topic = topic
@@ -110,10 +112,11 @@ class _BatchResult:
                         waiter.add_exception(future)
             self.condition.notify_all()
         for future in watched:
-            future._invoke_callbacks()
+            # concurrent.futures' own completion step (private, absent from its stubs)
+            future._invoke_callbacks()  # type: ignore[attr-defined]
 
 
-class RecordFuture(Future):
+class RecordFuture(Future[RecordMetadata]):
     """A ``concurrent.futures.Future`` of one record's RecordMetadata, backed by its batch's
     shared outcome. Works with ``result()``, ``exception()``, ``add_done_callback()``,
     ``concurrent.futures.wait`` and ``as_completed``. It cannot be cancelled (the record may
@@ -144,7 +147,7 @@ class RecordFuture(Future):
         offset = b.base_offset + self._index if b.base_offset >= 0 else -1
         return RecordMetadata(b.topic, b.partition, offset, ts)
 
-    def _watch(self, name: str) -> list:
+    def _watch(self, name: str) -> list[Any]:
         lists = self.__dict__
         if name not in lists:
             first = "_w" not in lists and "_c" not in lists
@@ -154,14 +157,15 @@ class RecordFuture(Future):
                 if b.watched is None:
                     b.watched = []
                 b.watched.append(self)
-        return lists[name]
+        watchers: list[Any] = lists[name]
+        return watchers
 
     @property
-    def _waiters(self) -> list:  # type: ignore[override]
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
         return self._watch("_w")
 
     @property
-    def _done_callbacks(self) -> list:  # type: ignore[override]
+    def _done_callbacks(self) -> list[Any]:
         return self._watch("_c")
 
     def cancel(self) -> bool:
@@ -202,7 +206,7 @@ class _Batch:
     def __init__(self, topic: str, partition: int, now: float):
         self.topic = topic
         self.partition = partition
-        self.records: list[tuple] = []
+        self.records: list[_Record] = []
         self.result = _BatchResult(topic, partition, self.records)
         self.callbacks: list[tuple[int, Callback]] | None = None
         self.size = BATCH_OVERHEAD
@@ -330,7 +334,7 @@ class Producer:
         self._retrying: dict[tuple[str, int], int] = {}
         self._refresh_topics: set[str] = set()
         self._conns: dict[int, BrokerConnection] = {}
-        self._in_flight: dict[int, collections.deque] = {}
+        self._in_flight: dict[int, collections.deque[tuple[InFlight, list[_Batch]]]] = {}
         self._sender_error: BaseException | None = None
         self._sender = threading.Thread(
             target=self._run_sender, name="pykfk-producer-sender", daemon=True
@@ -464,10 +468,10 @@ class Producer:
         topic: str,
         partition: int | None,
         key: Any,
-        record: tuple,
+        record: _Record,
         callback: Callback | None,
         seal: bool,
-    ) -> Future:
+    ) -> Future[RecordMetadata]:
         if self._closing or self._closed:
             raise RuntimeError("producer is closed")
         info = self.cluster.topics.get(topic)  # refreshed by the sender every metadata_max_age
@@ -691,7 +695,7 @@ class Producer:
             node = info.leaders.get(batch.partition, -1) if info else -1
             by_node.setdefault(node, []).append(batch)
         for node, node_batches in by_node.items():
-            topic_data: dict[str, list] = {}
+            topic_data: dict[str, list[dict[str, Any]]] = {}
             for batch in node_batches:
                 if batch.payload is None:
                     self._build(batch)
@@ -839,9 +843,9 @@ class Producer:
             batches = [b for q in self._queues.values() for b in q]
             for q in self._queues.values():
                 q.clear()
-            for q in self._in_flight.values():
-                batches += [b for _, bs in q for b in bs]
-                q.clear()
+            for sent in self._in_flight.values():
+                batches += [b for _, bs in sent for b in bs]
+                sent.clear()
         for batch in batches:
             if not batch.done:
                 batch.result.complete(-1, -1, error)

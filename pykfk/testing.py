@@ -43,11 +43,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pykfk.protocol import framing
+
+if TYPE_CHECKING:
+    from pykfk.broker import Broker
 
 DEFAULT_START_TIMEOUT = 30.0
 DEFAULT_STOP_TIMEOUT = 30.0
@@ -65,7 +68,7 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
-    def send(self, api_key: int, version: int, body: dict, client_id: str | None = "raw") -> int:
+    def send(self, api_key: int, version: int, body: dict[str, Any], client_id: str | None = "raw") -> int:
         correlation_id = self._next_correlation
         self._next_correlation += 1
         self.sock.sendall(framing.encode_request(api_key, version, correlation_id, client_id, body))
@@ -78,7 +81,7 @@ class RawClient:
     def recv(self, api_key: int, version: int) -> tuple[int, object]:
         return framing.decode_response(api_key, version, self.recv_frame())
 
-    def call(self, api_key: int, version: int, body: dict) -> object:
+    def call(self, api_key: int, version: int, body: dict[str, Any]) -> object:
         correlation_id = self.send(api_key, version, body)
         got, response = self.recv(api_key, version)
         assert got == correlation_id
@@ -112,7 +115,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (for restarting on a known port)."""
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _property_name(name: str) -> str:
@@ -259,7 +263,7 @@ class InProcessBroker:
         props = {"log.dirs": log_dir, "listeners": "PLAINTEXT://127.0.0.1:0"}
         props.update({_property_name(k): str(v) for k, v in (overrides or {}).items()})
         self.config = BrokerConfig(props)
-        self.broker: Any = None
+        self.broker: Broker | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_errors: list[dict[str, Any]] = []
         self._thread: threading.Thread | None = None
@@ -269,11 +273,16 @@ class InProcessBroker:
 
     @property
     def host(self) -> str:
-        return self.broker.host
+        return self._started_broker().host
 
     @property
     def port(self) -> int:
-        return self.broker.port
+        return self._started_broker().port
+
+    def _started_broker(self) -> Broker:
+        if self.broker is None:
+            raise RuntimeError("the in-process broker is not started")
+        return self.broker
 
     @property
     def bootstrap(self) -> str:
@@ -294,7 +303,7 @@ class InProcessBroker:
         try:
             import uvloop  # the event loop pykfk-broker runs on
 
-            loop = uvloop.new_event_loop()
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             loop = asyncio.new_event_loop()
         self.loop = loop
@@ -525,4 +534,5 @@ def zookeeper_server(tmp_path_factory: Any) -> Iterator[Any]:
 @pytest.fixture
 def zookeeper_chroot(zookeeper_server: Any) -> str:
     """A connect string with a fresh chroot: the test's own empty ZooKeeper namespace."""
-    return zookeeper_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
+    connect: str = zookeeper_server.connect_string(f"t-{uuid.uuid4().hex[:12]}")
+    return connect

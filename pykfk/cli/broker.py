@@ -319,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         uvloop.install()
         return asyncio.run(_serve(config, args))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_serve(config, args))
+        code: int = runner.run(_serve(config, args))
+        return code
 
 
 if __name__ == "__main__":
