@@ -46,6 +46,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -75,6 +76,9 @@ from pykfk.log.log import (
     time_ms,
 )
 from pykfk.log.naming import topic_name_error
+
+FUTURE_DIR_SUFFIX = "-future"
+_SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
@@ -166,6 +170,14 @@ def _run_logged(fn: Callable[[], Any]) -> None:
         logger.debug("Background log task %r: %s", fn, exc)  # the dir's state change was logged
     except Exception:
         logger.exception("Background log task %r failed", fn)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _is_out_of_space(exc: OSError) -> bool:
@@ -338,6 +350,11 @@ class LogManager:
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 logger.info("Removing %s, a log deleted before the last stop", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if name.endswith(FUTURE_DIR_SUFFIX):
+                # A move between log dirs the stop interrupted: its source is intact.
+                logger.info("Removing %s, the copy of a log move the last stop interrupted", path)
                 shutil.rmtree(path, ignore_errors=True)
                 continue
             try:
@@ -562,6 +579,83 @@ class LogManager:
         self._scheduler.schedule(delay, self._sweep_deleted_logs)
         logger.info("Scheduled deletion of log %s-%d (%s)", topic, partition, log.dir)
         return True
+
+    # -- moves between log dirs (AlterReplicaLogDirs) -------------------------------------
+
+    def move_problem(self, topic: str, partition: int, log_dir: str) -> tuple[ErrorCode, str] | None:
+        """Why the log of a partition cannot move to ``log_dir`` now, as Kafka answers it."""
+        if log_dir not in self.log_dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND, f"Log dir {log_dir} is not a log dir of this broker"
+        if self._dir_state[log_dir] != ONLINE:
+            return ErrorCode.KAFKA_STORAGE_ERROR, f"Log dir {log_dir} is {self._dir_state[log_dir]}"
+        if (topic, partition) in self._stranded:
+            return ErrorCode.KAFKA_STORAGE_ERROR, f"The log of {topic}-{partition} is in an offline log dir"
+        if self._logs.get((topic, partition)) is None:
+            return ErrorCode.REPLICA_NOT_AVAILABLE, f"{topic}-{partition} has no replica on this broker"
+        return None
+
+    @staticmethod
+    def future_dir(log: Log, log_dir: str) -> str:
+        """Where the copy of a moving log grows (Kafka's ``<topic>-<partition>.<id>-future``)."""
+        return os.path.join(log_dir, f"{log.topic}-{log.partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
+
+    @staticmethod
+    def copy_for_move(log: Log, future: str) -> int:
+        """Brings the future dir up to the log's files as they are now (new or grown
+        files copied, files the log dropped removed); returns the bytes copied. Blocking,
+        for a worker thread while the log takes appends."""
+        os.makedirs(future, exist_ok=True)
+        copied = 0
+        present = set()
+        active = f"{log.active_segment.base_offset:020d}."  # its indexes change in place
+        for name in os.listdir(log.dir):
+            source = os.path.join(log.dir, name)
+            if not os.path.isfile(source):
+                continue
+            present.add(name)
+            target = os.path.join(future, name)
+            size = os.path.getsize(source)
+            if os.path.exists(target) and os.path.getsize(target) == size and name.endswith(_SEGMENT_FILES) \
+                    and not name.startswith(active):
+                continue  # a segment file of the same size: sealed, or the active one unchanged
+            with open(source, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+                dst.flush()
+                os.fsync(dst.fileno())
+            copied += size
+        for name in os.listdir(future):
+            if name not in present:
+                os.unlink(os.path.join(future, name))
+        return copied
+
+    def finish_move(self, log: Log, future: str) -> Log:
+        """The swap: the last appends copied, the future dir renamed to the partition's
+        dir, the old one renamed for deletion (readers keep their descriptors), the new
+        log opened (its active segment recovered) and put in the old one's place. The
+        caller has stopped the partition's replica. Blocking but short."""
+        tp = (log.topic, log.partition)
+        log_dir = os.path.dirname(future)
+        target = os.path.join(log_dir, f"{log.topic}-{log.partition}")
+        log.flush()
+        self.copy_for_move(log, future)
+        with self._lock:
+            if self._logs.get(tp) is not log:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{log.name} changed during its move")
+            recovery_point = min(log.recovery_point, log.active_segment.base_offset)
+            start, high_watermark = log.log_start_offset, log.high_watermark
+            os.rename(future, target)
+            _fsync_dir(log_dir)
+            self._logs.pop(tp)
+            self._dir_counts[os.path.dirname(log.dir)] -= 1
+            log.rename_for_delete()
+            self._pending_log_deletes.append((time_ms() + log.config.file_delete_delay_ms, log))
+            moved = Log(target, log.config, recovery_point=recovery_point, log_start_offset=start,
+                        clean_shutdown=False, scheduler=self._scheduler)
+            self._high_watermark_checkpoints[tp] = high_watermark
+            self._insert(log_dir, moved)
+        self._scheduler.schedule(log.config.file_delete_delay_ms, self._sweep_deleted_logs)
+        logger.info("Moved log %s to %s", moved.name, log_dir)
+        return moved
 
     def _sweep_deleted_logs(self, *, force: bool = False) -> int:
         now = time_ms()

@@ -1056,6 +1056,38 @@ class AlterConfigsResponse(TypedDict, total=False):
     responses: Sequence[AlterConfigsResourceResponse]  # v0+
 
 
+# -- AlterReplicaLogDirs (key 34, v1-2, flexible 2+)
+
+
+class AlterReplicaLogDirsRequestAlterReplicaLogDirTopic(Protocol):
+    name: str  # v0+
+    partitions: Sequence[int]  # v0+
+
+
+class AlterReplicaLogDirsRequestAlterReplicaLogDir(Protocol):
+    path: str  # v0+
+    topics: Sequence[AlterReplicaLogDirsRequestAlterReplicaLogDirTopic]  # v0+
+
+
+class AlterReplicaLogDirsRequest(Protocol):
+    dirs: Sequence[AlterReplicaLogDirsRequestAlterReplicaLogDir]  # v0+
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult(TypedDict, total=False):
+    partition_index: int  # v0+
+    error_code: int  # v0+
+
+
+class AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult(TypedDict, total=False):
+    topic_name: str  # v0+
+    partitions: Sequence[AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult]  # v0+
+
+
+class AlterReplicaLogDirsResponse(TypedDict, total=False):
+    throttle_time_ms: int  # v0+
+    results: Sequence[AlterReplicaLogDirsResponseAlterReplicaLogDirTopicResult]  # v0+
+
+
 # -- DescribeLogDirs (key 35, v0-4, flexible 2+)
 
 

@@ -106,6 +106,7 @@ HANDLER_MODULES = (
     "elect_leaders",
     "alter_partition_reassignments",
     "list_partition_reassignments",
+    "alter_replica_log_dirs",
     "describe_log_dirs",
     "consumer_group_heartbeat",
     "get_telemetry_subscriptions",

@@ -3,7 +3,8 @@ partition in it (all partitions, or those asked for), its lag behind the high wa
 and (v4) the directory's file system size and free space. DESCRIBE on the cluster is
 needed: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) or empty. An
 offline directory (an I/O error took it offline) answers KAFKA_STORAGE_ERROR and no
-partitions, as Kafka's does; a full one is online (its partitions are read).
+partitions, as Kafka's does; a full one is online (its partitions are read). A partition moving to another dir
+(AlterReplicaLogDirs) is also listed there as the future replica (is_future_key).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import defaultdict
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
+from pykfk.server import log_dir_moves
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 35
@@ -46,6 +48,14 @@ def handle(ctx: RequestContext, request: typed.DescribeLogDirsRequest) -> typed.
         by_dir.setdefault(os.path.dirname(plog.dir), defaultdict(list))[topic].append({
             "partition_index": partition, "partition_size": plog.size_bytes,
             "offset_lag": max(0, plog.high_watermark - plog.log_end_offset), "is_future_key": False})
+    for (topic, partition), move in sorted(log_dir_moves.moves_of(ctx.broker).items()):
+        plog = log_manager.get_log(topic, partition)
+        if plog is None or (wanted is not None and (topic, partition) not in wanted):
+            continue
+        # The future replica, as Kafka shows it: in its target dir, lagging the log end.
+        by_dir.setdefault(move.log_dir, defaultdict(list))[topic].append({
+            "partition_index": partition, "partition_size": log_dir_moves.future_size(move),
+            "offset_lag": max(0, plog.log_end_offset - move.copied_offset), "is_future_key": True})
     results: list[typed.DescribeLogDirsResult] = []
     offline = set(log_manager.offline_dirs())
     for log_dir, topics in by_dir.items():
