@@ -42,8 +42,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -109,6 +109,23 @@ class RawClient:
             return True
         except TimeoutError:
             return False
+
+
+_Value = TypeVar("_Value")
+
+
+def wait_until(condition: Callable[[], _Value], timeout: float, what: str, interval: float = 0.1) -> _Value:
+    """Call ``condition`` every ``interval`` s until it returns something true, and return
+    that; AssertionError naming ``what`` once ``timeout`` s have passed. The condition is
+    asked once more at the deadline, so a slow machine never fails a check that holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
