@@ -45,6 +45,7 @@ from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
 from pykfk.protocol import typed
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.handlers.metadata import topic_ids
 
 log = logging.getLogger("pykfk.group")
 
@@ -332,3 +333,36 @@ def start_offset(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.
         return part.start_offset
     snapshot = load_snapshot(ctx, group_id, topic_id, partition)
     return snapshot.start_offset if snapshot is not None else -1
+
+
+def is_share_group(ctx: RequestContext, group_id: str) -> bool:
+    return group_id in share_coordinator(ctx).groups
+
+
+async def delete_group(ctx: RequestContext, group_id: str) -> int:
+    """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members; else the
+    group, its sessions, its configs and its state of every partition go (tombstones in
+    ``__share_group_state``)."""
+    coordinator = share_coordinator(ctx)
+    group = coordinator.groups.get(group_id)
+    if group is not None and group.members:
+        return ErrorCode.NON_EMPTY_GROUP
+    coordinator.groups.pop(group_id, None)
+    for session_key in [k for k in coordinator.sessions if k[0] == group_id]:
+        del coordinator.sessions[session_key]
+    ids = topic_ids(ctx.broker.metadata)
+    for _group, topic, partition in [k for k in coordinator.partitions if k[0] == group_id]:
+        del coordinator.partitions[(group_id, topic, partition)]
+        code = await forget(ctx, group_id, ids.id_of(topic), partition)
+        if code != ErrorCode.NONE:
+            return code
+    if coordinator.group_configs.pop(group_id, None) is not None:
+        info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
+        if info is not None:
+            batch = bytearray(build_batch([(group_config_key(group_id), None, int(time.time() * 1000), ())]))
+            try:
+                await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, partition_for(group_id, info.partitions),
+                                                        batch, -1, 30000)
+            except KafkaError as exc:
+                return exc.code
+    return ErrorCode.NONE

@@ -218,6 +218,7 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         alter_to_0 = {"group_id": "gh", "topics": [{"topic_name": "qh", "partitions": [
             {"partition_index": 0, "start_offset": 0}]}]}
         assert client.call(91, 0, alter_to_0).error_code == ErrorCode.NON_EMPTY_GROUP
+        assert client.call(42, 2, {"groups_names": ["gh"]}).results[0].error_code == ErrorCode.NON_EMPTY_GROUP
         assert _heartbeat(client, "gh", member, -1).member_epoch == -1
 
         def start_offsets() -> list[tuple[int, int]]:
@@ -252,6 +253,10 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
             assert throttled.throttle_time_ms > 0
         finally:
             slow.close()
+        assert client.call(42, 2, {"groups_names": ["gh"]}).results[0].error_code == ErrorCode.NONE
+        gone = client.call(77, 1, {"group_ids": ["gh"], "include_authorized_operations": False})
+        assert gone.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert start_offsets()[0] == (-1, 0)
     finally:
         client.close()
 
