@@ -88,19 +88,15 @@ def test_a_partition_moves_between_log_dirs_under_acks_all_writes(tmp_path: Path
         writer.start()
         try:
             time.sleep(0.3)
-            # Sent together: the move has started when DescribeLogDirs is read.
-            alter_id = raw.send(ALTER_REPLICA_LOG_DIRS, 2, _alter_request(target))
-            describe_id = raw.send(DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": TOPIC, "partitions": [0]}]})
-            got_id, answer = raw.recv(ALTER_REPLICA_LOG_DIRS, 2)
-            assert got_id == alter_id and answer.results[0].partitions[0].error_code == ErrorCode.NONE
-            got_id, during = raw.recv(DESCRIBE_LOG_DIRS, 4)
-            assert got_id == describe_id
-            shown = {r.log_dir: [p.is_future_key for t in r.topics for p in t.partitions] for r in during.results}
-            assert shown[source] == [False] and shown[os.path.abspath(target)] == [True]
+            answer: Any = raw.call(ALTER_REPLICA_LOG_DIRS, 2, _alter_request(target))
+            assert answer.results[0].partitions[0].error_code == ErrorCode.NONE
+            seen = [_placement(raw)]  # read at once: the copy of ~6 MiB is under way
             deadline = time.monotonic() + 20
-            while _placement(raw) != {os.path.abspath(target): [False]} and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert _placement(raw) == {os.path.abspath(target): [False]}
+            while seen[-1] != {os.path.abspath(target): [False]} and time.monotonic() < deadline:
+                time.sleep(0.05)
+                seen.append(_placement(raw))
+            assert {source: [False], os.path.abspath(target): [True]} in seen, seen[:3]
+            assert seen[-1] == {os.path.abspath(target): [False]}
             assert not os.path.exists(os.path.join(source, f"{TOPIC}-0"))
             time.sleep(0.5)  # writes go on after the swap
         finally:
