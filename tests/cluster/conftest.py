@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from pykfk.testing import BrokerProcess
+from pykfk.testing import BrokerProcess, wait_until
 
 # Short sessions and lag so failures are noticed within seconds (ZooKeeper tickTime is
 # 200 ms in the fixture, so 3 s is 15 ticks), bounded everywhere.
@@ -30,17 +29,6 @@ CLUSTER_DEFAULTS = {
     "controlled.shutdown.max.retries": 2,
     "group.initial.rebalance.delay.ms": 0,
 }
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, message: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 class Cluster:
