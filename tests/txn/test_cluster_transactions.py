@@ -13,7 +13,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pykfk.group.offsets import partition_for
-from tests.cluster.conftest import Cluster, wait_until
+from pykfk.testing import wait_until
+from tests.cluster.conftest import Cluster
 from tests.txn.conftest import TIMEOUT_S, read_all
 from tests.txn.lso_sampler import LsoSampler
 
