@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tests.cluster.conftest import Cluster, wait_until
+from pykfk.testing import wait_until
+from tests.cluster.conftest import Cluster
 
 from .promtools import Samples, scrape_broker, total, value
 
