@@ -18,6 +18,7 @@ import pytest
 from pykfk.audit import AuditEmitter
 from pykfk.client.admin import AdminClient
 from pykfk.producer import Producer
+from pykfk.testing import wait_until
 from pykfk_spark.ingest import IngestConfig, run_ingest
 from tests.mirror.helpers import (
     ROOT,
@@ -25,7 +26,6 @@ from tests.mirror.helpers import (
     create_topic,
     read_partition,
     total_records,
-    wait_until,
     write_config,
 )
 
