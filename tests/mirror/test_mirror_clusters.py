@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pykfk.mirror.checkpoints import read_checkpoints
 from pykfk.mirror.config import load_config
 from pykfk.mirror.topics import describe_topic_configs
+from pykfk.testing import wait_until
 from tests.mirror.helpers import (
     ROOT,
     MirrorProcess,
@@ -29,7 +30,6 @@ from tests.mirror.helpers import (
     offsets_used,
     read_partition,
     topic_partitions,
-    wait_until,
     write_config,
 )
 
