@@ -10,13 +10,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from pykfk.mirror.naming import ORIGIN_HEADER
+from pykfk.testing import wait_until
 from tests.mirror.helpers import (
     MirrorProcess,
     PacedWriter,
     create_topic,
     read_partition,
     total_records,
-    wait_until,
     write_config,
 )
 
