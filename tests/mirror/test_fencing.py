@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from pykfk.testing import wait_until
 from tests.mirror.helpers import (
     MirrorProcess,
     PacedWriter,
@@ -21,7 +22,6 @@ from tests.mirror.helpers import (
     last_value,
     offsets_used,
     read_partition,
-    wait_until,
     write_config,
 )
 
