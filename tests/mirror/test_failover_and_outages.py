@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pykfk.mirror.checkpoints import read_checkpoints
 from pykfk.mirror.config import load_config
+from pykfk.testing import wait_until
 from tests.mirror.helpers import (
     ROOT,
     MirrorProcess,
@@ -36,7 +37,6 @@ from tests.mirror.helpers import (
     end_offsets,
     last_value,
     read_partition,
-    wait_until,
     write_config,
 )
 
