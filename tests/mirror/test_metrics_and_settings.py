@@ -16,13 +16,13 @@ from confluent_kafka.admin._resource import ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
 from pykfk.mirror.topics import describe_topic_configs
+from pykfk.testing import wait_until
 from tests.mirror.helpers import (
     MirrorProcess,
     PacedWriter,
     create_topic,
     topic_partitions,
     total_records,
-    wait_until,
     write_config,
 )
 
