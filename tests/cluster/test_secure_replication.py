@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from tests.cluster.conftest import wait_until
+from pykfk.testing import wait_until
 from tests.security.certs import CertificateAuthority
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
