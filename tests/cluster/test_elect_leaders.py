@@ -14,8 +14,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import RawClient
-from tests.cluster.conftest import wait_until
+from pykfk.testing import RawClient, wait_until
 
 ELECT_KEY = 43
 
