@@ -33,9 +33,7 @@ from pykfk.security.acl import AclBinding, Operation, PatternType, Permission, R
 from pykfk.security.credentials import scram_credential
 from pykfk.security.quotas import entity_of
 from pykfk.security.sasl import AuthenticationError
-from pykfk.testing import BrokerProcess, RawClient
-
-from .conftest import wait_until
+from pykfk.testing import BrokerProcess, RawClient, wait_until
 
 BROKER = BrokerInfo(0, "127.0.0.1", 9092)
 
