@@ -13,8 +13,7 @@ from confluent_kafka.admin import (
 )
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import RawClient
-from tests.cluster.conftest import wait_until
+from pykfk.testing import RawClient, wait_until
 
 
 def _described(broker) -> dict:
