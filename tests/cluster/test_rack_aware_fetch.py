@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from pykfk.testing import RawClient
-from tests.cluster.conftest import Cluster, wait_until
+from pykfk.testing import RawClient, wait_until
+from tests.cluster.conftest import Cluster
 from tests.metrics.promtools import scrape_broker, value
 
 TOPIC = "racked"
