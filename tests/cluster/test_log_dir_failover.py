@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pykfk.testing import BrokerProcess
+from pykfk.testing import BrokerProcess, wait_until
 
-from .conftest import Cluster, wait_until
+from .conftest import Cluster
 
 TOPIC = "dirfail"
 
