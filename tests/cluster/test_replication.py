@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from pykfk.testing import wait_until
+from tests.cluster.conftest import Cluster
 
 _SEGMENT = re.compile(r"^\d{20}\.log$")
 
