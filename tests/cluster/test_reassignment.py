@@ -21,8 +21,8 @@ from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import RawClient
-from tests.cluster.conftest import Cluster, wait_until
+from pykfk.testing import RawClient, wait_until
+from tests.cluster.conftest import Cluster
 from tests.cluster.test_replication import high_watermarks, read_all, replica_bytes
 
 ALTER_KEY, LIST_KEY = 45, 46
