@@ -10,8 +10,7 @@ import json
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import RawClient
-from tests.cluster.conftest import wait_until
+from pykfk.testing import RawClient, wait_until
 
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
 
