@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pykfk.testing import BrokerProcess, InProcessBroker
-from tests.cluster.conftest import CLUSTER_DEFAULTS, wait_until
+from pykfk.testing import BrokerProcess, InProcessBroker, wait_until
+from tests.cluster.conftest import CLUSTER_DEFAULTS
 
 SESSION_S = CLUSTER_DEFAULTS["zookeeper.session.timeout.ms"] / 1000
 
