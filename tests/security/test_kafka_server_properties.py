@@ -20,8 +20,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from pykfk.testing import BrokerProcess, free_port
-from tests.cluster.conftest import wait_until
+from pykfk.testing import BrokerProcess, free_port, wait_until
 
 STORE_PASSWORD = "test1234"
 KEY_PASSWORD = "key-pass"
