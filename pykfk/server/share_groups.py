@@ -206,14 +206,15 @@ async def load_group_configs(ctx: RequestContext) -> None:
         return
     if not await ensure_state_topic(ctx):
         return
-    _CONFIGS_LOADED.add(ctx.broker)
     info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
+    mine = [n for n in range(info.partitions if info is not None else 0) if _led_here(ctx, n)]
+    try:
+        logs = [ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, n).log for n in mine]
+    except KafkaError:
+        return  # led here but not loaded yet: the next request loads them
+    _CONFIGS_LOADED.add(ctx.broker)
     coordinator = share_coordinator(ctx)
-    for number in range(info.partitions if info is not None else 0):
-        try:
-            state_log = ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log
-        except KafkaError:
-            continue
+    for state_log in logs:
         for key, value in LogOffsetsLog(state_log).read_all():
             group = decode_group_config_key(key)
             if group is None:
@@ -248,16 +249,21 @@ async def ensure_state_topic(ctx: RequestContext) -> bool:
 
 
 def _state_log(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[Log, int] | None:
-    """The local log of the state partition of a share partition, with its number,
-    when this broker leads it."""
+    """The local log of the state partition of a share partition, with its number, when
+    this broker leads it; KafkaError (NOT_LEADER_OR_FOLLOWER, retriable) while it is led
+    here but not loaded yet, just after a start (no state is better than a wrong one)."""
     info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
     if info is None:
         return None
     number = state_partition(group_id, topic_id, partition, info.partitions)
-    try:
-        return ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log, number
-    except KafkaError:
+    if not _led_here(ctx, number):
         return None
+    return ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log, number
+
+
+def _led_here(ctx: RequestContext, number: int) -> bool:
+    state = ctx.broker.metadata.partition_state(SHARE_STATE_TOPIC, number)
+    return state is not None and state.leader == ctx.broker.broker_id
 
 
 def load_snapshot(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> ShareSnapshot | None:
@@ -278,7 +284,10 @@ async def persist(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, parti
     """Write the share partition's snapshot (acks=all) before the acknowledgement is
     answered; the error code (NONE also when the state partition is led elsewhere:
     the state then lives in this broker's memory)."""
-    found = _state_log(ctx, group_id, topic_id, partition)
+    try:
+        found = _state_log(ctx, group_id, topic_id, partition)
+    except KafkaError as exc:
+        return exc.code
     if found is None:
         return ErrorCode.NONE
     part.state_epoch = max(part.state_epoch, 1)
@@ -315,7 +324,10 @@ def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequ
 
 async def forget(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
     """Drop a share partition's stored state (a tombstone); the error code."""
-    found = _state_log(ctx, group_id, topic_id, partition)
+    try:
+        found = _state_log(ctx, group_id, topic_id, partition)
+    except KafkaError as exc:
+        return exc.code
     if found is None:
         return ErrorCode.NONE
     batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), None, int(time.time() * 1000), ())]))

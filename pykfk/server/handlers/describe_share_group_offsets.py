@@ -4,7 +4,9 @@ each topic (TOPIC_AUTHORIZATION_FAILED); NOT_COORDINATOR off the group's coordin
 
 from __future__ import annotations
 
-from pykfk.errors import ErrorCode
+import uuid
+
+from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
@@ -20,6 +22,14 @@ def _partition(index: int, offset: int = -1, code: int = ErrorCode.NONE
                ) -> typed.DescribeShareGroupOffsetsResponsePartition:
     return {"partition_index": index, "start_offset": offset, "leader_epoch": -1, "error_code": code,
             "error_message": None}
+
+
+def _described(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, partition: int
+               ) -> typed.DescribeShareGroupOffsetsResponsePartition:
+    try:
+        return _partition(partition, start_offset(ctx, group_id, topic, topic_id, partition))
+    except KafkaError as exc:  # its state partition is still loading
+        return _partition(partition, code=exc.code)
 
 
 def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGroup
@@ -49,7 +59,7 @@ def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGro
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             rows = [_partition(p, code=code) for p in partitions]
         else:
-            rows = [_partition(p, start_offset(ctx, group_id, topic, topic_id, p)) if 0 <= p < info.partitions
+            rows = [_described(ctx, group_id, topic, topic_id, p) if 0 <= p < info.partitions
                     else _partition(p, code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in partitions]
         topics.append({"topic_name": topic, "topic_id": topic_id, "partitions": rows})
     return {**answer, "topics": topics}

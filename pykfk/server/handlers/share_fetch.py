@@ -153,9 +153,9 @@ def _read_pass(ctx: RequestContext, request: typed.ShareFetchRequest, coordinato
         if records_left <= 0 or bytes_left <= 0 or answer["acquired_records"]:
             continue
         plog = leader.log
-        part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset,
-                                           restorer(ctx, group_id, topic_id, index))
         try:
+            part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset,
+                                               restorer(ctx, group_id, topic_id, index))
             read = read_and_acquire(part, plog, member_id, bytes_left, records_left, now, read_committed)
         except KafkaError as exc:
             answer["error_code"] = exc.code
