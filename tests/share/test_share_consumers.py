@@ -276,7 +276,29 @@ def test_a_broker_restart_redelivers_only_unacknowledged_records(broker):
                 consumer.acknowledge(message, AcknowledgeType.RELEASE)
         consumer.commit_sync()
     assert len(accepted) == 6
+    # A record whose lock runs out at the delivery limit (3) is archived, and stays so.
+    _queue(broker, "qx", "gx", 1)
+    raw = RawClient(broker.host, broker.port)
+    try:
+        joined = _heartbeat(raw, "gx", "m-x", 0, ["qx"])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        counts = []
+        for epoch in range(4):
+            answer = _fetch(raw, "gx", "m-x", epoch, topic_id)
+            counts += [a.delivery_count for a in answer.responses[0].partitions[0].acquired_records]
+            if epoch < 3:  # the fourth fetch finds the third lock run out
+                time.sleep(LOCK_MS / 1000 + 0.2)
+        assert counts == [1, 2, 3]
+    finally:
+        raw.close()
     broker.restart(clean=True)
+    raw = RawClient(broker.host, broker.port)
+    try:
+        described = raw.call(90, 0, {"groups": [{"group_id": "gx", "topics": [
+            {"topic_name": "qx", "partitions": [0]}]}]})
+        assert described.groups[0].topics[0].partitions[0].start_offset == 1
+    finally:
+        raw.close()
     consumer.close()
     after = _consumer(broker, "gs", "qs")
     seen: list[int] = []

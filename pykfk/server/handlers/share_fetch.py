@@ -112,22 +112,38 @@ async def _fetch(ctx: RequestContext, request: typed.ShareFetchRequest, coordina
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     keys = sorted(partitions)
     group_id = request.group_id or ""
+    settled: dict[tuple[str, int], tuple[int, int]] = {}  # what a read archived or moved on
     for _attempt in range(10_000):
-        if _read_pass(ctx, request, coordinator, keys, denied, answers) or ctx.broker.stopping:
-            return
+        if _read_pass(ctx, request, coordinator, keys, denied, answers, settled) or ctx.broker.stopping:
+            break
         remaining = deadline - loop.time()
         if remaining <= 0:
-            return
+            break
         next_lock = coordinator.next_lock_deadline_ms((group_id, t, p) for t, p in keys)
         if next_lock is not None:
             remaining = min(remaining, max(next_lock - now_ms(ctx), 1) / 1000)
         await ctx.broker.replica_manager.fetch_waiters(-1).wait(keys, remaining)
+    await _store_settled(ctx, coordinator, group_id, settled)
+
+
+async def _store_settled(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str,
+                         settled: dict[tuple[str, int], tuple[int, int]]) -> None:
+    """Store the state of partitions where expired locks archived records at the delivery
+    limit (or moved the start offset), so a restart does not deliver them again."""
+    ids = topic_ids(ctx.broker.metadata)
+    for (topic, index), before in settled.items():
+        part = coordinator.partitions.get((group_id, topic, index))
+        if part is not None and (part.start_offset, part.counters.archived) != before:
+            await persist(ctx, group_id, ids.id_of(topic), index, part)
 
 
 def _read_pass(ctx: RequestContext, request: typed.ShareFetchRequest, coordinator: ShareCoordinator,
                keys: list[tuple[str, int]], denied: set[str],
-               answers: dict[tuple[uuid.UUID, int], typed.ShareFetchResponsePartitionData]) -> bool:
-    """One read of every partition; True when the answer is ready (records or errors)."""
+               answers: dict[tuple[uuid.UUID, int], typed.ShareFetchResponsePartitionData],
+               settled: dict[tuple[str, int], tuple[int, int]]) -> bool:
+    """One read of every partition; True when the answer is ready (records or errors).
+    ``settled`` gets each share partition's (start offset, archived count) before its
+    first read."""
     group_id, member_id = request.group_id or "", request.member_id or ""
     ids = topic_ids(ctx.broker.metadata)
     replicas = ctx.broker.replica_manager
@@ -156,6 +172,7 @@ def _read_pass(ctx: RequestContext, request: typed.ShareFetchRequest, coordinato
         try:
             part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset,
                                                restorer(ctx, group_id, topic_id, index))
+            settled.setdefault((name, index), (part.start_offset, part.counters.archived))
             read = read_and_acquire(part, plog, member_id, bytes_left, records_left, now, read_committed)
         except KafkaError as exc:
             answer["error_code"] = exc.code
