@@ -172,6 +172,19 @@ def _run_logged(fn: Callable[[], Any]) -> None:
         logger.exception("Background log task %r failed", fn)
 
 
+def _copy_from(source: str, target: str, start: int) -> int:
+    """Copies ``source`` from byte ``start`` into ``target`` (kept up to ``start``,
+    cut there), fsynced; returns the bytes copied."""
+    with open(source, "rb") as src, open(target, "r+b" if start else "wb") as dst:
+        src.seek(start)
+        dst.truncate(start)
+        dst.seek(start)
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+        return dst.tell() - start
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -601,13 +614,17 @@ class LogManager:
 
     @staticmethod
     def copy_for_move(log: Log, future: str) -> int:
-        """Brings the future dir up to the log's files as they are now (new or grown
-        files copied, files the log dropped removed); returns the bytes copied. Blocking,
-        for a worker thread while the log takes appends."""
+        """Brings the future dir up to the log's files as they are now: a segment's .log
+        grown since the last pass gets its new tail (all of it when it shrank: cleaned),
+        indexes and other files are copied when they differ (the active segment's always,
+        they change in place; an empty active segment's as sparse files), files the log
+        dropped are removed. Returns the bytes copied. Blocking, for a worker thread
+        while the log takes appends."""
         os.makedirs(future, exist_ok=True)
         copied = 0
         present = set()
-        active = f"{log.active_segment.base_offset:020d}."  # its indexes change in place
+        active = log.active_segment
+        active_prefix = f"{active.base_offset:020d}."
         for name in os.listdir(log.dir):
             source = os.path.join(log.dir, name)
             if not os.path.isfile(source):
@@ -615,14 +632,16 @@ class LogManager:
             present.add(name)
             target = os.path.join(future, name)
             size = os.path.getsize(source)
-            if os.path.exists(target) and os.path.getsize(target) == size and name.endswith(_SEGMENT_FILES) \
-                    and not name.startswith(active):
-                continue  # a segment file of the same size: sealed, or the active one unchanged
-            with open(source, "rb") as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-                dst.flush()
-                os.fsync(dst.fileno())
-            copied += size
+            had = os.path.getsize(target) if os.path.exists(target) else -1
+            in_active = name.startswith(active_prefix)
+            if name.endswith(_SEGMENT_FILES) and had == size and not in_active:
+                continue
+            if in_active and active.size == 0 and name.endswith(_SEGMENT_FILES):
+                with open(target, "wb") as dst:
+                    dst.truncate(size)  # an empty segment's preallocated indexes: zeros
+                continue
+            start = had if name.endswith(".log") and 0 <= had <= size else 0
+            copied += _copy_from(source, target, start)
         for name in os.listdir(future):
             if name not in present:
                 os.unlink(os.path.join(future, name))
@@ -636,12 +655,13 @@ class LogManager:
         tp = (log.topic, log.partition)
         log_dir = os.path.dirname(future)
         target = os.path.join(log_dir, f"{log.topic}-{log.partition}")
+        log.roll(reason="move to another log dir")  # what remains to copy is sealed
         log.flush()
         self.copy_for_move(log, future)
         with self._lock:
             if self._logs.get(tp) is not log:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{log.name} changed during its move")
-            recovery_point = min(log.recovery_point, log.active_segment.base_offset)
+            recovery_point = log.active_segment.base_offset  # only the new, empty segment is checked
             start, high_watermark = log.log_start_offset, log.high_watermark
             os.rename(future, target)
             _fsync_dir(log_dir)
