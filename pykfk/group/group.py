@@ -261,10 +261,15 @@ class Group:
 
     def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
         """Kafka's validateCurrentMember: an instance id must exist and map to this member
-        id (FENCED_INSTANCE_ID when another id holds it), and the member id must exist."""
+        id (FENCED_INSTANCE_ID when another id holds it), and the member id must exist.
+
+        A request with an instance id but no member id comes from a static member that
+        dropped its id (librdkafka does when its session timed out while the coordinator
+        was away): no other member replaced it, so it gets UNKNOWN_MEMBER_ID and takes its
+        place back with a JoinGroup; FENCED_INSTANCE_ID would end the consumer for good."""
         if group_instance_id is not None:
             current = self.static_members.get(group_instance_id)
-            if current is None:
+            if current is None or not member_id:
                 return ErrorCode.UNKNOWN_MEMBER_ID
             if current != member_id:
                 return ErrorCode.FENCED_INSTANCE_ID
