@@ -109,12 +109,40 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
+class _NewSegments:
+    """New segments whose index files a worker makes, not the append of their first
+    index entry (a new file is the costly part of that entry on a busy disk). One task
+    drains them all, so a creation of thousands of partitions schedules one, not one a
+    partition."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[int, list[Segment]] = {}   # id(scheduler) -> segments
+
+    def add(self, seg: Segment, scheduler: Scheduler) -> None:
+        with self._lock:
+            pending = self._pending.setdefault(id(scheduler), [])
+            pending.append(seg)
+            if len(pending) > 1:
+                return   # a drain is scheduled already
+        # At once (inline before the loop runs): delayed work waits for a loop.
+        scheduler.schedule(0, lambda: self._drain(id(scheduler)))
+
+    def _drain(self, key: int) -> None:
+        with self._lock:
+            segments = self._pending.pop(key, [])
+        for seg in segments:
+            seg.create_index_files()
+
+
 class Scheduler(Protocol):
     """Runs disk work off the event loop. ``schedule`` may be called from any thread;
     ``fn`` runs on a worker thread after ``delay_ms``."""
 
     def schedule(self, delay_ms: int, fn: Callable[[], Any]) -> None: ...
 
+
+_NEW_SEGMENTS = _NewSegments()
 
 # Per-batch fields read in one C-level pass (map) instead of a Python loop per batch.
 _PRODUCER_ID = attrgetter("producer_id")
@@ -582,9 +610,7 @@ class Log:
                       preallocate=self.config.preallocate, new=new_dir)
         self._created_ms[base_offset] = time_ms() if now_ms is None else now_ms
         if seg.size == 0 and self.scheduler is not None:
-            # Its index files are made in the background, not by the append of its first
-            # index entry (a new file is the costly part of that entry on a busy disk).
-            self.scheduler.schedule(1, seg.create_index_files)
+            _NEW_SEGMENTS.add(seg, self.scheduler)
         return seg
 
     def _check_open(self) -> None:
