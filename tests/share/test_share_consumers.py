@@ -144,6 +144,13 @@ def test_records_held_by_a_killed_consumer_are_redelivered_after_their_lock(brok
     assert all(seen[offset] == 2 for offset in held)
 
 
+def _find_coordinator(client: RawClient, group: str) -> None:
+    for _ in range(50):  # the first FindCoordinator creates __consumer_offsets
+        if client.call(10, 1, {"key": group, "key_type": 0}).error_code == ErrorCode.NONE:
+            return
+        time.sleep(0.1)
+
+
 def _heartbeat(client: RawClient, group: str, member: str, epoch: int, topics: list[str] | None = None) -> dict:
     return client.call(76, 1, {"group_id": group, "member_id": member, "member_epoch": epoch,
                                "subscribed_topic_names": topics})
@@ -161,10 +168,7 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
     _queue(broker, "qh", "gh", 5)
     client = RawClient(broker.host, broker.port)
     try:
-        for _ in range(50):  # the first FindCoordinator creates __consumer_offsets
-            if client.call(10, 1, {"key": "gh", "key_type": 0}).error_code == ErrorCode.NONE:
-                break
-            time.sleep(0.1)
+        _find_coordinator(client, "gh")
         member = str(uuid.uuid4())
         assert _heartbeat(client, "gh", member, 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
         assert _heartbeat(client, "gh", member, 0, None).error_code == ErrorCode.INVALID_REQUEST
@@ -261,6 +265,34 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         client.close()
 
 
+def test_read_committed_share_groups_never_get_aborted_records(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("qt", 1, 1)])["qt"].result(10)
+    resource = ConfigResource(ConfigResource.Type.GROUP, "gt", incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "share-txn"})
+    producer.init_transactions(20)
+    for count, commit in ((3, True), (2, False), (1, True)):  # offsets 0-2 +marker, 4-5 +marker, 7 +marker
+        producer.begin_transaction()
+        for i in range(count):
+            producer.produce("qt", value=b"%d" % i)
+        producer.flush(10)
+        (producer.commit_transaction if commit else producer.abort_transaction)(20)
+    client = RawClient(broker.host, broker.port)
+    try:
+        _find_coordinator(client, "gt")
+        joined = _heartbeat(client, "gt", "m-t", 0, ["qt"])
+        topic_id = joined.assignment.topic_partitions[0].topic_id
+        answer = _fetch(client, "gt", "m-t", 0, topic_id)
+        acquired = answer.responses[0].partitions[0].acquired_records
+        assert [(a.first_offset, a.last_offset) for a in acquired] == [(0, 2), (7, 7)]
+        assert _fetch(client, "gt", "m-t", 1, topic_id).responses[0].partitions[0].acquired_records == []
+    finally:
+        client.close()
+
+
 def test_a_broker_restart_redelivers_only_unacknowledged_records(broker):
     """Runs last in this module: it restarts the module's broker."""
     _queue(broker, "qs", "gs", 12)
@@ -280,6 +312,7 @@ def test_a_broker_restart_redelivers_only_unacknowledged_records(broker):
     _queue(broker, "qx", "gx", 1)
     raw = RawClient(broker.host, broker.port)
     try:
+        _find_coordinator(raw, "gx")
         joined = _heartbeat(raw, "gx", "m-x", 0, ["qx"])
         topic_id = joined.assignment.topic_partitions[0].topic_id
         counts = []
