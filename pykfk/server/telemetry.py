@@ -114,9 +114,19 @@ class ClientInstance:
     interval_ms: int = DEFAULT_INTERVAL_MS
     subscription_id: int = 0
     last_seen: float = field(default_factory=time.monotonic)
+    last_get: float = 0.0  # monotonic seconds of the last GetTelemetrySubscriptions
+    last_push: float = 0.0  # and of the last push accepted
     terminating: bool = False
     # (prometheus kind, metric name) -> {point label items: series}
     series: dict[tuple[str, str], dict[tuple[tuple[str, str], ...], Series]] = field(default_factory=dict)
+
+    def may_push(self, now: float) -> bool:
+        """Kafka's rule: a push right after a GetTelemetrySubscriptions, else one push
+        interval after the last request; an accepted push is remembered."""
+        accepted = self.last_get > self.last_push or now - max(self.last_get, self.last_push) >= self.interval_ms / 1000
+        if accepted:
+            self.last_push = now
+        return accepted
 
     @property
     def labels(self) -> dict[str, str]:

@@ -95,6 +95,11 @@ def test_hostile_pushes_get_kafkas_error_codes(broker: Any, raw: Any) -> None:
     instance, subscription = got.client_instance_id, got.subscription_id
 
     def push(**body: Any) -> int:
+        # Each push follows a GetTelemetrySubscriptions: pushes sooner than the interval are throttled.
+        raw.call(GET_SUBSCRIPTIONS, 0, {"client_instance_id": instance})
+        return push_now(**body)
+
+    def push_now(**body: Any) -> int:
         request = {"client_instance_id": instance, "subscription_id": subscription, "terminating": False,
                    "compression_type": 0, "metrics": b"", **body}
         return raw.call(PUSH, 0, request).error_code
@@ -107,13 +112,14 @@ def test_hostile_pushes_get_kafkas_error_codes(broker: Any, raw: Any) -> None:
     assert push(metrics=b"\xff\xff\xff garbage") == ErrorCode.INVALID_RECORD
     assert push(metrics=b"\x28\xb5\x2f\xfd broken zstd", compression_type=4) == ErrorCode.INVALID_RECORD
     assert push() == ErrorCode.NONE
+    assert push_now() == ErrorCode.THROTTLING_QUOTA_EXCEEDED  # a second push within the interval
     # A changed subscription changes the id: the old one is refused.
     assert _alter(raw, "everything", {"metrics": "*", "interval.ms": "1000"}) == [ErrorCode.NONE]
     again = raw.call(GET_SUBSCRIPTIONS, 0, {"client_instance_id": instance})
     assert again.client_instance_id == instance and again.subscription_id != subscription
     assert push() == ErrorCode.UNKNOWN_SUBSCRIPTION_ID
     subscription = again.subscription_id
-    assert push(terminating=True) == ErrorCode.NONE
-    assert push() == ErrorCode.INVALID_REQUEST  # nothing after the terminating push
+    assert push_now(terminating=True) == ErrorCode.NONE  # never throttled
+    assert push_now() == ErrorCode.INVALID_REQUEST  # nothing after the terminating push
     # The broker still serves.
     assert raw.call(18, 3, {"client_software_name": "raw", "client_software_version": "1"}).error_code == 0

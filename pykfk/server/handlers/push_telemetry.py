@@ -1,11 +1,15 @@
 """PushTelemetry (key 72, KIP-714): a client's metrics, kept for the Prometheus endpoint.
 Errors as Kafka's ClientMetricsManager: the zero instance id or a push after the
 terminating one INVALID_REQUEST, a subscription id that is not the instance's current
-one (an unknown instance has none yet) UNKNOWN_SUBSCRIPTION_ID, a compression type not
+one (an unknown instance has none yet) UNKNOWN_SUBSCRIPTION_ID, a push sooner than
+one push interval after the last request (a GetTelemetrySubscriptions excepted)
+THROTTLING_QUOTA_EXCEEDED, unless it is the terminating one, a compression type not
 offered UNSUPPORTED_COMPRESSION_TYPE, more than telemetry_max_bytes TELEMETRY_TOO_LARGE,
 a payload that does not decompress or decode INVALID_RECORD."""
 
 from __future__ import annotations
+
+import time
 
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
@@ -32,6 +36,8 @@ async def handle(ctx: RequestContext, request: typed.PushTelemetryRequest) -> ty
         return _answer(ErrorCode.INVALID_REQUEST)
     if known is None or request.subscription_id != instance.subscription_id:
         return _answer(ErrorCode.UNKNOWN_SUBSCRIPTION_ID)
+    if not instance.may_push(time.monotonic()) and not request.terminating:
+        return _answer(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
     if request.compression_type != 0 and request.compression_type not in telemetry.ACCEPTED_COMPRESSION:
         return _answer(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
     if len(request.metrics) > telemetry.TELEMETRY_MAX_BYTES:
