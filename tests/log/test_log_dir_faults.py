@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
-from pykfk.testing import BrokerProcess, RawClient, free_port
+from pykfk.testing import BrokerProcess, RawClient, free_port, wait_until
 
 from .helpers import batch, read_records
 
@@ -109,16 +109,6 @@ def create(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(15)
 
 
-def eventually(check: Any, timeout_s: float = 10, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            assert result, what
-            return result
-        time.sleep(0.1)
-
-
 def partitions_in(log_dir: str, topic: str) -> list[str]:
     return sorted(n for n in os.listdir(log_dir) if n.startswith(f"{topic}-") and not n.endswith("-delete"))
 
@@ -143,7 +133,7 @@ def test_full_dir_refuses_writes_keeps_reads_resumes_and_takes_no_new_partitions
         values = [value("full", i) for i in range(1500)]
         acked = produce(broker.bootstrap, "t", 1, values)
         assert 0 < len(acked) < len(values)  # the file system filled up on the way
-        text = eventually(lambda: "is full" in broker.log_text() and broker.log_text(), what="no full line")
+        text = wait_until(lambda: "is full" in broker.log_text() and broker.log_text(), 10, "the 'is full' log line")
         # Meanwhile: the other dir takes writes, the full one serves reads, and a new topic
         # lands on the healthy dir only.
         assert len(produce(broker.bootstrap, "t", 0, [value("other", i) for i in range(20)])) == 20
@@ -152,8 +142,7 @@ def test_full_dir_refuses_writes_keeps_reads_resumes_and_takes_no_new_partitions
         assert partitions_in(small, "fresh") == [] and len(partitions_in(healthy, "fresh")) == 4
         time.sleep(1)  # several checkpoint passes on the full dir
         os.unlink(ballast)
-        more = eventually(lambda: produce(broker.bootstrap, "t", 1, [value("after", i) for i in range(50)]),
-                          what="writes did not resume")
+        more = wait_until(lambda: produce(broker.bootstrap, "t", 1, [value("after", i) for i in range(50)]), 10, "writes to resume")
         assert read_all(broker.bootstrap, "t", 1) == acked + more
         text = assert_clean_log(broker)
         lines = [line for line in text.splitlines() if small in line and ("is full" in line or "resume" in line)]
@@ -195,8 +184,7 @@ def test_free_space_floor_refuses_produce_before_the_disk_fills(tmp_path: Path, 
         assert "late" not in admin.list_topics(timeout=10).topics
         assert read_all(broker.bootstrap, "t", 0) == acked
         os.unlink(os.path.join(small, "ballast"))  # space again: produce resumes by itself
-        acked += eventually(lambda: produce(broker.bootstrap, "t", 0, [value("again", i) for i in range(20)]),
-                            what="produce did not resume")
+        acked += wait_until(lambda: produce(broker.bootstrap, "t", 0, [value("again", i) for i in range(20)]), 10, "produce to resume")
         assert read_all(broker.bootstrap, "t", 0) == acked
         text = assert_clean_log(broker)
         assert sum("under log.dir.free.bytes.min" in line for line in text.splitlines()) == 1
@@ -275,8 +263,7 @@ def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_pr
             try:
                 during = produce(broker.bootstrap, topic, 1, [value(f"fault{n}", i) for i in range(200)],
                                  **{"message.timeout.ms": 1000})
-                eventually(lambda: dir_error(broker, failing) == ErrorCode.KAFKA_STORAGE_ERROR,
-                           what=f"{failing} not offline under {point}")
+                wait_until(lambda: dir_error(broker, failing) == ErrorCode.KAFKA_STORAGE_ERROR, 10, f"{failing} to go offline under {point}")
                 assert offline_dir_count(metrics_port) >= 1
                 assert fetch_error(broker, topic, 1) == ErrorCode.KAFKA_STORAGE_ERROR
             finally:
@@ -284,11 +271,9 @@ def test_eio_on_pwrite_fsync_and_open_takes_the_dir_offline_until_it_passes_a_pr
             if topic == "synced":
                 assert during == []  # no record acknowledged while every fsync failed
             acked[topic] += during
-            eventually(lambda: dir_error(broker, failing) == ErrorCode.NONE and offline_dir_count(metrics_port) == 0,
-                       what=f"{failing} stayed offline")
-            after = eventually(lambda t=topic, k=n: produce(broker.bootstrap, t, 1,
-                                                            [value(f"after{k}", i) for i in range(50)]),
-                               what=f"writes did not resume after {point}")
+            wait_until(lambda: dir_error(broker, failing) == ErrorCode.NONE and offline_dir_count(metrics_port) == 0, 10, f"{failing} to come back online")
+            after = wait_until(lambda t=topic, k=n: produce(broker.bootstrap, t, 1,
+                                                            [value(f"after{k}", i) for i in range(50)]), 10, f"writes to resume after {point}")
             acked[topic] += after
         for topic, values in acked.items():
             assert read_all(broker.bootstrap, topic, 1) == values
