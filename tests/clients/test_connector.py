@@ -11,13 +11,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from pykfk.consumer import Blacklist, ConsumerConnector, Whitelist
 from pykfk.producer import Producer
+from pykfk.testing import wait_until
 
 from .conftest import BROKER_OVERRIDES, register_broker
 
@@ -97,14 +97,6 @@ class Collector:
             t.join(10)
 
 
-def eventually(condition: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int = 4) -> None:
     with Producer(bootstrap, linger_ms=2) as producer:
         for i, v in enumerate(values):
@@ -123,21 +115,16 @@ def test_two_connectors_split_partitions_then_one_shuts_down(env, topic):
         # broker mode: two members, 2 partitions each; ZooKeeper mode: three consumer
         # threads (c1 has two streams), so c1 takes 3 partitions and c2 one
         expected = (2, 2) if env.mode == "broker" else (3, 1)
-        eventually(
-            lambda: (
+        wait_until(lambda: (
                 (len(c1.assignment()), len(c2.assignment())) == expected
                 and set(c1.assignment()) | set(c2.assignment()) == {(topic, p) for p in range(4)}
-            ),
-            what="the partitions split",
-        )
-        eventually(
-            lambda: col1.values() | col2.values() >= set(first), what="all of the first records"
-        )
+            ), 30, "the partitions split", 0.05)
+        wait_until(lambda: col1.values() | col2.values() >= set(first), 30, "all of the first records", 0.05)
         c2.shutdown()
         second = [b"b%d" % i for i in range(200)]
         produce(env.bootstrap, topic, second)
-        eventually(lambda: len(c1.assignment()) == 4, what="c1 owning every partition")
-        eventually(lambda: col1.values() >= set(second), what="c1 reading everything new")
+        wait_until(lambda: len(c1.assignment()) == 4, 30, "c1 owning every partition", 0.05)
+        wait_until(lambda: col1.values() >= set(second), 30, "c1 reading everything new", 0.05)
         # ranges: each member held a contiguous pair of partitions
         got = col1.values() | col2.values()
         assert got == set(first) | set(second)
@@ -160,22 +147,18 @@ def test_killed_member_is_taken_over_without_loss(env, topic, tmp_path):
     survivor = None
     collector = None
     try:
-        eventually(lambda: out.exists() and "ASSIGNED" in out.read_text(), what="the child to join")
+        wait_until(lambda: out.exists() and "ASSIGNED" in out.read_text(), 30, "the child to join", 0.05)
         survivor = env.connector(group)
         collector = Collector(survivor.create_message_streams({topic: 1})[topic])
-        eventually(lambda: 0 < len(survivor.assignment()) < 4, what="the partitions to be shared")
+        wait_until(lambda: 0 < len(survivor.assignment()) < 4, 30, "the partitions to be shared", 0.05)
         child_lines = lambda: {
             line.encode() for line in out.read_text().split() if line.startswith("v")
         }
-        eventually(lambda: len(child_lines()) >= 60, what="the child to consume")
+        wait_until(lambda: len(child_lines()) >= 60, 30, "the child to consume", 0.05)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        eventually(
-            lambda: len(survivor.assignment()) == 4, what="the survivor to take every partition"
-        )
-        eventually(
-            lambda: collector.values() | child_lines() >= set(values), what="every record consumed"
-        )
+        wait_until(lambda: len(survivor.assignment()) == 4, 30, "the survivor to take every partition", 0.05)
+        wait_until(lambda: collector.values() | child_lines() >= set(values), 30, "every record consumed", 0.05)
         assert collector.values() | child_lines() == set(values)
     finally:
         if proc.poll() is None:
@@ -194,14 +177,10 @@ def test_whitelist_sees_new_matching_topics(env):
     streams = connector.create_message_streams_by_filter(Whitelist(f"{prefix}-.*"), 2)
     collector = Collector(streams)
     try:
-        eventually(
-            lambda: {b"one-%d" % i for i in range(10)} <= collector.values(), what="the first topic"
-        )
+        wait_until(lambda: {b"one-%d" % i for i in range(10)} <= collector.values(), 30, "the first topic", 0.05)
         produce(env.bootstrap, f"{prefix}-two", [b"two-%d" % i for i in range(10)])
         produce(env.bootstrap, f"other{prefix}", [b"other-%d" % i for i in range(10)])
-        eventually(
-            lambda: {b"two-%d" % i for i in range(10)} <= collector.values(), what="the new topic"
-        )
+        wait_until(lambda: {b"two-%d" % i for i in range(10)} <= collector.values(), 30, "the new topic", 0.05)
         time.sleep(0.5)  # a window for a wrongly subscribed topic to show up
         assert not any(v.startswith(b"other") for v in collector.values())
         assert {t for t, *_ in collector.items} == {f"{prefix}-one", f"{prefix}-two"}
@@ -226,10 +205,10 @@ def test_blacklist_sees_new_topics_except_excluded(own_broker_env):
     connector = env.connector("g-black")
     collector = Collector(connector.create_message_streams_by_filter(Blacklist("skip-.*"), 1))
     try:
-        eventually(lambda: {b"k1-%d" % i for i in range(5)} <= collector.values(), what="keep-1")
+        wait_until(lambda: {b"k1-%d" % i for i in range(5)} <= collector.values(), 30, "keep-1", 0.05)
         produce(env.bootstrap, "keep-2", [b"k2-%d" % i for i in range(5)])
         produce(env.bootstrap, "skip-2", [b"s2-%d" % i for i in range(5)])
-        eventually(lambda: {b"k2-%d" % i for i in range(5)} <= collector.values(), what="keep-2")
+        wait_until(lambda: {b"k2-%d" % i for i in range(5)} <= collector.values(), 30, "keep-2", 0.05)
         time.sleep(0.5)  # a window for a blacklisted topic to show up
         topics = {t for t, *_ in collector.items}
         assert topics == {"keep-1", "keep-2"}  # no skip-*, no internal __consumer_offsets
@@ -245,7 +224,7 @@ def test_committed_offsets_resume(env, topic):
     first = env.connector(group, auto_commit_enable=False)
     (stream,) = first.create_message_streams({topic: 1})[topic]
     got = []
-    eventually(lambda: got.extend(m.value for m in stream) or len(got) >= 40, what="the first 40")
+    wait_until(lambda: got.extend(m.value for m in stream) or len(got) >= 40, 30, "the first 40", 0.05)
     first.commit_offsets()
     if env.mode == "zookeeper":
         from kazoo.client import KazooClient
@@ -269,10 +248,7 @@ def test_committed_offsets_resume(env, topic):
     (stream,) = second.create_message_streams({topic: 1})[topic]
     again: list[bytes] = []
     try:
-        eventually(
-            lambda: again.extend(m.value for m in stream) or len(again) >= 20,
-            what="the new records",
-        )
+        wait_until(lambda: again.extend(m.value for m in stream) or len(again) >= 20, 30, "the new records", 0.05)
         time.sleep(0.3)  # a window for an old record to come again
         again.extend(m.value for m in stream)
         assert sorted(again) == sorted(b"new-%d" % i for i in range(20))  # nothing old again
@@ -305,16 +281,13 @@ def test_shares_a_group_with_kafka_python(broker, topic):
             seen.update(m.value for m in theirs)
             return len(ours.assignment()) == 2 and len(theirs.assignment()) == 2
 
-        eventually(split, what="a 2/2 split with kafka-python")
+        wait_until(split, 30, "a 2/2 split with kafka-python", 0.05)
         mine = {p for _, p in ours.assignment()}
         assert mine | {tp.partition for tp in theirs.assignment()} == {0, 1, 2, 3}
-        eventually(
-            lambda: (
+        wait_until(lambda: (
                 seen.update(m.value for m in theirs)
                 or (collector.values() | seen) >= {b"x%d" % i for i in range(100)}
-            ),
-            what="every record between the two",
-        )
+            ), 30, "every record between the two", 0.05)
     finally:
         theirs.close()
         collector.stop()
