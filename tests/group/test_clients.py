@@ -16,6 +16,7 @@ import pytest
 
 from pykfk import testing
 from pykfk.group.storage import LogOffsetsLog
+from pykfk.testing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -103,15 +104,6 @@ def _produce(bootstrap: str):
     producer.close()
 
 
-def _wait(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_mixed_group_shares_partitions_commits_and_survives_reload(broker):
     _produce(broker.bootstrap)
     seen: dict = {}
@@ -119,8 +111,8 @@ def test_mixed_group_shares_partitions_commits_and_survives_reload(broker):
     for m in members:
         m.start()
     try:
-        _wait(lambda: len(seen) == RECORDS and all(len(m.assignment) == 4 for m in members)
-              or any(m.error for m in members), "every record and an even 4/4/4 split")
+        wait_until(lambda: len(seen) == RECORDS and all(len(m.assignment) == 4 for m in members)
+              or any(m.error for m in members), TIMEOUT_S, "every record and an even 4/4/4 split")
         assert not [m.error for m in members if m.error]
         assignments = [m.assignment for m in members]
         assert set().union(*assignments) == set(range(PARTITIONS))  # each partition once
@@ -138,7 +130,7 @@ def test_mixed_group_shares_partitions_commits_and_survives_reload(broker):
             offsets = {p["partition_index"]: p["committed_offset"]
                        for t in fetched["topics"] for p in t["partitions"]}
             return offsets == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
-        _wait(all_committed, "committed offsets at the end of every partition")
+        wait_until(all_committed, TIMEOUT_S, "committed offsets at the end of every partition")
     finally:
         for m in members:
             m.stop_event.set()
@@ -150,7 +142,7 @@ def test_mixed_group_shares_partitions_commits_and_survives_reload(broker):
     coordinator = broker.broker.group_coordinator
     def group_state():
         return broker.call(lambda: coordinator.list_groups())["groups"][0]["group_state"]
-    _wait(lambda: group_state() == "Empty", "the group to become empty")
+    wait_until(lambda: group_state() == "Empty", TIMEOUT_S, "the group to become empty")
 
     async def reload():
         logs = {p: LogOffsetsLog(broker.broker.log_manager.get_log("__consumer_offsets", p))
@@ -198,7 +190,7 @@ def test_silent_member_is_expelled_and_a_late_joiner_gets_partitions(broker):
     for m in members:
         m.start()
     try:
-        _wait(lambda: [len(m.assignment) for m in members] == [6, 6], "a 6/6 split")
+        wait_until(lambda: [len(m.assignment) for m in members] == [6, 6], TIMEOUT_S, "a 6/6 split")
 
         # A member that joins, takes its share, then dies without a word (kill -9).
         async def ghost():
@@ -210,19 +202,17 @@ def test_silent_member_is_expelled_and_a_late_joiner_gets_partitions(broker):
 
         join, sync = broker.call(ghost)
         assert join["error_code"] == 0 and sync["error_code"] == 0 and sync["assignment"]
-        _wait(lambda: [len(m.assignment) for m in members] == [4, 4],
-              "a 4/4/4 split with the ghost")
+        wait_until(lambda: [len(m.assignment) for m in members] == [4, 4], TIMEOUT_S, "a 4/4/4 split with the ghost")
         # Its session runs out; the live members take its partitions back.
-        _wait(lambda: [len(m.assignment) for m in members] == [6, 6], "the ghost to be expelled")
+        wait_until(lambda: [len(m.assignment) for m in members] == [6, 6], TIMEOUT_S, "the ghost to be expelled")
         assert coordinator.group("mix").generation_id >= 3
 
         late = Member("ck", broker.bootstrap, seen)
         members.append(late)
         late.start()
-        _wait(lambda: sorted(len(m.assignment) for m in members) == [4, 4, 4]
-              and set().union(*(m.assignment for m in members)) == set(range(PARTITIONS)),
-              "the late joiner to get its share")
-        _wait(lambda: len(seen) == RECORDS, "every record")
+        wait_until(lambda: sorted(len(m.assignment) for m in members) == [4, 4, 4]
+              and set().union(*(m.assignment for m in members)) == set(range(PARTITIONS)), TIMEOUT_S, "the late joiner to get its share")
+        wait_until(lambda: len(seen) == RECORDS, TIMEOUT_S, "every record")
         assert not [m.error for m in members if m.error]
     finally:
         for m in members:
