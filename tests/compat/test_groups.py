@@ -25,7 +25,7 @@ import kafka
 import pytest
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import BrokerProcess, RawClient
+from pykfk.testing import BrokerProcess, RawClient, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +35,6 @@ HEARTBEAT_MS = 500
 # Keeps the first rebalance of every test group short (Kafka's default is 3 s).
 BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": 300}
 WAIT_S = 45.0
-
-
-def _wait_for(condition, what: str, timeout: float = WAIT_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 # -- group members in subprocesses ---------------------------------------------------------
@@ -277,8 +267,7 @@ def test_mixed_group_kill_takeover_late_join_resume_and_broker_restart(tmp_path)
                     and set().union(*assignments) == set(range(PARTITIONS)))
 
         # Three members of two client kinds share the 12 partitions evenly.
-        _wait_for(lambda: split([kp1, ck1, kp2], [4, 4, 4]) and all_read(end),
-                  "an even 4/4/4 split and every record read")
+        wait_until(lambda: split([kp1, ck1, kp2], [4, 4, 4]) and all_read(end), WAIT_S, "an even 4/4/4 split and every record read")
 
         # ListGroups / DescribeGroups through kafka-python's admin client.
         from kafka.admin import KafkaAdminClient
@@ -314,15 +303,15 @@ def test_mixed_group_kill_takeover_late_join_resume_and_broker_restart(tmp_path)
 
         feeder = threading.Thread(target=feed)
         feeder.start()
-        _wait_for(lambda: any(o >= end for _, o in ck1.records()), "the victim to read new records")
+        wait_until(lambda: any(o >= end for _, o in ck1.records()), WAIT_S, "the victim to read new records")
         ck1.kill()
         killed_at = time.monotonic()
         feeder.join(60)
         end += 50
-        _wait_for(lambda: split([kp1, kp2], [6, 6]), "the survivors to take over")
+        wait_until(lambda: split([kp1, kp2], [6, 6]), WAIT_S, "the survivors to take over")
         took_over_s = time.monotonic() - killed_at
         assert took_over_s < SESSION_TIMEOUT_MS / 1000 + 15
-        _wait_for(lambda: all_read(end), "every record after the takeover")
+        wait_until(lambda: all_read(end), WAIT_S, "every record after the takeover")
 
         # The survivors resumed the victim's partitions from its last commit: never before
         # what it had committed, never past what it had read.
@@ -336,10 +325,10 @@ def test_mixed_group_kill_takeover_late_join_resume_and_broker_restart(tmp_path)
 
         # A member that joins later gets its share, and reads new records.
         ck2 = member("ck2", "confluent")
-        _wait_for(lambda: split([kp1, kp2, ck2], [4, 4, 4]), "the late joiner to get partitions")
+        wait_until(lambda: split([kp1, kp2, ck2], [4, 4, 4]), WAIT_S, "the late joiner to get partitions")
         _produce(broker.bootstrap, topic, 20, "third")
         end += 20
-        _wait_for(lambda: all_read(end), "every record after the late join")
+        wait_until(lambda: all_read(end), WAIT_S, "every record after the late join")
         assert {p for p, o in ck2.records() if o >= end - 20} == ck2.assignment()
 
         # At least once: nothing lost (checked above); a record read twice was never
@@ -465,8 +454,7 @@ def test_bad_group_requests_get_kafka_errors_and_the_group_keeps_working(group_b
     reader.start()
     raw = RawClient(*_host_port(group_broker.bootstrap))
     try:
-        _wait_for(lambda: reader.assigned == {0, 1, 2} and len(reader.records) == 30,
-                  "the real consumer to read everything")
+        wait_until(lambda: reader.assigned == {0, 1, 2} and len(reader.records) == 30, WAIT_S, "the real consumer to read everything")
         found = raw.call(FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
         assert (found.error_code, found.port) == (E.NONE, group_broker.port)
         described = raw.call(DESCRIBE_GROUPS, 3, {"groups": [group],
@@ -531,7 +519,7 @@ def test_bad_group_requests_get_kafka_errors_and_the_group_keeps_working(group_b
                                               "include_authorized_operations": False}).groups[0]
         assert (after.group_state, [m.member_id for m in after.members]) == ("Stable", [member])
         _produce(group_broker.bootstrap, topic, 10, "after", partitions=3)
-        _wait_for(lambda: len(reader.records) == 60, "the real consumer to read new records")
+        wait_until(lambda: len(reader.records) == 60, WAIT_S, "the real consumer to read new records")
         assert sorted(reader.records) == [(p, o) for p in range(3) for o in range(20)]
         assert reader.commit_errors == []
     finally:
