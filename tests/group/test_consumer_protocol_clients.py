@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pykfk.testing import BrokerProcess
+from pykfk.testing import BrokerProcess, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -117,13 +117,6 @@ class SteadyProducer(threading.Thread):
             self.delivered.add((message.partition(), message.offset()))
 
 
-def wait_until(condition, what: str, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def covers_all(members: list[MemberLog]) -> bool:
     now = time.monotonic()
     owned = [m.owned_at(now) for m in members]
@@ -139,7 +132,7 @@ def run_scenario(bootstrap: str, protocol: str, topic: str) -> dict[str, float]:
     producer.start()
     members = [start_member(bootstrap, f"{topic}-group", protocol, topic) for _ in range(3)]
     try:
-        wait_until(lambda: covers_all(members) and all(m.records for m in members), "three members consuming")
+        wait_until(lambda: covers_all(members) and all(m.records for m in members), DEADLINE_S, "three members consuming", 0.05)
         time.sleep(1)
         victim, survivors = members[0], members[1:]
         killed_at = time.monotonic()
@@ -148,13 +141,13 @@ def run_scenario(bootstrap: str, protocol: str, topic: str) -> dict[str, float]:
         time.sleep(1)
         newcomer = start_member(bootstrap, f"{topic}-group", protocol, topic)
         live = [*survivors, newcomer]
-        wait_until(lambda: covers_all(live) and newcomer.records, "the group to cover every partition again")
+        wait_until(lambda: covers_all(live) and newcomer.records, DEADLINE_S, "the group to cover every partition again", 0.05)
         settled_at = max(at for m in live for at, _, _ in m.events)
         time.sleep(1.5)
         producer.stop_event.set()
         producer.join(30)
         consumed = lambda: {(p, o) for m in members + [newcomer] for _, p, o in m.records}
-        wait_until(lambda: producer.delivered <= consumed(), "every record consumed")
+        wait_until(lambda: producer.delivered <= consumed(), DEADLINE_S, "every record consumed", 0.05)
         window_end = settled_at + 1.0
         gaps = kept_partition_gaps(survivors, held, killed_at, window_end, protocol)
         check_duplicates([*members, newcomer])
