@@ -9,14 +9,13 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pykfk.testing import free_port
+from pykfk.testing import free_port, wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -56,23 +55,11 @@ def broker_metrics_url(broker: Any) -> str:
     def found() -> str | None:
         urls = _METRICS_AT.findall(broker.log_text())
         return urls[-1] if urls else None
-    return str(wait_for(found, 30, what="the broker's metrics endpoint"))
+    return str(wait_until(found, 30, "the broker's metrics endpoint", 0.05))
 
 
 def scrape_broker(broker: Any) -> Samples:
     return parse(scrape(broker_metrics_url(broker)))
-
-
-def wait_for(predicate: Any, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something true; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class PrometheusServer:
@@ -115,7 +102,7 @@ class PrometheusServer:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--storage.tsdb.retention.time=1h",
             ], stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self._ready, timeout, 0.1, "prometheus to be ready")
+        wait_until(self._ready, timeout, "prometheus to be ready")
         return self
 
     def _ready(self) -> bool:
