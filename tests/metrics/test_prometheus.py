@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pykfk.testing import free_port
+from pykfk.testing import free_port, wait_until
 
-from .promtools import PrometheusServer, wait_for
+from .promtools import PrometheusServer
 
 TOPIC = "load"
 RATE = 2000  # messages per second, well within what one broker on a shared machine takes
@@ -65,14 +65,13 @@ def test_prometheus_rate_matches_produced_rate(pykfk_broker_factory: Any, tmp_pa
     prometheus = PrometheusServer(str(tmp_path), [f"127.0.0.1:{metrics_port}"], scrape_interval_s=1.0)
     prometheus.start()
     try:
-        wait_for(lambda: prometheus.query('up{job="pykfk"} == 1'), 30, 0.2, "the first scrape of the broker")
+        wait_until(lambda: prometheus.query('up{job="pykfk"} == 1'), 30, "the first scrape of the broker", 0.2)
         delivered, end = _steady_load(broker.bootstrap, RATE, LOAD_S)
         measured = sum(1 for t in delivered if end - WINDOW_S < t <= end) / WINDOW_S
         assert measured == pytest.approx(RATE, rel=0.1), "the producer did not keep its pace"
         series = f'kafka_server_brokertopicmetrics_messagesin_total{{topic="{TOPIC}"}}'
         # Evaluated at the end of the load once a later scrape is stored.
-        wait_for(lambda: prometheus.query(f"timestamp({series}) > {end:.3f}"), 30, 0.2,
-                 "a scrape after the load")
+        wait_until(lambda: prometheus.query(f"timestamp({series}) > {end:.3f}"), 30, "a scrape after the load", 0.2)
         result = prometheus.query(f"sum(rate({series}[{WINDOW_S}s]))", at=end)
         assert result, f"no data for {series}:\n{prometheus.log_tail()}"
         scraped = float(result[0]["value"][1])
