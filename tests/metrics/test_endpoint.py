@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from pykfk.config import BrokerConfig, ConfigError
-from pykfk.testing import InProcessBroker, free_port
+from pykfk.testing import InProcessBroker, free_port, wait_until
 
-from .promtools import parse, scrape, total, value, wait_for
+from .promtools import parse, scrape, total, value
 
 TOPIC = "metered"
 RECORDS = 200
@@ -144,10 +144,9 @@ def test_connections(broker: Any) -> None:
     listener = "PLAINTEXT"
     before = parse(scrape(broker.metrics_url))
     with socket.create_connection((broker.host, broker.port)):
-        wait_for(lambda: value(parse(scrape(broker.metrics_url)),
+        wait_until(lambda: value(parse(scrape(broker.metrics_url)),
                                "kafka_server_socketservermetrics_connection_count", listener=listener)
-                 > value(before, "kafka_server_socketservermetrics_connection_count", listener=listener),
-                 10, what="the connection to be counted")
+                 > value(before, "kafka_server_socketservermetrics_connection_count", listener=listener), 10, "the connection to be counted", 0.05)
     after = parse(scrape(broker.metrics_url))
     assert (value(after, "kafka_server_socketservermetrics_connection_creation_total", listener=listener)
             > value(before, "kafka_server_socketservermetrics_connection_creation_total", listener=listener))
