@@ -143,19 +143,21 @@ def _subscription_id(metrics: tuple[str, ...], interval_ms: int, instance_id: uu
 
 
 def decompress(codec: int, data: bytes, limit: int) -> bytes:
-    """The pushed payload uncompressed; ValueError past ``limit`` bytes or when broken."""
+    """The pushed payload uncompressed; ValueError past ``limit`` bytes or when broken.
+    Output goes into a buffer of ``limit`` + 1 bytes, so a small payload that would
+    expand without end (librdkafka's zstd frames do not declare their size) stops there."""
     if codec == 0:
         return data
     try:
         if codec == 1:
-            inflater = zlib.decompressobj(wbits=47)
-            out = inflater.decompress(data, limit + 1)
-        elif codec == 2:
-            out = bytes(cramjam.snappy.decompress_raw(data)) if data[:1] != b"\x82" else _xerial(data)
-        elif codec == 3:
-            out = bytes(cramjam.lz4.decompress(data))
-        elif codec == 4:
-            out = bytes(cramjam.zstd.decompress(data))
+            out = zlib.decompressobj(wbits=47).decompress(data, limit + 1)
+        elif codec == 2 and data[:8] == _XERIAL_MAGIC:
+            out = _xerial(data, limit)
+        elif codec in (2, 3, 4):
+            buffer = bytearray(limit + 1)
+            into = {2: cramjam.snappy.decompress_raw_into, 3: cramjam.lz4.decompress_into,
+                    4: cramjam.zstd.decompress_into}[codec]
+            out = bytes(memoryview(buffer)[:into(data, buffer)])
         else:
             raise ValueError(f"unknown compression type {codec}")
     except (cramjam.DecompressionError, zlib.error) as exc:
@@ -165,14 +167,18 @@ def decompress(codec: int, data: bytes, limit: int) -> bytes:
     return out
 
 
-def _xerial(data: bytes) -> bytes:
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _xerial(data: bytes, limit: int) -> bytes:
     """Snappy in the xerial framing Java clients write (a 16-byte header, sized blocks)."""
-    out, at = [], 16
+    buffer = bytearray(limit + 1)
+    at, filled = 16, 0
     while at + 4 <= len(data):
         size = int.from_bytes(data[at:at + 4], "big")
-        out.append(bytes(cramjam.snappy.decompress_raw(data[at + 4:at + 4 + size])))
+        filled += cramjam.snappy.decompress_raw_into(data[at + 4:at + 4 + size], memoryview(buffer)[filled:])
         at += 4 + size
-    return b"".join(out)
+    return bytes(buffer[:filled])
 
 
 def _series_name(name: str) -> str:

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import confluent_kafka
+import cramjam
 import pytest
 
 from pykfk.errors import ErrorCode
@@ -111,6 +112,9 @@ def test_hostile_pushes_get_kafkas_error_codes(broker: Any, raw: Any) -> None:
     assert push(metrics=b"\x00" * ((1 << 20) + 1)) == ErrorCode.TELEMETRY_TOO_LARGE
     assert push(metrics=b"\xff\xff\xff garbage") == ErrorCode.INVALID_RECORD
     assert push(metrics=b"\x28\xb5\x2f\xfd broken zstd", compression_type=4) == ErrorCode.INVALID_RECORD
+    # 2 KiB of zstd that would expand to 64 MiB: refused without expanding it all.
+    bomb = bytes(cramjam.zstd.compress(bytes(64 << 20)))
+    assert len(bomb) < 1 << 20 and push(metrics=bomb, compression_type=4) == ErrorCode.INVALID_RECORD
     assert push() == ErrorCode.NONE
     assert push_now() == ErrorCode.THROTTLING_QUOTA_EXCEEDED  # a second push within the interval
     # A changed subscription changes the id: the old one is refused.
