@@ -64,9 +64,14 @@ def test_confluent_kafka_pushes_its_subscribed_metrics_to_the_prometheus_endpoin
                                  "include_synonyms": False, "include_documentation": False})
     values = {c.name: (c.value, c.config_source) for c in described.results[0].configs}
     assert values["interval.ms"] == ("500", 7) and values["metrics"] == ("org.apache.kafka.producer.", 7)
-    for version in (0, 1):
-        listed = raw.call(LIST_CONFIG_RESOURCES, version, {"resource_types": []})
-        assert [r.resource_name for r in listed.config_resources] == ["producers"]
+    listed = raw.call(LIST_CONFIG_RESOURCES, 0, {})
+    assert [r.resource_name for r in listed.config_resources] == ["producers"]
+    listed = raw.call(LIST_CONFIG_RESOURCES, 1, {"resource_types": [CLIENT_METRICS]})
+    assert [(r.resource_type, r.resource_name) for r in listed.config_resources] == [(CLIENT_METRICS, "producers")]
+    everything = raw.call(LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+    listed_all = {(r.resource_type, r.resource_name) for r in everything.config_resources}
+    assert {(CLIENT_METRICS, "producers"), (4, "0"), (8, "0")} <= listed_all
+    assert raw.call(LIST_CONFIG_RESOURCES, 1, {"resource_types": [99]}).error_code == ErrorCode.UNSUPPORTED_VERSION
 
     producer = confluent_kafka.Producer({"bootstrap.servers": f"{broker.host}:{broker.port}",
                                          "client.id": "telemetry-producer", "linger.ms": 5})
