@@ -665,12 +665,16 @@ class LogManager:
             start, high_watermark = log.log_start_offset, log.high_watermark
             os.rename(future, target)
             _fsync_dir(log_dir)
+            try:
+                moved = Log(target, log.config, recovery_point=recovery_point, log_start_offset=start,
+                            clean_shutdown=False, scheduler=self._scheduler)
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)  # the log stays where it was
+                raise
             self._logs.pop(tp)
             self._dir_counts[os.path.dirname(log.dir)] -= 1
             log.rename_for_delete()
             self._pending_log_deletes.append((time_ms() + log.config.file_delete_delay_ms, log))
-            moved = Log(target, log.config, recovery_point=recovery_point, log_start_offset=start,
-                        clean_shutdown=False, scheduler=self._scheduler)
             self._high_watermark_checkpoints[tp] = high_watermark
             self._insert(log_dir, moved)
         self._scheduler.schedule(log.config.file_delete_delay_ms, self._sweep_deleted_logs)
