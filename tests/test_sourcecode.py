@@ -188,3 +188,14 @@ def test_imports_follow_the_layers_of_the_architecture_page() -> None:
     assert not upward, f"imports running up the layers: {upward}"
     for module in ANY_LAYER:
         assert not graph[module], f"{module} imports {graph[module]}: it may not, any layer imports it"
+
+
+def test_the_compiled_core_imports_only_its_own_modules() -> None:
+    """The core is the bottom layer: its Cython sources (which the import graph above does
+    not parse) import nothing of pykfk outside pykfk._core."""
+    import re
+
+    upward = [f"{path.name}:{n}: {line.strip()}" for path in sorted((REPO / "src" / "_core").glob("*.py*"))
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if re.match(r"\s*(from|import|cimport)\s+pykfk\.(?!_core\b)", line)]
+    assert not upward, upward

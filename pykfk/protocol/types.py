@@ -27,11 +27,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from pykfk._core.errors import ProtocolError
 from pykfk._core.regions import FileRegion
 from pykfk._core.structs import Struct
 
-# Re-exported: the codec sizes regions, the server sends them; decoders build Structs.
-__all__ = ["FileRegion", "Struct"]
+# Owned by the compiled core, which imports nothing of pykfk.protocol: the Produce/Fetch
+# fast path raises the same ProtocolError and uses the same record-inlining threshold and
+# null topic id. Re-exported: the codec sizes regions, the server sends them; decoders
+# build Structs.
+from pykfk._core.wire import INLINE_RECORDS_MAX, ZERO_UUID
+
+__all__ = ["INLINE_RECORDS_MAX", "ZERO_UUID", "FileRegion", "ProtocolError", "Struct"]
 
 Reader = Callable[[memoryview, int], "tuple[Any, int]"]
 Writer = Callable[[bytearray, Any, list[Any]], None]
@@ -52,21 +58,10 @@ def replaced(request: Request, **fields: object) -> Request:
     return cast(Request, copy)
 
 
-class ProtocolError(ValueError):
-    """Bytes that do not decode as the declared message (truncated, oversized lengths,
-    negative counts, bad varints, invalid UTF-8, trailing garbage). A broker answers
-    INVALID_REQUEST or closes the connection."""
-
-
 class UnsupportedVersionError(ProtocolError):
     """An api key or version this protocol layer has no declaration for."""
 
 
-# Record data at least this large is passed through as its own chunk instead of being
-# copied into the response buffer (a copy of a few KiB is cheaper than an extra write).
-INLINE_RECORDS_MAX = 16 * 1024
-
-ZERO_UUID = uuid.UUID(int=0)
 
 _INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")

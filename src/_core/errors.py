@@ -2,6 +2,13 @@
 pykfk.errors maps them to the codes a Kafka broker would send."""
 
 
+class ProtocolError(ValueError):
+    """Bytes that do not decode as the declared message (truncated, oversized lengths,
+    negative counts, bad varints, invalid UTF-8, trailing garbage). A broker answers
+    INVALID_REQUEST or closes the connection. Raised by the compiled Produce/Fetch walk
+    and by the generic codec (``pykfk.protocol`` re-exports it)."""
+
+
 class CoreError(Exception):
     """Base class of every error the compiled core raises."""
 

@@ -7,11 +7,14 @@ input; the differential tests in ``tests/protocol/test_fast_path_wire.py`` and
 """
 
 from typing import Any
+from uuid import UUID
 
 from typing_extensions import Buffer
 
 from pykfk._core.structs import Struct
 
+INLINE_RECORDS_MAX: int
+ZERO_UUID: UUID
 PRODUCE_MIN_VERSION: int
 PRODUCE_MAX_VERSION: int
 PRODUCE_FLEXIBLE_FROM: int

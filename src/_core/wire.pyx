@@ -22,8 +22,16 @@ from _out cimport Out as _Out, put_be as _put_be, put_count as _put_count, put_u
 
 from uuid import UUID
 
+from pykfk._core.errors import ProtocolError
 from pykfk._core.regions import FileRegion
-from pykfk.protocol.types import INLINE_RECORDS_MAX, ZERO_UUID, ProtocolError, Struct
+from pykfk._core.structs import Struct
+
+# Record data at least this large is passed through as its own chunk instead of being
+# copied into the response buffer (a copy of a few KiB is cheaper than an extra write).
+# The generic codec (pykfk.protocol.types) uses the same threshold.
+INLINE_RECORDS_MAX = 16 * 1024
+# The null topic id (Fetch v13+ answers for topics known by name only).
+ZERO_UUID = UUID(int=0)
 
 # Versions this module walks (ProduceRequest.json "validVersions" as declared in
 # pykfk.protocol.messages.produce) and the first flexible one (KIP-482).
