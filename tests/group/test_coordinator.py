@@ -588,6 +588,20 @@ async def test_known_member_with_someone_elses_instance_id_is_fenced(coord):
     assert await s1.heartbeat() == E.NONE
 
 
+async def test_static_member_without_its_member_id_is_not_fenced(coord):
+    # librdkafka drops its member id when its session timed out (the coordinator was
+    # away) and heartbeats and commits with its instance id alone until it joined again.
+    s1 = Client(coord, "s1", instance_id="i1")
+    await rebalance([s1])
+    assert (await coord.heartbeat("g", 1, "", "i1"))["error_code"] == E.UNKNOWN_MEMBER_ID
+    commit = await coord.offset_commit("g", 1, "", [("t", [(0, 5, -1, None)])], group_instance_id="i1")
+    assert commit["topics"][0]["partitions"][0]["error_code"] == E.UNKNOWN_MEMBER_ID
+    back = await coord.join_group("g", "", "consumer", [("roundrobin", b"")], session_timeout_ms=5000,
+                                  group_instance_id="i1")
+    assert back["error_code"] == E.NONE and back["generation_id"] == 1  # its place, no rebalance
+    assert coord.group("g").static_members == {"i1": back["member_id"]}
+
+
 # -- offsets ---------------------------------------------------------------------------------------
 
 
