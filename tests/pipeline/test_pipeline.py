@@ -228,9 +228,16 @@ def test_producers_to_parquet_through_crashes(zookeeper_server: Any, tmp_path: P
         time.sleep(2)
         target_broker.start()
 
-        committed_values = sorted(v for _, v in producers.committed)
-        wait_until(lambda: sorted(_values(target, REMOTE)) == committed_values, 90,  # type: ignore[type-var]
-                   "the target to hold every committed record once", interval=1)
+        expected = Counter(v for _, v in producers.committed)
+        try:
+            wait_until(lambda: Counter(_values(target, REMOTE)) == expected, 90,
+                       "the target to hold every committed record once", interval=1)
+        except AssertionError:
+            held = Counter(_values(target, REMOTE))
+            aborted = {v for _, v in producers.aborted}
+            raise AssertionError(f"target: {len(expected - held)} committed records missing, "
+                                 f"{sum((held - expected).values())} extra ({len(set(held) & aborted)} aborted); "
+                                 f"the mirror said:\n{mirror.tail()}") from None
         _fail_over(config, source, target)
         assert mirror.alive(), mirror.tail()
         assert mirror.stop() == 0, mirror.tail()
