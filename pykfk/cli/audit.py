@@ -10,7 +10,6 @@ open), the cluster cannot be reached or the audit topic cannot be read. Each fai
 from __future__ import annotations
 
 import datetime
-import re
 from typing import Any
 
 import click
@@ -21,6 +20,7 @@ from pykfk.cli.common import (
     EXIT_UNREACHABLE,
     CliContext,
     CliError,
+    Duration,
     admin_command,
     emit_json,
     emit_table,
@@ -31,17 +31,6 @@ from pykfk.errors import ErrorCode, KafkaError
 
 # Nothing to compare shares the code of an unreachable cluster: no verdict either way.
 EXIT_NOTHING_TO_COMPARE = EXIT_UNREACHABLE
-
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def _duration_ms(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter("a duration such as 0, 30s, 5m or 1h", ctx, param)
-    return int(match.group(1)) * _UNIT_MS[match.group(2) or "s"]
-
 
 def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -124,7 +113,7 @@ def _table(report: AuditReport, show_all: bool) -> None:
 @click.option("--reference", default="producer", show_default=True, help="The tier the others are checked against.")
 @click.option("--tier", "tiers", multiple=True, help="Tiers to check (repeatable; default all found).")
 @click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
-@click.option("--settle", default="1m", callback=_duration_ms, show_default=True,
+@click.option("--settle", default="1m", type=Duration(), show_default=True,
               help="Judge a window only this long after it ended (records still in flight are not loss).")
 @click.option("--all", "show_all", is_flag=True, help="Table: list complete windows too.")
 @admin_command
