@@ -75,7 +75,7 @@ def _parse_list(raw: Any) -> list[str]:
     return [item.strip() for item in str(raw).split(",") if item.strip()]
 
 
-def _choice_parser(*choices: str) -> Callable[[Any], str]:
+def choice_parser(*choices: str) -> Callable[[Any], str]:
     def parse(raw: Any) -> str:
         text = str(raw).strip()
         if text not in choices:
@@ -200,7 +200,7 @@ def _store_type(raw: Any) -> str:
 
 
 COMPRESSION_TYPES = ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer")
-_compression_type = _choice_parser(*COMPRESSION_TYPES)
+_compression_type = choice_parser(*COMPRESSION_TYPES)
 
 
 def _gzip_level(raw: Any) -> int:
@@ -352,7 +352,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.local.retention.bytes", _local_retention, -2, "tiered storage: not supported (-2 only)", "long"),
         _key(
             "log.message.timestamp.type",
-            _choice_parser("CreateTime", "LogAppendTime"),
+            choice_parser("CreateTime", "LogAppendTime"),
             "CreateTime",
             "timestamp kept in batches",
             "string",
@@ -452,7 +452,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "listener name -> security protocol, as NAME:PROTOCOL pairs", "list"),
         _key("inter.broker.listener.name", _parse_string, None,
              "listener brokers use among themselves (default: PLAINTEXT, else the first)", "string"),
-        _key("security.inter.broker.protocol", _choice_parser(*SECURITY_PROTOCOLS), None,
+        _key("security.inter.broker.protocol", choice_parser(*SECURITY_PROTOCOLS), None,
              "brokers talk to each other on the listener named after this protocol (instead of "
              "inter.broker.listener.name)", "string"),
         _key("ssl.keystore.type", _store_type, "PEM", "format of the key store (PEM, PKCS12, JKS)", "string"),
@@ -465,7 +465,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("ssl.truststore.location", _parse_string, None, "trusted CA certificates file", "string"),
         _key("ssl.truststore.password", _parse_string, None, "password of the trust store file", "password"),
         _key("ssl.truststore.certificates", _parse_string, None, "trusted CA certificates as inline PEM", "password"),
-        _key("ssl.client.auth", _choice_parser("none", "requested", "required"), "none",
+        _key("ssl.client.auth", choice_parser("none", "requested", "required"), "none",
              "ask clients for a certificate", "string"),
         _key("ssl.enabled.protocols", _parse_list, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted", "list"),
         _key("ssl.protocol", _parse_string, "TLSv1.3", "TLS version brokers offer as clients", "string"),
@@ -729,7 +729,7 @@ TOPIC_KEYS: dict[str, TopicKey] = {
                (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)), "long", "fsync period (ms)",
                "flush_interval_ms"),
         _topic("max.message.bytes", _at_least(0), "message.max.bytes", "int", "largest batch", "max_message_bytes"),
-        _topic("message.timestamp.type", _choice_parser("CreateTime", "LogAppendTime"), "log.message.timestamp.type",
+        _topic("message.timestamp.type", choice_parser("CreateTime", "LogAppendTime"), "log.message.timestamp.type",
                "string", "timestamp kept in batches", "message_timestamp_type"),
         _topic("file.delete.delay.ms", _at_least(0, big=True), "log.segment.delete.delay.ms", "long",
                "delete delay", "file_delete_delay_ms"),

@@ -13,12 +13,12 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pykfk._core.errors import CorruptBatchError
 from pykfk._core.records import build_batch, parse_batch_header
 from pykfk.cluster.metadata import TopicExistsError
-from pykfk.config import ConfigKey
+from pykfk.config import ConfigKey, choice_parser
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.offsets import partition_for
 from pykfk.group.share.coordinator import (
@@ -44,7 +44,9 @@ from pykfk.group.share.state_records import (
 from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
 from pykfk.protocol import typed
+from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.group_access import group_allowed
 from pykfk.server.handlers.metadata import topic_ids
 
 log = logging.getLogger("pykfk.group")
@@ -54,6 +56,23 @@ def share_coordinator(ctx: RequestContext) -> ShareCoordinator:
     found = coordinator_of(ctx.broker, ctx.broker.config)
     assert found is not None
     return found
+
+
+async def coordinator_for_offsets_change(ctx: RequestContext, group_id: str, operation: Operation
+                                         ) -> tuple[ShareCoordinator | None, int, str | None]:
+    """The share coordinator for a change of ``group_id``'s stored offsets (Alter/Delete
+    ShareGroupOffsets), or why not: (None, error code, message). The group must be
+    ``operation``-allowed, coordinated here and without members, as Kafka checks."""
+    if not group_allowed(ctx, operation, group_id):
+        return None, ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if not ctx.broker.group_coordinator.owns(group_id):
+        return None, ErrorCode.NOT_COORDINATOR, None
+    coordinator = share_coordinator(ctx)
+    group = coordinator.groups.get(group_id)
+    if group is not None and group.members:
+        return None, ErrorCode.NON_EMPTY_GROUP, f"The share group {group_id} has members."
+    await load_group_configs(ctx)
+    return coordinator, ErrorCode.NONE, None
 
 
 def now_ms(ctx: RequestContext) -> int:
@@ -145,18 +164,9 @@ def _scan(data: bytes, plog: Log, start: int, limit: int, read_committed: bool
     return end, position, skipped
 
 
-def _choice(*choices: str) -> Callable[[Any], str]:
-    def parse(raw: Any) -> str:
-        text = str(raw).strip()
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
-        return text
-    return parse
-
-
 # The group configs of share groups (GROUP resources, KIP-932), their parsers and defaults.
 GROUP_CONFIG_KEYS: Mapping[str, ConfigKey] = {
-    name: ConfigKey(name, _choice(*sorted(GROUP_CONFIG_VALUES[name])), default, doc)
+    name: ConfigKey(name, choice_parser(*sorted(GROUP_CONFIG_VALUES[name])), default, doc)
     for name, default, doc in (
         ("share.auto.offset.reset", GROUP_CONFIG_DEFAULTS["share.auto.offset.reset"],
          "where a share group starts on a partition it has no state for: latest or earliest"),
@@ -284,14 +294,21 @@ async def persist(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, parti
     """Write the share partition's snapshot (acks=all) before the acknowledgement is
     answered; the error code (NONE also when the state partition is led elsewhere:
     the state then lives in this broker's memory)."""
+    part.state_epoch = max(part.state_epoch, 1)
+    value = snapshot_value(ShareSnapshot(part.state_epoch, part.start_offset, part.state_batches()))
+    return await _write_state(ctx, group_id, topic_id, partition, value)
+
+
+async def _write_state(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int,
+                       value: bytes | None) -> int:
+    """Append a share partition's snapshot (None: its tombstone) to its state partition,
+    acks=all; the error code (NONE when the state partition is led elsewhere)."""
     try:
         found = _state_log(ctx, group_id, topic_id, partition)
     except KafkaError as exc:
         return exc.code
     if found is None:
         return ErrorCode.NONE
-    part.state_epoch = max(part.state_epoch, 1)
-    value = snapshot_value(ShareSnapshot(part.state_epoch, part.start_offset, part.state_batches()))
     batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), value,
                                     int(time.time() * 1000), ())]))
     try:
@@ -324,18 +341,7 @@ def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequ
 
 async def forget(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
     """Drop a share partition's stored state (a tombstone); the error code."""
-    try:
-        found = _state_log(ctx, group_id, topic_id, partition)
-    except KafkaError as exc:
-        return exc.code
-    if found is None:
-        return ErrorCode.NONE
-    batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), None, int(time.time() * 1000), ())]))
-    try:
-        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, found[1], batch, -1, 30000)
-    except KafkaError as exc:
-        return exc.code
-    return ErrorCode.NONE
+    return await _write_state(ctx, group_id, topic_id, partition, None)
 
 
 def start_offset(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, partition: int) -> int:

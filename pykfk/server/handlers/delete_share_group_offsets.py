@@ -8,9 +8,9 @@ from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
-from pykfk.server.group_access import group_allowed, topics_denied
+from pykfk.server.group_access import topics_denied
 from pykfk.server.handlers.metadata import topic_ids
-from pykfk.server.share_groups import forget, load_group_configs, share_coordinator
+from pykfk.server.share_groups import coordinator_for_offsets_change, forget
 
 API_KEY = 92
 VERSIONS = (0, 0)
@@ -23,15 +23,9 @@ def _top(code: int, message: str | None = None) -> typed.DeleteShareGroupOffsets
 async def handle(ctx: RequestContext, request: typed.DeleteShareGroupOffsetsRequest
                  ) -> typed.DeleteShareGroupOffsetsResponse:
     group_id = request.group_id
-    if not group_allowed(ctx, Operation.DELETE, group_id):
-        return _top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not ctx.broker.group_coordinator.owns(group_id):
-        return _top(ErrorCode.NOT_COORDINATOR)
-    coordinator = share_coordinator(ctx)
-    group = coordinator.groups.get(group_id)
-    if group is not None and group.members:
-        return _top(ErrorCode.NON_EMPTY_GROUP, f"The share group {group_id} has members.")
-    await load_group_configs(ctx)
+    coordinator, refused, message = await coordinator_for_offsets_change(ctx, group_id, Operation.DELETE)
+    if coordinator is None:
+        return _top(refused, message)
     store = ctx.broker.metadata
     ids = topic_ids(store)
     denied = topics_denied(ctx, Operation.READ, {t.topic_name for t in request.topics})

@@ -12,8 +12,8 @@ from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security import tokens
 from pykfk.security.acl import Operation, ResourceType
-from pykfk.security.credentials import token_settings
 from pykfk.server.dispatch import RequestContext
+from pykfk.server.token_requests import token_request_refusal
 
 API_KEY = 41
 VERSIONS = (1, 3)
@@ -35,12 +35,9 @@ def _described(token: tokens.TokenInfo, secret: str) -> typed.DescribeDelegation
 async def handle(ctx: RequestContext, request: typed.DescribeDelegationTokenRequest
                  ) -> typed.DescribeDelegationTokenResponse:
     session = ctx.session
-    if not tokens.requests_allowed(session.security.listener.security_protocol, session.principal,
-                                   session.token_authenticated):
-        return {"error_code": ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, "tokens": [], "throttle_time_ms": 0}
-    settings = token_settings(ctx.broker.config)
-    if not settings.enabled:
-        return {"error_code": ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, "tokens": [], "throttle_time_ms": 0}
+    refused, settings = token_request_refusal(ctx)
+    if refused is not None:
+        return {"error_code": refused, "tokens": [], "throttle_time_ms": 0}
     owners = None if request.owners is None else [f"{o.principal_type}:{o.principal_name}" for o in request.owners]
     if owners == []:
         return {"error_code": ErrorCode.NONE, "tokens": [], "throttle_time_ms": 0}
