@@ -1,5 +1,7 @@
-"""``python -m pykfk.mirror``: the same as ``pykfk-mirror``."""
+"""``python -m pykfk.mirror``: the same as ``pykfk-mirror`` (its commands live with the
+other commands, in ``pykfk.cli.mirror``)."""
 
-from pykfk.mirror.cli import main
+if __name__ == "__main__":
+    from pykfk.cli.mirror import main
 
-main()
+    main()

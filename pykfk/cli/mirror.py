@@ -10,7 +10,6 @@ a cluster was unreachable past the timeouts), 2 bad configuration or arguments.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import Any
 
 import click
 
+from pykfk.cli.common import emit_rows
 from pykfk.mirror.config import ConfigError, MirrorConfig, load_config
 
 EXIT_FAILED = 1
@@ -88,15 +88,11 @@ def _rows(checkpoints: list[Any]) -> list[dict[str, Any]]:
              "downstream_offset": c.downstream_offset} for c in checkpoints]
 
 
+_COLUMNS = ["group", "topic", "partition", "upstream_offset", "downstream_topic", "downstream_offset"]
+
+
 def _print(rows: list[dict[str, Any]], output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(rows, indent=2))
-        return
-    columns = ["group", "topic", "partition", "upstream_offset", "downstream_topic", "downstream_offset"]
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in columns}
-    click.echo("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        click.echo("  ".join(str(row[c]).ljust(widths[c]) for c in columns).rstrip())
+    emit_rows(rows, _COLUMNS, output)
 
 
 output_option = click.option("--format", "-o", "output", type=click.Choice(["table", "json"]), default="table")
