@@ -16,16 +16,18 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
 __all__ = ["CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings", "flush_while_answered",
-           "unreachable"]
+           "metadata_pending", "retry_metadata_pending", "unreachable"]
 
 log = logging.getLogger("pykfk.mirror")
 
 CLIENT_LOGGER = logging.getLogger("pykfk.mirror.client")
+
+T = TypeVar("T")
 
 # The first pause after a failed attempt, and the longest (seconds).
 FIRST_BACKOFF_S = 1.0
@@ -53,6 +55,18 @@ _UNREACHABLE_CODES = frozenset({
     KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TIMED_OUT_QUEUE,
 })
 
+# Error codes that mean the client does not know a partition or its leader yet: a leader
+# failing over, a broker that restarted and is loading, a client that has not fetched the
+# topic's metadata. librdkafka's watermark queries give _UNKNOWN_PARTITION at once when
+# its metadata cache says so; the next metadata refresh usually answers.
+_METADATA_PENDING_CODES = frozenset({
+    KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+})
+# Pauses between tries of a call whose partition's metadata is pending (seconds).
+METADATA_FIRST_PAUSE_S = 0.1
+METADATA_MAX_PAUSE_S = 1.0
+
 
 class TargetUnavailable(Exception):
     """The target did not answer in time; what was being written is tried again later."""
@@ -72,15 +86,39 @@ def flush_while_answered(producer: Any, slice_s: float, limit_s: float) -> int:
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Does ``exc`` (from a client call) say the cluster did not answer?"""
+    """Does ``exc`` (from a client call) say the cluster did not answer, or not yet
+    (a partition or its leader momentarily unknown)?"""
     if isinstance(exc, (TargetUnavailable, TimeoutError)):
         return True
     if isinstance(exc, KafkaException):
         error = exc.args[0] if exc.args else None
         if isinstance(error, KafkaError):
-            return error.code() in _UNREACHABLE_CODES or (error.retriable() and not error.fatal())
+            return (error.code() in _UNREACHABLE_CODES or error.code() in _METADATA_PENDING_CODES
+                    or (error.retriable() and not error.fatal()))
         return "timed out" in str(exc).lower()
     return False
+
+
+def metadata_pending(exc: BaseException) -> bool:
+    """Does ``exc`` say a partition or its leader is not known (yet)?"""
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(error, KafkaError) and error.code() in _METADATA_PENDING_CODES
+
+
+def retry_metadata_pending(call: Callable[[float], T], timeout_s: float) -> T:
+    """``call(seconds left)`` again, with a growing pause, while it fails because a
+    partition or its leader is not known yet, for at most ``timeout_s`` in all; then
+    the last error is raised (``unreachable`` says yes to it)."""
+    deadline = time.monotonic() + timeout_s
+    pause = METADATA_FIRST_PAUSE_S
+    while True:
+        try:
+            return call(max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if not metadata_pending(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, METADATA_MAX_PAUSE_S)
 
 
 class _ClientLogFilter(logging.Filter):

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from pykfk.mirror.config import ClientConfig
+from pykfk.mirror.health import retry_metadata_pending
 
 __all__ = ["AuditRange", "OffsetSyncs", "ProgressEntry", "ProgressStore", "read_compacted"]
 
@@ -127,7 +128,7 @@ def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | N
     positions = {} if positions is None else positions
     ends: dict[int, int] = {}
     for partition in info.partitions:
-        _, high = (ends_from or consumer).get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        high = _watermarks(ends_from or consumer, topic, partition, timeout_s)[1]
         if high > positions.get(partition, 0):
             ends[partition] = high
     if not ends:
@@ -148,6 +149,18 @@ def read_compacted(consumer: Consumer, topic: str, positions: dict[int, int] | N
             if positions.get(tp.partition, 0) >= ends[tp.partition]:
                 del ends[tp.partition]
     consumer.unassign()
+
+
+def _watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """The partition's (low, high) watermarks as its leader reports them. A partition
+    or leader the client does not know yet (a leader failing over, a broker that just
+    restarted, a client that has not fetched the metadata) is asked again within
+    ``timeout_s``."""
+    def query(seconds: float) -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=seconds)
+        return int(low), int(high)
+
+    return retry_metadata_pending(query, timeout_s)
 
 
 class OffsetSyncs:
@@ -236,15 +249,13 @@ class ProgressStore:
 
     def source_start(self, consumer: Consumer, topic: str, partition: int) -> int:
         """The source partition's log start offset (``consumer`` reads the source)."""
-        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
-        return int(low)
+        return _watermarks(consumer, topic, partition, READ_TIMEOUT_S)[0]
 
     def target_end(self, topic: str, partition: int, timeout_s: float = READ_TIMEOUT_S) -> int:
         """The target partition's end (high watermark) as its leader reports it now,
         records of open transactions included: the mirror asks after its own records
         were acknowledged, and records it sends later land at or after this offset."""
-        _, high = self.ends.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-        return int(high)
+        return _watermarks(self.ends, topic, partition, timeout_s)[1]
 
     def close(self) -> None:
         self.reader.close()

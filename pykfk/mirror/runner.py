@@ -396,6 +396,12 @@ class Mirror:
         if self.config.emit_checkpoints:
             self.topic_sync.ensure_internal(self.config.checkpoints_topic)
 
+    def _answer(self, state: ClusterState, call: Callable[[], T]) -> T:
+        """``_until_answered`` for a call that returns a value."""
+        answers: list[T] = []
+        self._until_answered(state, lambda: answers.append(call()))
+        return answers[0]
+
     def _until_answered(self, state: ClusterState, call: Callable[[], None]) -> None:
         """``call()`` until it does not fail for want of an answer (or the mirror stops)."""
         while True:
@@ -510,9 +516,12 @@ class Mirror:
             # Fence the previous holders before reading the progress they may still write.
             for tp in partitions:
                 self.transactions.open((tp.topic, tp.partition), self._batch_limit(tp.topic))
-            self.progress.catch_up(READ_TIMEOUT_S + TRANSACTION_TIMEOUT_S)
+            read_s = READ_TIMEOUT_S + TRANSACTION_TIMEOUT_S
         else:
-            self.progress.catch_up()
+            read_s = READ_TIMEOUT_S
+        # A progress partition whose leader is unknown for a while (the target restarting)
+        # is read again once it answers, from where the last read stopped.
+        self._until_answered(self.target_state, lambda: self.progress.catch_up(read_s))
         start = OFFSET_BEGINNING if self.config.start_from == "earliest" else OFFSET_END
         for tp in partitions:
             key = (tp.topic, tp.partition)
@@ -552,10 +561,11 @@ class Mirror:
         if entry is not None:
             source_offset = entry.offset
         elif self.config.start_from == "earliest":
-            source_offset = self.progress.source_start(consumer, *partition)
+            source_offset = self._answer(self.source_state, lambda: self.progress.source_start(consumer, *partition))
         else:
             return
-        sync = (source_offset, self.progress.target_end(route.remote, partition[1]))
+        sync = (source_offset, self._answer(self.target_state,
+                                            lambda: self.progress.target_end(route.remote, partition[1])))
         self._syncs[partition].add(*sync)
         self._new_syncs[partition].append(sync)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from pykfk.mirror.config import ConfigError, load_config, parse_config
-from pykfk.mirror.health import ClusterState
+from pykfk.mirror.health import ClusterState, TargetUnavailable, unreachable
 from pykfk.mirror.naming import ORIGIN_HEADER, ReplicationPolicy
-from pykfk.mirror.progress import AuditRange, OffsetSyncs, ProgressEntry
+from pykfk.mirror.progress import AuditRange, OffsetSyncs, ProgressEntry, ProgressStore
 
 BASE = {"source.alias": "east", "source.bootstrap.servers": "127.0.0.1:1",
         "target.alias": "west", "target.bootstrap.servers": "127.0.0.1:2"}
@@ -148,3 +148,53 @@ def test_offset_syncs_thin_out_old_ones_and_still_translate_everything() -> None
     for offset in range(0, 500_000, 997):
         translated = syncs.translate(offset)
         assert translated is not None and translated <= offset // 100 * 103
+
+
+class _LeaderPendingEnds:
+    """A consumer's watermark query that fails the way librdkafka's does while its
+    metadata says a partition or its leader is unknown (a leader failing over, a broker
+    just restarted), ``failures`` times, then answers ``high``."""
+
+    def __init__(self, failures: int, high: int, code: int = KafkaError._UNKNOWN_PARTITION):
+        self.failures, self.high, self.code, self.calls = failures, high, code, 0
+
+    def get_watermark_offsets(self, tp: object, timeout: float) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(self.code, "Failed to get watermark offsets: Local: Unknown partition"))
+        return 0, self.high
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("code", [KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                                  KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION])
+def test_a_partition_whose_leader_is_unknown_for_a_moment_is_asked_again(code: int) -> None:
+    store = ProgressStore({"bootstrap.servers": "127.0.0.1:1"}, "progress", "syncs")
+    real_ends, store.ends = store.ends, _LeaderPendingEnds(2, 1234, code)  # type: ignore[assignment]
+    try:
+        assert store.target_end("a.events", 0, timeout_s=10) == 1234
+        assert store.ends.calls == 3  # type: ignore[attr-defined]
+        assert store.source_start(store.ends, "events", 0) == 0  # type: ignore[arg-type]
+    finally:
+        real_ends.close()
+        store.close()
+
+
+def test_a_partition_unknown_for_longer_pauses_the_mirror_instead_of_stopping_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Past the answer timeout the target counts as not answering: the copy pauses with
+    # one "unreachable" line and tries again later; no exception reaches the CLI.
+    from pykfk.mirror import runner
+    monkeypatch.setattr(runner, "ANSWER_TIMEOUT_S", 0.5)
+    config = parse_config({**BASE, "topics": "events"})
+    mirror = runner.Mirror(config)
+    real_ends, mirror.progress.ends = mirror.progress.ends, _LeaderPendingEnds(10**6, 0)  # type: ignore[assignment]
+    try:
+        with pytest.raises(TargetUnavailable, match="_UNKNOWN_PARTITION"):
+            mirror._target_end("west.events", 0)
+        assert unreachable(KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION)))
+    finally:
+        mirror.progress.ends = real_ends
+        mirror.close()
