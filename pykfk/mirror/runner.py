@@ -58,6 +58,7 @@ from pykfk.mirror.health import (
     TargetUnavailable,
     client_settings,
     flush_while_answered,
+    metadata_pending,
     unreachable,
 )
 from pykfk.mirror.naming import ORIGIN_HEADER, Headers, ReplicationPolicy
@@ -682,7 +683,7 @@ class Mirror:
             self._produce(producer, route.remote, value, key, partition if route.same_partition else -1,
                           max(0, message.timestamp()[1]), headers)
         except KafkaException as exc:  # a failed producer takes no more records
-            raise self._refusal((topic, partition), exc) from exc
+            raise self._produce_failure((topic, partition), route.remote, exc) from exc
         return (len(key) if key else 0) + (len(value) if value else 0)
 
     def _copy_sync(self, message: Message, partition: SourcePartition, offset: int, headers: Headers | None) -> int:
@@ -704,7 +705,7 @@ class Mirror:
             _produce_reported(producer, route.remote, value, key, partition[1], max(0, message.timestamp()[1]),
                               headers, delivered)
         except KafkaException as exc:
-            raise self._refusal(partition, exc) from exc
+            raise self._produce_failure(partition, route.remote, exc) from exc
         return (len(key) if key else 0) + (len(value) if value else 0)
 
     def _poll_producers(self) -> None:
@@ -729,6 +730,14 @@ class Mirror:
         """The producer a source partition's records go through: the one idempotent
         producer at least once, the partition's own inside a transaction exactly once."""
         return self._producer if self.transactions is None else self.transactions.producer(partition)
+
+    def _produce_failure(self, partition: SourcePartition, remote: str, exc: KafkaException) -> Exception:
+        """What a produce call that raised ``exc`` means: the target partition's metadata
+        momentarily unknown (the record was not queued; the copy pauses and fetches it
+        again), else the producer's refusal."""
+        if metadata_pending(exc):
+            return TargetUnavailable(f"{remote}[{partition[1]}]: {_describe(exc)}")
+        return self._refusal(partition, exc)
 
     def _refusal(self, partition: SourcePartition, exc: KafkaException) -> MirrorError:
         """The error that stops the mirror when a producer raised ``exc`` (a fatal error

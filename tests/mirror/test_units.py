@@ -194,7 +194,10 @@ def test_a_partition_unknown_for_longer_pauses_the_mirror_instead_of_stopping_it
     try:
         with pytest.raises(TargetUnavailable, match="_UNKNOWN_PARTITION"):
             mirror._target_end("west.events", 0)
-        assert unreachable(KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION)))
+        pending = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        assert unreachable(pending)
+        # A record the producer could not queue for the same reason is fetched again.
+        assert isinstance(mirror._produce_failure(("events", 0), "west.events", pending), TargetUnavailable)
     finally:
         mirror.progress.ends = real_ends
         mirror.close()
