@@ -106,8 +106,9 @@ class MarkerWriter(Protocol):
 class TxnMetadata:
     """What the coordinator knows of one transactional id."""
 
-    __slots__ = ("completion", "last_producer_epoch", "lock", "partition", "partitions", "producer_epoch",
-                 "producer_id", "start_ms", "state", "timeout_ms", "transactional_id", "update_ms")
+    __slots__ = ("completion", "last_producer_epoch", "lock", "partition", "partitions", "pending",
+                 "producer_epoch", "producer_id", "start_ms", "state", "timeout_ms", "transactional_id",
+                 "update_ms")
 
     def __init__(self, transactional_id: str, partition: int, record: TxnRecord):
         self.transactional_id = transactional_id
@@ -124,6 +125,10 @@ class TxnMetadata:
         self.update_ms = record.last_update_timestamp_ms
         self.lock = asyncio.Lock()
         self.completion: asyncio.Task[None] | None = None
+        # A state whose write failed without a definite answer (no quorum, a timeout):
+        # written again until it is durable, requests answered CONCURRENT_TRANSACTIONS
+        # meanwhile (Kafka keeps such a transition pending too).
+        self.pending: TxnRecord | None = None
 
     def record(self, **changes: Any) -> TxnRecord:
         """The stored form of this metadata with ``changes`` applied (not yet taken)."""
@@ -280,13 +285,49 @@ class TransactionCoordinator:
         try:
             await loaded.storage.append([(encode_key(meta.transactional_id), value)])
         except (KafkaError, OSError) as exc:
+            error = _storage_error(exc)
             log.info("transactional id %s: state write failed: %s", meta.transactional_id, exc)
-            return _storage_error(exc)
+            if error == E.COORDINATOR_NOT_AVAILABLE and record is not None:
+                # The record may be in the log already, or be refused only until the ISR
+                # grows back: the client retries and must find this transition, not the
+                # state before it (an abort of the transaction it opened, say).
+                meta.pending = record
+                self._spawn(self._write_pending(meta, loaded))
+            return error
         if self._loaded.get(meta.partition) is not loaded:
             return E.NOT_COORDINATOR  # leadership moved while the write was waiting
         if record is not None:
             meta.take(record)
         return E.NONE
+
+    async def _write_pending(self, meta: TxnMetadata, loaded: _Loaded) -> None:
+        """Writes ``meta.pending`` again until it is durable, then applies it (and starts
+        the markers of a commit or abort it prepares); gives up when this broker stops
+        coordinating the id."""
+        backoff = MARKER_RETRY_BACKOFF_S
+        while not self._stopped:
+            await self.clock.sleep(backoff)
+            backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_MAX_S)
+            async with meta.lock:
+                record = meta.pending
+                if (record is None or self._loaded.get(meta.partition) is not loaded
+                        or self.txns.get(meta.transactional_id) is not meta):
+                    return
+                try:
+                    await loaded.storage.append([(encode_key(meta.transactional_id), encode_value(record))])
+                except (KafkaError, OSError) as exc:
+                    if _storage_error(exc) != E.COORDINATOR_NOT_AVAILABLE:
+                        return
+                    continue
+                if self._loaded.get(meta.partition) is not loaded:
+                    return
+                meta.pending = None
+                meta.take(record)
+                log.info("transactional id %s: state %s written after a retry", meta.transactional_id,
+                         record.state.name)
+                if record.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    self._start_completion(meta, record.state == TxnState.PREPARE_COMMIT)
+                return
 
     # -- InitProducerId ---------------------------------------------------------------------
 
@@ -310,7 +351,7 @@ class TransactionCoordinator:
             if expected_producer_id != NO_PRODUCER_ID and not self._expected_producer(
                     meta, expected_producer_id, expected_epoch):
                 return E.PRODUCER_FENCED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-            if meta.state in PREPARING:
+            if meta.state in PREPARING or meta.pending is not None:
                 return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
             if meta.state == TxnState.ONGOING:
                 error = await self._abort_fencing(meta)
@@ -411,7 +452,7 @@ class TransactionCoordinator:
             error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
                 return error
-            if meta.state in PREPARING:
+            if meta.state in PREPARING or meta.pending is not None:
                 return E.CONCURRENT_TRANSACTIONS
             if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
                 return E.NONE
@@ -440,7 +481,11 @@ class TransactionCoordinator:
             return E.INVALID_PRODUCER_EPOCH
         if abortable and meta.state in PREPARING:
             return E.CONCURRENT_TRANSACTIONS
-        if meta.state != TxnState.ONGOING or partition not in meta.partitions:
+        in_transaction = meta.state == TxnState.ONGOING and partition in meta.partitions
+        if meta.pending is not None and not in_transaction:
+            # Its AddPartitionsToTxn may be the pending write: retriable either way.
+            return E.CONCURRENT_TRANSACTIONS if abortable else E.NOT_ENOUGH_REPLICAS
+        if not in_transaction:
             return E.TRANSACTION_ABORTABLE if abortable else E.INVALID_TXN_STATE
         return E.NONE
 
@@ -457,6 +502,8 @@ class TransactionCoordinator:
             error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
                 return error
+            if meta.pending is not None:
+                return E.CONCURRENT_TRANSACTIONS
             state = meta.state
             if state == TxnState.ONGOING:
                 return await self._prepare_end(meta, commit, epoch=meta.producer_epoch)
@@ -531,7 +578,8 @@ class TransactionCoordinator:
             if meta.state != TxnState.ONGOING or now - meta.start_ms <= meta.timeout_ms:
                 continue
             async with meta.lock:
-                if meta.state != TxnState.ONGOING or self.txns.get(meta.transactional_id) is not meta:
+                if (meta.state != TxnState.ONGOING or meta.pending is not None
+                        or self.txns.get(meta.transactional_id) is not meta):
                     continue
                 log.info("transactional id %s: aborting its transaction open for %d ms "
                          "(transaction.timeout.ms %d)", meta.transactional_id, now - meta.start_ms, meta.timeout_ms)
@@ -548,7 +596,8 @@ class TransactionCoordinator:
             if meta.state not in SETTLED or now - meta.update_ms <= self.config.id_expiration_ms:
                 continue
             async with meta.lock:
-                if meta.state not in SETTLED or self.txns.get(meta.transactional_id) is not meta:
+                if (meta.state not in SETTLED or meta.pending is not None
+                        or self.txns.get(meta.transactional_id) is not meta):
                     continue
                 if await self._write(meta, None) == E.NONE:
                     self.txns.pop(meta.transactional_id, None)
