@@ -3,11 +3,13 @@ read and written by the same codec (``codec.py``).
 
 Each layout is Kafka's (group-coordinator/.../common/message/OffsetCommitKey.json and
 siblings, transaction-coordinator/.../TransactionLogKey.json and TransactionLogValue.json,
+share-coordinator/.../ShareSnapshotKey.json and ShareSnapshotValue.json,
 clients/.../ConsumerProtocolSubscription.json and ConsumerProtocolAssignment.json), so
 Kafka's tools read what pykfk writes. A record key or value starts with an int16 (the key
 type or value version) that is not part of the declared struct: ``encode`` and ``decode``
 take it as an argument. The packages that own the records (``group/offsets.py``,
-``group/consumer_records.py``, ``txn/records.py``, ``client/group_member.py``) map these
+``group/consumer_records.py``, ``txn/records.py``, ``client/group_member.py``,
+``group/share/state_records.py``) map these
 structs to their in-memory forms.
 
 A new internal record: its Schema here (fields, versions, flexible versions as in Kafka's
@@ -132,6 +134,38 @@ TRANSACTION_LOG_VALUE = Schema("TransactionLogValue", [
     Field("transaction_start_timestamp_ms", "int64"),
 ])
 
+# -- __share_group_state -----------------------------------------------------------------
+
+SHARE_SNAPSHOT_KEY = Schema("ShareSnapshotKey", [
+    Field("group_id", "string"),
+    Field("topic_id", "uuid"),
+    Field("partition", "int32"),
+])
+
+SHARE_SNAPSHOT_VALUE = Schema("ShareSnapshotValue", [
+    Field("snapshot_epoch", "uint16"),
+    Field("state_epoch", "int32"),
+    Field("leader_epoch", "int32"),
+    Field("start_offset", "int64"),
+    Field("state_batches", "[]StateBatch", fields=[
+        Field("first_offset", "int64"),
+        Field("last_offset", "int64"),
+        Field("delivery_state", "int8"),
+        Field("delivery_count", "int16"),
+    ]),
+])
+
+# pykfk's own record in the same topic (Kafka keeps group configs in its metadata log): a
+# share group's configs, key type 100.
+SHARE_GROUP_CONFIG_KEY = Schema("ShareGroupConfigKey", [Field("group_id", "string")])
+
+SHARE_GROUP_CONFIG_VALUE = Schema("ShareGroupConfigValue", [
+    Field("configs", "[]GroupConfig", fields=[
+        Field("name", "string"),
+        Field("value", "string"),
+    ]),
+])
+
 # -- the consumer protocol's member metadata (JoinGroup / SyncGroup bytes) --------------------
 
 CONSUMER_PROTOCOL_SUBSCRIPTION = Schema("ConsumerProtocolSubscription", [
@@ -158,6 +192,8 @@ FLEXIBLE_FROM: dict[str, int] = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE.name: 0,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE.name: 0,
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE.name: 0,
+    SHARE_SNAPSHOT_VALUE.name: 0,
+    SHARE_GROUP_CONFIG_VALUE.name: 0,
 }
 
 

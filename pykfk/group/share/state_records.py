@@ -1,38 +1,41 @@
 """Records of ``__share_group_state``: one snapshot per share partition, keyed by
 (group, topic id, partition), holding what Kafka's share coordinator keeps in a
-ShareSnapshotValue: the state epoch, the share-partition start offset and the state
-batches (first and last offset, delivery state, delivery count) of the in-flight
-records. The topic is compacted, so the latest snapshot of each key is what stays.
+ShareSnapshotValue: the state epoch, the leader epoch of the share-partition leader that
+wrote it, the share-partition start offset and the state batches (first and last
+offset, delivery state, delivery count) of the in-flight records; and pykfk's record of
+a share group's configs. The topic is compacted, so the latest record of each key is
+what stays.
 
-Layout: key = int16 record type 0 (a snapshot), string group (int16 length), 16-byte
-topic id, int32 partition; value = int16 version 0, int32 state epoch, int64 start
-offset, int32 batch count, then per batch int64 first, int64 last, int8 state, int16
-delivery count.
+The layouts are declared in ``pykfk/protocol/internal.py`` (Kafka's ShareSnapshotKey,
+key type 0, and ShareSnapshotValue v0; the group-config record, key type 100) and read
+and written by its codec; this module maps them to the share coordinator's forms.
 """
 
 from __future__ import annotations
 
-import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pykfk.group.offsets import partition_for
+from pykfk.protocol import internal
 
 SHARE_STATE_TOPIC = "__share_group_state"
 SHARE_STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 SNAPSHOT_KEY_TYPE = 0
+SNAPSHOT_VALUE_VERSION = 0
+GROUP_CONFIG_KEY_TYPE = 100
+GROUP_CONFIG_VALUE_VERSION = 0
 
-_VALUE_HEAD = struct.Struct(">hiqi")
-_BATCH = struct.Struct(">qqbh")
-_KEY_TAIL = struct.Struct(">16si")
+StateBatch = tuple[int, int, int, int]  # first offset, last offset, delivery state, delivery count
 
 
 @dataclass(frozen=True)
 class ShareSnapshot:
     state_epoch: int
     start_offset: int
-    batches: Sequence[tuple[int, int, int, int]]
+    batches: Sequence[StateBatch]
+    leader_epoch: int = -1
 
 
 def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
@@ -42,50 +45,72 @@ def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, num_part
 
 
 def snapshot_key(group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
-    group = group_id.encode()
-    return struct.pack(">hh", SNAPSHOT_KEY_TYPE, len(group)) + group + _KEY_TAIL.pack(topic_id.bytes, partition)
+    return internal.encode(internal.SHARE_SNAPSHOT_KEY, 0,
+                           {"group_id": group_id, "topic_id": topic_id, "partition": partition},
+                           prefix=SNAPSHOT_KEY_TYPE)
+
+
+def decode_snapshot_key(key: bytes) -> tuple[str, uuid.UUID, int] | None:
+    """(group, topic id, partition) of a snapshot key, None for any other key."""
+    try:
+        if internal.read_prefix(key, "key type") != SNAPSHOT_KEY_TYPE:
+            return None
+        found = internal.decode(internal.SHARE_SNAPSHOT_KEY, 0, key)
+    except internal.InternalRecordError:
+        return None
+    return found.group_id, found.topic_id, found.partition
 
 
 def snapshot_value(snapshot: ShareSnapshot) -> bytes:
-    head = _VALUE_HEAD.pack(0, snapshot.state_epoch, snapshot.start_offset, len(snapshot.batches))
-    return head + b"".join(_BATCH.pack(*batch) for batch in snapshot.batches)
+    batches = [{"first_offset": f, "last_offset": l, "delivery_state": s, "delivery_count": c}
+               for f, l, s, c in snapshot.batches]
+    return internal.encode(internal.SHARE_SNAPSHOT_VALUE, SNAPSHOT_VALUE_VERSION, {
+        "snapshot_epoch": 0, "state_epoch": snapshot.state_epoch, "leader_epoch": snapshot.leader_epoch,
+        "start_offset": snapshot.start_offset, "state_batches": batches}, prefix=SNAPSHOT_VALUE_VERSION)
 
 
 def decode_snapshot(value: bytes) -> ShareSnapshot | None:
     """The snapshot, or None for a value of a version this broker does not know or
-    that is cut short (ignored, as a newer broker's records would be)."""
-    if len(value) < _VALUE_HEAD.size:
+    that does not fit the layout (ignored, as a newer broker's records would be)."""
+    try:
+        if internal.read_prefix(value, "value version") != SNAPSHOT_VALUE_VERSION:
+            return None
+        found = internal.decode(internal.SHARE_SNAPSHOT_VALUE, SNAPSHOT_VALUE_VERSION, value)
+    except internal.InternalRecordError:
         return None
-    version, state_epoch, start, count = _VALUE_HEAD.unpack_from(value)
-    if version != 0 or count < 0 or len(value) != _VALUE_HEAD.size + count * _BATCH.size:
-        return None
-    batches = [_BATCH.unpack_from(value, _VALUE_HEAD.size + i * _BATCH.size) for i in range(count)]
-    return ShareSnapshot(state_epoch, start, batches)
-
-
-# pykfk's own record in the same topic: a share group's configs (share.auto.offset.reset,
-# share.isolation.level), which Kafka keeps in its metadata log. Key: int16 type 100 and
-# the group (int16 length); value: "name=value" lines (UTF-8); a tombstone drops them.
-GROUP_CONFIG_KEY_TYPE = 100
+    batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in found.state_batches]
+    return ShareSnapshot(found.state_epoch, found.start_offset, batches, found.leader_epoch)
 
 
 def group_config_key(group_id: str) -> bytes:
-    group = group_id.encode()
-    return struct.pack(">hh", GROUP_CONFIG_KEY_TYPE, len(group)) + group
+    return internal.encode(internal.SHARE_GROUP_CONFIG_KEY, 0, {"group_id": group_id}, prefix=GROUP_CONFIG_KEY_TYPE)
 
 
 def decode_group_config_key(key: bytes) -> str | None:
     """The group of a group-config key, None for any other key."""
-    if len(key) < 4 or struct.unpack_from(">h", key)[0] != GROUP_CONFIG_KEY_TYPE:
+    try:
+        if internal.read_prefix(key, "key type") != GROUP_CONFIG_KEY_TYPE:
+            return None
+        return str(internal.decode(internal.SHARE_GROUP_CONFIG_KEY, 0, key).group_id)
+    except internal.InternalRecordError:
         return None
-    (length,) = struct.unpack_from(">h", key, 2)
-    return key[4:4 + length].decode(errors="replace") if len(key) == 4 + length else None
 
 
 def group_config_value(configs: dict[str, str]) -> bytes | None:
-    return "\n".join(f"{k}={v}" for k, v in sorted(configs.items())).encode() if configs else None
+    """The value of a group's configs; None (a tombstone) when it has none."""
+    if not configs:
+        return None
+    return internal.encode(internal.SHARE_GROUP_CONFIG_VALUE, GROUP_CONFIG_VALUE_VERSION,
+                           {"configs": [{"name": k, "value": v} for k, v in sorted(configs.items())]},
+                           prefix=GROUP_CONFIG_VALUE_VERSION)
 
 
 def decode_group_config_value(value: bytes) -> dict[str, str]:
-    pairs = (line.partition("=") for line in value.decode(errors="replace").splitlines())
-    return {k: v for k, _eq, v in pairs if k}
+    """A group's configs; empty for a value this broker cannot read."""
+    try:
+        if internal.read_prefix(value, "value version") != GROUP_CONFIG_VALUE_VERSION:
+            return {}
+        found = internal.decode(internal.SHARE_GROUP_CONFIG_VALUE, GROUP_CONFIG_VALUE_VERSION, value)
+    except internal.InternalRecordError:
+        return {}
+    return {c.name: c.value for c in found.configs}
