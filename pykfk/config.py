@@ -273,7 +273,8 @@ PER_LISTENER_KEYS = frozenset({
     "ssl.provider",
 })
 _LISTENER_KEY = re.compile(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)")
-_MECHANISM_JAAS_KEY = re.compile(r"([a-z0-9-]+)\.sasl\.(?:jaas\.config|server\.callback\.handler\.class)")
+_MECHANISM_JAAS_KEY = re.compile(
+    r"([a-z0-9-]+)\.sasl\.(?:jaas\.config|server\.callback\.handler\.class|login\.callback\.handler\.class)")
 
 
 # Broker settings. Defaults are Kafka's, except where a standalone developer broker wants a
@@ -509,6 +510,28 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "tolerated clock difference with the identity provider", "int"),
         _key("sasl.oauthbearer.sub.claim.name", _parse_string, "sub",
              "claim naming the principal", "string"),
+        _key("sasl.oauthbearer.scope.claim.name", _parse_string, "scope",
+             "claim holding a token's scopes (each must be non-blank, none twice)", "string"),
+        # This broker's own OAUTHBEARER logins to the others (client credentials).
+        _key("sasl.oauthbearer.token.endpoint.url", _parse_string, None,
+             "the identity provider's token endpoint a broker gets its own tokens from", "string"),
+        _key("sasl.login.callback.handler.class", _parse_string, None,
+             "how a broker gets its own OAUTHBEARER tokens (Kafka's class names; usually per listener and "
+             "mechanism)", "string"),
+        _key("sasl.login.refresh.window.factor", _ratio, 0.8,
+             "a broker's own token is fetched again at this fraction of its lifetime", "double"),
+        _key("sasl.login.refresh.window.jitter", _ratio, 0.05,
+             "random fraction of the lifetime added to the refresh time", "double"),
+        _key("sasl.login.refresh.min.period.seconds", _int_parser(0, 900), 60,
+             "least time between two fetches of a broker's own token", "short"),
+        _key("sasl.login.refresh.buffer.seconds", _int_parser(0, 3600), 300,
+             "a broker's own token is fetched again at least this long before it expires", "short"),
+        _key("sasl.login.connect.timeout.ms", _at_least(1), None, "token endpoint connect timeout", "int"),
+        _key("sasl.login.read.timeout.ms", _at_least(1), None, "token endpoint read timeout", "int"),
+        _key("sasl.login.retry.backoff.ms", _at_least(0, big=True), 100,
+             "first wait before asking the token endpoint again after a failure", "long"),
+        _key("sasl.login.retry.backoff.max.ms", _at_least(0, big=True), 10000,
+             "longest wait between attempts at the token endpoint", "long"),
         # Delegation tokens (pykfk.security.tokens, KIP-48): disabled without a secret.
         _key("delegation.token.secret.key", _parse_string, None,
              "key of the tokens' HMACs, the same on every broker (empty: tokens disabled)", "password"),
@@ -516,6 +539,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "longest a token can live, renewals included", "long"),
         _key("delegation.token.expiry.time.ms", _at_least(1, big=True), 86400000,
              "a token expires this long after its creation or renewal unless renewed", "long"),
+        _key("delegation.token.expiry.check.interval.ms", _at_least(1, big=True), 3600000,
+             "how often expired tokens are removed from the store", "long"),
         _key("delegation.token.scram.without.extension", _parse_bool, False,
              "pykfk: a SCRAM login without the tokenauth extension may use a token (for clients that "
              "cannot send it, e.g. librdkafka)", "bool"),
