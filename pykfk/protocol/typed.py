@@ -669,7 +669,7 @@ class DeleteRecordsResponse(TypedDict, total=False):
     topics: Sequence[DeleteRecordsTopicResult]  # v0+
 
 
-# -- InitProducerId (key 22, v0-4, flexible 2+)
+# -- InitProducerId (key 22, v0-5, flexible 2+)
 
 
 class InitProducerIdRequest(Protocol):
@@ -768,7 +768,7 @@ class AddPartitionsToTxnResponse(TypedDict, total=False):
     results_by_topic_v3_and_below: Sequence[AddPartitionsToTxnTopicResult]  # v0-3
 
 
-# -- AddOffsetsToTxn (key 25, v0-3, flexible 3+)
+# -- AddOffsetsToTxn (key 25, v0-4, flexible 3+)
 
 
 class AddOffsetsToTxnRequest(Protocol):
@@ -783,7 +783,7 @@ class AddOffsetsToTxnResponse(TypedDict, total=False):
     error_code: int  # v0+
 
 
-# -- EndTxn (key 26, v0-4, flexible 3+)
+# -- EndTxn (key 26, v0-5, flexible 3+)
 
 
 class EndTxnRequest(Protocol):
@@ -796,6 +796,8 @@ class EndTxnRequest(Protocol):
 class EndTxnResponse(TypedDict, total=False):
     throttle_time_ms: int  # v0+
     error_code: int  # v0+
+    producer_id: int  # v5+, default -1
+    producer_epoch: int  # v5+, default -1
 
 
 # -- WriteTxnMarkers (key 27, v0-1, flexible 1+)
@@ -837,7 +839,7 @@ class WriteTxnMarkersResponse(TypedDict, total=False):
     markers: Sequence[WriteTxnMarkersResponseWritableTxnMarkerResult]  # v0+
 
 
-# -- TxnOffsetCommit (key 28, v0-4, flexible 3+)
+# -- TxnOffsetCommit (key 28, v0-5, flexible 3+)
 
 
 class TxnOffsetCommitRequestPartition(Protocol):

@@ -1,7 +1,8 @@
 """InitProducerId (key 22): a producer id and epoch for idempotent/transactional producers.
 
 v1 same as v0; v2 first flexible version; v3 adds the current producer_id/epoch so a
-producer can bump its epoch (KIP-360); v4 may answer PRODUCER_FENCED.
+producer can bump its epoch (KIP-360); v4 may answer PRODUCER_FENCED;
+v5 may answer TRANSACTION_ABORTABLE (KIP-890).
 """
 
 from ..schema import ApiSpec, Field
@@ -9,7 +10,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     22,
     "InitProducerId",
-    versions="0-4",
+    versions="0-5",
     flexible="2+",
     request=[
         Field("transactional_id", "string", nullable="0+"),

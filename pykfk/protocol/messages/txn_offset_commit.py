@@ -3,8 +3,9 @@ group inside its transaction; they become visible when the transaction commits.
 
 v1 same as v0; v2 adds committed_leader_epoch; v3 first flexible version, adds the
 group's generation_id, member_id and group_instance_id (KIP-447); v4 may answer
-TRANSACTION_ABORTABLE (KIP-890). v5 (same fields, for transaction version 2 clients) is
-not declared.
+TRANSACTION_ABORTABLE (KIP-890); v5 the same fields, sent by transaction version 2
+clients: it adds the group's offsets partition to the transaction itself (no
+AddOffsetsToTxn before it).
 """
 
 from ..schema import ApiSpec, Field
@@ -12,7 +13,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     28,
     "TxnOffsetCommit",
-    versions="0-4",
+    versions="0-5",
     flexible="3+",
     request=[
         Field("transactional_id", "string"),
