@@ -15,9 +15,12 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import random
 import socket
 import ssl
 import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pykfk.protocol import ProtocolError, decode_response, encode_request
@@ -36,6 +39,9 @@ class ChannelSecurity:
     sasl_mechanism: str = ""
     sasl_user: str = ""
     sasl_password: str = ""
+    # OAUTHBEARER: gives the current token (pykfk.security.oauth_login), and its extensions.
+    bearer_token: Callable[[], Awaitable[str]] | None = None
+    sasl_extensions: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class ChannelError(ConnectionError):
@@ -110,6 +116,7 @@ class BrokerChannel:
         self._reader: _ResponseReader | None = None  # callbacks from older connections are ignored
         self._waiter: asyncio.Future[bytearray] | None = None
         self._correlation = itertools.count(1)
+        self._reauth_at = 0.0  # monotonic: log in again before the session ends (KIP-368); 0: never
 
     @property
     def connected(self) -> bool:
@@ -132,17 +139,25 @@ class BrokerChannel:
             await self._log_in()
 
     async def _log_in(self) -> None:
-        """SaslHandshake v1 and SaslAuthenticate rounds until the login completes."""
+        """SaslHandshake v1 and SaslAuthenticate rounds until the login completes; again
+        on the same connection before a session with a lifetime ends (KIP-368)."""
         from pykfk.security.sasl import SaslClient
         from pykfk.security.scram import ScramError
 
         security = self.security
+        self._reauth_at = 0.0
+        try:
+            bearer = await security.bearer_token() if security.bearer_token is not None else ""
+        except OSError as exc:  # the identity provider gave no token
+            self.close()
+            raise ChannelError(f"no OAUTHBEARER token for {self.host}:{self.port}: {exc}") from None
         handshake = await self.request(17, 1, {"mechanism": security.sasl_mechanism})
         if handshake.error_code:
             self.close()
             raise ChannelError(f"{self.host}:{self.port} refused SASL/{security.sasl_mechanism} "
                                f"(error {handshake.error_code})")
-        client = SaslClient(security.sasl_mechanism, security.sasl_user, security.sasl_password)
+        client = SaslClient(security.sasl_mechanism, security.sasl_user, security.sasl_password,
+                            dict(security.sasl_extensions), bearer_token=bearer)
         token: bytes | None = client.first()
         try:
             while token is not None:
@@ -153,11 +168,15 @@ class BrokerChannel:
         except (ChannelError, ScramError) as exc:
             self.close()
             raise ChannelError(str(exc)) from None
+        if answer.session_lifetime_ms > 0:  # as Kafka's clients: at 85-95% of the lifetime
+            self._reauth_at = time.monotonic() + answer.session_lifetime_ms * random.uniform(0.85, 0.95) / 1000
 
     async def request(self, api_key: int, api_version: int, body: dict[str, Any], *, timeout_s: float | None = None) -> Any:
         """Send one request and return the decoded response body."""
         if not self.connected:
             await self.connect()
+        elif self._reauth_at and time.monotonic() >= self._reauth_at:
+            await self._log_in()
         assert self._transport is not None
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(api_key, api_version, correlation_id, self.client_id, body)

@@ -62,7 +62,8 @@ log = logging.getLogger("pykfk.cluster")
 def inter_broker_security(cfg: BrokerConfig) -> ChannelSecurity:
     """TLS and SASL login of this broker's connections to the inter-broker listener of
     the others: a client TLS context, and the ``username``/``password`` of that
-    listener's JAAS settings for ``sasl.mechanism.inter.broker.protocol``."""
+    listener's JAAS settings for ``sasl.mechanism.inter.broker.protocol`` (for
+    OAUTHBEARER, tokens from the identity provider: ``pykfk.security.oauth_login``)."""
     from pykfk.config import ConfigError
     from pykfk.security.jaas import JaasError, parse_jaas
     from pykfk.security.sasl import CLIENT_MECHANISMS
@@ -83,6 +84,15 @@ def inter_broker_security(cfg: BrokerConfig) -> ChannelSecurity:
         options = parse_jaas(text).options if text else {}
     except JaasError as exc:
         raise ConfigError(key, str(exc)) from None
+    if mechanism == "OAUTHBEARER":
+        from pykfk.security.oauth_login import login_source
+
+        trust = cfg["ssl.truststore.location"] if cfg["ssl.truststore.type"] == "PEM" else None
+        try:
+            source = login_source(cfg, name, options, trust)
+        except ValueError as exc:
+            raise ConfigError(key, f"the inter-broker listener {name}: {exc}") from None
+        return ChannelSecurity(context, mechanism, bearer_token=source.token, sasl_extensions=source.extensions)
     if "username" not in options or "password" not in options:
         raise ConfigError(key, f"the inter-broker listener {name} needs username and password for SASL/{mechanism}")
     return ChannelSecurity(context, mechanism, options["username"], options["password"])

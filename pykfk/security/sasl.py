@@ -1,4 +1,4 @@
-"""SASL logins as the broker runs them: PLAIN and SCRAM-SHA-256/512.
+"""SASL logins as the broker runs them: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER, GSSAPI.
 
 ``SaslServer`` is one login on one connection: each ``step`` takes a client token and
 returns the broker's, until ``complete``. ``SaslClient`` is the other side, for brokers
@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from pykfk.security.kerberos import MECHANISM as GSSAPI
 from pykfk.security.kerberos import GssapiAcceptor, GssapiServer
 from pykfk.security.oauth import MECHANISM as OAUTHBEARER
-from pykfk.security.oauth import OAuthBearerServer
+from pykfk.security.oauth import CONTROL_A, OAuthBearerServer
 from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
 from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
 
 SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER, GSSAPI)
 # What a broker logs in to other brokers with (SaslClient).
-CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
 
 # A bearer token -> (principal name, expiry in ms); raises pykfk.security.oauth.TokenRejected.
 TokenValidation = Callable[[str], Awaitable[tuple[str, int]]]
@@ -156,24 +156,37 @@ class SaslServer:
 
 class SaslClient:
     """A broker's own login to another broker: ``first()``, then ``step(server_token)``
-    until it returns None."""
+    until it returns None. OAUTHBEARER sends ``bearer_token`` (RFC 7628's client
+    response, with ``extensions``); a refused token is answered with the error
+    exchange's ``\\x01``, after which the broker fails the login."""
 
-    def __init__(self, mechanism: str, user: str, password: str, extensions: dict[str, str] | None = None):
+    def __init__(self, mechanism: str, user: str, password: str, extensions: dict[str, str] | None = None,
+                 bearer_token: str = ""):
         if mechanism not in CLIENT_MECHANISMS:
             raise ValueError(f"unsupported SASL client mechanism {mechanism}")
+        if mechanism == OAUTHBEARER and not bearer_token:
+            raise ValueError("OAUTHBEARER needs a token")
         self.mechanism = mechanism
         self._user, self._password = user, password
+        self._bearer = bearer_token
+        self._extensions = dict(extensions or {})
         self._scram = (ScramClient(mechanism, user, password, extensions) if mechanism in SCRAM_MECHANISMS
                        else None)
         self._round = 0
 
     def first(self) -> bytes:
+        if self.mechanism == OAUTHBEARER:
+            pairs = "".join(f"{key}={value}\x01" for key, value in self._extensions.items())
+            return f"n,,\x01auth=Bearer {self._bearer}\x01{pairs}\x01".encode()
         if self._scram is None:
             return b"\0" + self._user.encode() + b"\0" + self._password.encode()
         return self._scram.first()
 
     def step(self, server_token: bytes) -> bytes | None:
         self._round += 1
+        if self.mechanism == OAUTHBEARER:
+            # An answer with content is the error JSON: acknowledge it (the broker then fails the login).
+            return CONTROL_A if server_token and self._round == 1 else None
         if self._scram is None:
             return None
         if self._round == 1:

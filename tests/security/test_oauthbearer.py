@@ -218,11 +218,17 @@ def test_oauthbearer_without_a_jwks_is_refused_unless_unsecured_is_named(tmp_pat
     assert ListenerSecurity(unsecured.listeners[0], unsecured).bearer_validator.unsecured
 
 
-def test_brokers_do_not_log_in_to_each_other_with_oauthbearer(tmp_path):
+def test_an_oauthbearer_inter_broker_login_needs_its_client_credentials(tmp_path):
     from pykfk.cluster.node import inter_broker_security
     from pykfk.config import BrokerConfig, ConfigError
 
-    config = BrokerConfig({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
-                           "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER"})
-    with pytest.raises(ConfigError, match="sasl.mechanism.inter.broker.protocol"):
-        inter_broker_security(config)
+    base = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
+            "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+            "sasl.oauthbearer.token.endpoint.url": "http://127.0.0.1:1/token"}
+    with pytest.raises(ConfigError, match="clientId and clientSecret"):
+        inter_broker_security(BrokerConfig(base))
+    jaas = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+            'clientId="broker" clientSecret="b-secret" scope="kafka";')
+    security = inter_broker_security(BrokerConfig({
+        **base, "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": jaas}))
+    assert security.sasl_mechanism == "OAUTHBEARER" and security.bearer_token is not None

@@ -1,7 +1,8 @@
 """SaslHandshake (key 17): choose the SASL mechanism of a login.
 
-On a SASL listener, before a login (or, with ``connections.max.reauth.ms``, to log in
-again on the same connection, v1 only), an enabled mechanism starts a login; v0 means
+On a SASL listener, before a login (or, when the session has a lifetime, from
+``connections.max.reauth.ms`` or the expiry of its credential, to log in again on the
+same connection, v1 only), an enabled mechanism starts a login; v0 means
 the tokens then come as bare frames, v1 inside SaslAuthenticate. Anywhere else Kafka
 answers ILLEGAL_SASL_STATE.
 """
@@ -22,7 +23,8 @@ VERSIONS = (0, 1)
 def handle(ctx: RequestContext, request: typed.SaslHandshakeRequest) -> typed.SaslHandshakeResponse:
     session = ctx.session
     mechanisms = session.security.mechanisms
-    relogin = session.authenticated and bool(session.security.reauth_ms) and ctx.api_version >= 1
+    # A session that ends (connections.max.reauth.ms, or its token's or ticket's expiry) may be renewed.
+    relogin = session.authenticated and bool(session.expires_at or session.security.reauth_ms) and ctx.api_version >= 1
     in_login = session.sasl is not None and not session.sasl.complete
     if not mechanisms or (session.authenticated and not relogin) or in_login:
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
