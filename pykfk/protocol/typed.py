@@ -64,7 +64,7 @@ class ProduceResponse(TypedDict, total=False):
     throttle_time_ms: int  # v1+
 
 
-# -- Fetch (key 1, v0-16, flexible 12+)
+# -- Fetch (key 1, v0-18, flexible 12+)
 
 
 class FetchRequestReplicaState(Protocol):
@@ -79,6 +79,8 @@ class FetchPartition(Protocol):
     last_fetched_epoch: int  # v12+, default -1
     log_start_offset: int  # v5+, default -1
     partition_max_bytes: int  # v0+
+    replica_directory_id: uuid.UUID  # v17+, tag 0 v17+, default UUID('00000000-0000-0000-0000-000000000000')
+    high_watermark: int  # v18+, tag 1 v18+, default 9223372036854775807
 
 
 class FetchTopic(Protocol):
@@ -203,7 +205,7 @@ class ListOffsetsResponse(TypedDict, total=False):
     topics: Sequence[ListOffsetsTopicResponse]  # v0+
 
 
-# -- Metadata (key 3, v0-12, flexible 9+)
+# -- Metadata (key 3, v0-13, flexible 9+)
 
 
 class MetadataRequestTopic(Protocol):
@@ -251,6 +253,7 @@ class MetadataResponse(TypedDict, total=False):
     controller_id: int  # v1+, default -1
     topics: Sequence[MetadataResponseTopic]  # v0+
     cluster_authorized_operations: int  # v8-10, default -2147483648
+    error_code: int  # v13+
 
 
 # -- OffsetCommit (key 8, v0-9, flexible 8+)
@@ -293,7 +296,7 @@ class OffsetCommitResponse(TypedDict, total=False):
     topics: Sequence[OffsetCommitResponseTopic]  # v0+
 
 
-# -- OffsetFetch (key 9, v0-7, flexible 6+)
+# -- OffsetFetch (key 9, v0-9, flexible 6+)
 
 
 class OffsetFetchRequestTopic(Protocol):
@@ -301,9 +304,22 @@ class OffsetFetchRequestTopic(Protocol):
     partition_indexes: Sequence[int]  # v0-7
 
 
+class OffsetFetchRequestTopics(Protocol):
+    name: str  # v8+
+    partition_indexes: Sequence[int]  # v8+
+
+
+class OffsetFetchRequestGroup(Protocol):
+    group_id: str  # v8+
+    member_id: str | None  # v9+, nullable v9+, default None
+    member_epoch: int  # v9+, default -1
+    topics: Sequence[OffsetFetchRequestTopics] | None  # v8+, nullable v8+
+
+
 class OffsetFetchRequest(Protocol):
     group_id: str  # v0-7
     topics: Sequence[OffsetFetchRequestTopic] | None  # v0-7, nullable v2-7
+    groups: Sequence[OffsetFetchRequestGroup]  # v8+
     require_stable: bool  # v7+
 
 
@@ -320,13 +336,33 @@ class OffsetFetchResponseTopic(TypedDict, total=False):
     partitions: Sequence[OffsetFetchResponsePartition]  # v0-7
 
 
+class OffsetFetchResponsePartitions(TypedDict, total=False):
+    partition_index: int  # v8+
+    committed_offset: int  # v8+
+    committed_leader_epoch: int  # v8+, default -1
+    metadata: str | None  # v8+, nullable v8+
+    error_code: int  # v8+
+
+
+class OffsetFetchResponseTopics(TypedDict, total=False):
+    name: str  # v8+
+    partitions: Sequence[OffsetFetchResponsePartitions]  # v8+
+
+
+class OffsetFetchResponseGroup(TypedDict, total=False):
+    group_id: str  # v8+
+    topics: Sequence[OffsetFetchResponseTopics]  # v8+
+    error_code: int  # v8+
+
+
 class OffsetFetchResponse(TypedDict, total=False):
     throttle_time_ms: int  # v3+
     topics: Sequence[OffsetFetchResponseTopic]  # v0-7
     error_code: int  # v2-7
+    groups: Sequence[OffsetFetchResponseGroup]  # v8+
 
 
-# -- FindCoordinator (key 10, v0-4, flexible 3+)
+# -- FindCoordinator (key 10, v0-6, flexible 3+)
 
 
 class FindCoordinatorRequest(Protocol):
@@ -354,7 +390,7 @@ class FindCoordinatorResponse(TypedDict, total=False):
     coordinators: Sequence[FindCoordinatorResponseCoordinator]  # v4+
 
 
-# -- JoinGroup (key 11, v0-7, flexible 6+)
+# -- JoinGroup (key 11, v0-9, flexible 6+)
 
 
 class JoinGroupRequestProtocol(Protocol):
@@ -370,6 +406,7 @@ class JoinGroupRequest(Protocol):
     group_instance_id: str | None  # v5+, nullable v5+, default None
     protocol_type: str  # v0+
     protocols: Sequence[JoinGroupRequestProtocol]  # v0+
+    reason: str | None  # v8+, nullable v8+, default None
 
 
 class JoinGroupResponseMember(TypedDict, total=False):
@@ -385,6 +422,7 @@ class JoinGroupResponse(TypedDict, total=False):
     protocol_type: str | None  # v7+, nullable v7+, default None
     protocol_name: str | None  # v0+, nullable v7+
     leader: str  # v0+
+    skip_assignment: bool  # v9+
     member_id: str  # v0+
     members: Sequence[JoinGroupResponseMember]  # v0+
 
@@ -404,12 +442,13 @@ class HeartbeatResponse(TypedDict, total=False):
     error_code: int  # v0+
 
 
-# -- LeaveGroup (key 13, v0-4, flexible 4+)
+# -- LeaveGroup (key 13, v0-5, flexible 4+)
 
 
 class LeaveGroupRequestMemberIdentity(Protocol):
     member_id: str  # v3+
     group_instance_id: str | None  # v3+, nullable v3+, default None
+    reason: str | None  # v5+, nullable v5+, default None
 
 
 class LeaveGroupRequest(Protocol):

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Metadata partitions encoder (apache/kafka MetadataResponse.json, v0-v12): the
+"""Metadata partitions encoder (apache/kafka MetadataResponse.json, v0-v13): the
 ``topics[].partitions`` array of a MetadataResponse, compiled.
 
 A topic of thousands of partitions is encoded in one pass, over plain tuples of ints
@@ -32,7 +32,7 @@ cdef extern from "Python.h":
 # Versions this module encodes (MetadataResponse.json "validVersions" as declared in
 # pykfk.protocol.messages.metadata) and the first flexible one (KIP-482).
 METADATA_MIN_VERSION = 0
-METADATA_MAX_VERSION = 12
+METADATA_MAX_VERSION = 13
 METADATA_FLEXIBLE_FROM = 9
 
 # ---------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ cdef bint _compact_arrays(int version) except -1:
 
 
 def encode_partitions(int version, partitions):
-    """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-12), with
+    """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-13), with
     its count prefix, as ``bytes``: what the generic encoder writes for the field
     ``topics[].partitions`` given the same values.
 
@@ -172,7 +172,7 @@ def encode_partitions(int version, partitions):
     leader_epoch, replica_nodes, isr_nodes, offline_replicas)`` in the schema's field
     order, the node lists sequences of ints; fields a version lacks (leader_epoch before
     v7, offline_replicas before v5) are read but not written. Raises ValueError for a
-    version outside 0-12, an entry that is not a 7-tuple or a None array, OverflowError
+    version outside 0-13, an entry that is not a 7-tuple or a None array, OverflowError
     for an int that does not fit its field and TypeError for a value that is not an int.
     """
     cdef bint compact = _compact_arrays(version)
@@ -237,7 +237,7 @@ cdef int _put_offline(_Out* o, tuple replicas, object live, bint live_is_set, Py
 
 
 def encode_partition_states(int version, states, assignment, default_replicas, live):
-    """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-12), with
+    """The ``partitions`` array of one MetadataResponse topic at ``version`` (0-13), with
     its count prefix, as ``bytes``, read straight from a metadata store's view of the
     topic: entry ``p`` is partition ``p``, whose state is ``states[p]`` (a
     ``PartitionState`` or None) and whose replicas are ``assignment.get(p,

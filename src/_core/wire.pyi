@@ -1,5 +1,5 @@
 """Produce and Fetch fast paths: compiled ProduceRequest walk and ProduceResponse
-encoder (v0-v9), compiled FetchResponse encoder (v0-v16).
+encoder (v0-v9), compiled FetchResponse encoder (v0-v18).
 
 Each returns exactly what the generic codec (``pykfk.protocol``) returns for the same
 input; the differential tests in ``tests/protocol/test_fast_path_wire.py`` and
@@ -50,10 +50,10 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
     buffers of at least INLINE_RECORDS_MAX bytes passed through in place), the bytes and
     layout of ``pykfk.protocol.framing.encode_response``; None for a body setting a field
     it leaves to that encoder (tagged fields, records as a list of chunks). ValueError
-    for a version outside 0-16 or a value that does not fit its field."""
+    for a version outside 0-18 or a value that does not fit its field."""
 
 def decode_fetch(frame: Buffer, offset: int, version: int) -> Struct:
     """The FetchRequest body of ``frame`` (no size prefix) from ``offset`` to its end at
-    ``version`` (0-16): the Struct of the generic decoder, every declared field present
+    ``version`` (0-18): the Struct of the generic decoder, every declared field present
     (defaults for those absent at ``version``). ProtocolError where that decoder fails;
-    ValueError for a version outside 0-16."""
+    ValueError for a version outside 0-18."""

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Produce and Fetch fast paths (apache/kafka ProduceRequest.json / ProduceResponse.json,
-v0-v9; FetchRequest.json / FetchResponse.json, v0-v16): compiled walks of Produce and
+v0-v9; FetchRequest.json / FetchResponse.json, v0-v18): compiled walks of Produce and
 Fetch request bodies and compiled Produce and Fetch response encoders.
 
 Each gives exactly what the generic table-driven codec (pykfk.protocol.codec) gives for the
@@ -32,6 +32,8 @@ from pykfk._core.structs import Struct
 INLINE_RECORDS_MAX = 16 * 1024
 # The null topic id (Fetch v13+ answers for topics known by name only).
 ZERO_UUID = UUID(int=0)
+# Fetch v18 high_watermark default: the fetching replica does not report one.
+cdef object INT64_MAX = 2**63 - 1
 
 # Versions this module walks (ProduceRequest.json "validVersions" as declared in
 # pykfk.protocol.messages.produce) and the first flexible one (KIP-482).
@@ -446,7 +448,7 @@ def encode_produce_response(int version, int32_t correlation_id, body):
 
 
 # ---------------------------------------------------------------------------------------
-# Fetch response encoder (apache/kafka FetchResponse.json, v0-v16)
+# Fetch response encoder (apache/kafka FetchResponse.json, v0-v18)
 #
 #   frame: int32 size, int32 correlation_id, [tagged fields: one 0 byte]  v12+ (header v1)
 #   FetchResponse body
@@ -478,7 +480,7 @@ def encode_produce_response(int version, int32_t correlation_id, body):
 # chunks) returns None: the caller encodes it with the generic codec.
 
 FETCH_MIN_VERSION = 0
-FETCH_MAX_VERSION = 16
+FETCH_MAX_VERSION = 18
 FETCH_FLEXIBLE_FROM = 12
 
 cdef tuple _FETCH_PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapshot_id")
@@ -574,7 +576,7 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
     encoder (``pykfk.protocol.framing.encode_response``) gives. None when the body sets
     a field this encoder does not write (the tagged diverging_epoch, current_leader,
     snapshot_id or node_endpoints; records given as a list): encode it generically.
-    Raises ValueError for a version outside 0-16 or a value that does not fit its field
+    Raises ValueError for a version outside 0-18 or a value that does not fit its field
     (OverflowError for out-of-range ints)."""
     if version < FETCH_MIN_VERSION or version > FETCH_MAX_VERSION:
         raise ValueError(f"Fetch v{version} is outside {FETCH_MIN_VERSION}-{FETCH_MAX_VERSION}")
@@ -635,7 +637,7 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
 
 
 # ---------------------------------------------------------------------------------------
-# Fetch request walk (apache/kafka FetchRequest.json, v0-v16)
+# Fetch request walk (apache/kafka FetchRequest.json, v0-v18)
 #
 #   FetchRequest body (after the request header)
 #     replica_id               int32                       v0-14 (default -1)
@@ -655,7 +657,8 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
 #         last_fetched_epoch   int32                       v12+ (default -1)
 #         log_start_offset     int64                       v5+ (default -1)
 #         partition_max_bytes  int32
-#         [tagged fields]                                  v12+
+#         [tagged fields]          replica_directory_id 0 (uuid, v17+), high_watermark 1
+#                                  (int64, v18+, default 2**63-1)          v12+
 #       [tagged fields]                                    v12+
 #     forgotten_topics_data    array of                    v7+ (default: an empty tuple)
 #       topic                  string                      v7-12
@@ -669,7 +672,7 @@ def encode_fetch_response(int version, int32_t correlation_id, body):
 # The result is the generic decoder's: a Struct holding every declared field, absent
 # ones at their defaults, nested Structs for topics and partitions.
 
-FETCH_REQUEST_MAX_VERSION = 16
+FETCH_REQUEST_MAX_VERSION = 18
 
 
 cdef inline int8_t _int8(_Cursor* c) except? -1:
@@ -708,10 +711,39 @@ cdef object _fetch_partitions(_Cursor* c, int version, bint compact):
         PyDict_SetItem(part, "last_fetched_epoch", _int32(c) if version >= 12 else -1)
         PyDict_SetItem(part, "log_start_offset", _int64(c) if version >= 5 else -1)
         PyDict_SetItem(part, "partition_max_bytes", _int32(c))
-        if compact:
+        PyDict_SetItem(part, "replica_directory_id", ZERO_UUID)
+        PyDict_SetItem(part, "high_watermark", INT64_MAX)
+        if version >= 17:
+            _fetch_partition_tagged(c, part, version)
+        elif compact:
             _skip_tagged(c)
         partitions.append(part)
     return partitions
+
+
+cdef int _fetch_partition_tagged(_Cursor* c, object part, int version) except -1:
+    """A partition's tagged section (v17+): replica_directory_id (tag 0) and, v18+,
+    high_watermark (tag 1), each read within its declared size; other tags skipped."""
+    cdef int64_t count = _uvarint(c)
+    cdef int64_t i, tag, size
+    cdef Py_ssize_t end
+    if count * 2 > c.end - c.pos:
+        raise ProtocolError(f"tagged field count {count} at byte {c.pos} exceeds the bytes left")
+    for i in range(count):
+        tag = _uvarint(c)
+        size = _uvarint(c)
+        if size > c.end - c.pos:
+            raise ProtocolError(f"tagged field {tag} of {size} bytes runs past the frame")
+        end = c.pos + <Py_ssize_t>size
+        if tag == 0 or (tag == 1 and version >= 18):
+            if size != (16 if tag == 0 else 8):
+                raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {16 if tag == 0 else 8}")
+            if tag == 0:
+                PyDict_SetItem(part, "replica_directory_id", _uuid(c))
+            else:
+                PyDict_SetItem(part, "high_watermark", _int64(c))
+        c.pos = end
+    return 0
 
 
 cdef object _fetch_topics(_Cursor* c, int version, bint compact, bint forgotten):
@@ -778,10 +810,10 @@ cdef int _fetch_tagged(_Cursor* c, object request, int version) except -1:
 
 def decode_fetch(frame, Py_ssize_t offset, int version):
     """Decode the FetchRequest body of ``frame`` (a request without its size prefix; the
-    body runs from ``offset`` to the end) at ``version`` (0-16): the Struct the generic
+    body runs from ``offset`` to the end) at ``version`` (0-18): the Struct the generic
     decoder (``pykfk.protocol.messages.fetch.SPEC.decode_request``) gives. Raises
     ProtocolError where that decoder does (truncation, bad lengths or counts, invalid
-    UTF-8, trailing bytes) and ValueError for a version outside 0-16."""
+    UTF-8, trailing bytes) and ValueError for a version outside 0-18."""
     if version < FETCH_MIN_VERSION or version > FETCH_REQUEST_MAX_VERSION:
         raise ValueError(f"Fetch v{version} is outside {FETCH_MIN_VERSION}-{FETCH_REQUEST_MAX_VERSION}")
     cdef Py_buffer pybuf

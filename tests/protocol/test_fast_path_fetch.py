@@ -125,7 +125,7 @@ def test_node_endpoints_and_chunk_lists_are_left_to_the_generic_encoder() -> Non
 
 def test_out_of_range_values_and_versions_are_refused() -> None:
     with pytest.raises(ValueError):
-        wire.encode_fetch_response(17, 1, {"responses": []})
+        wire.encode_fetch_response(wire.FETCH_MAX_VERSION + 1, 1, {"responses": []})
     with pytest.raises(ValueError):
         wire.encode_fetch_response(-1, 1, {"responses": []})
     for field, value in [("partition_index", 2**31), ("error_code", 2**15), ("high_watermark", 2**63)]:
@@ -144,7 +144,10 @@ REQUESTS = [
      "forgotten_topics_data": [],
      "topics": [{"topic": "orders", "topic_id": uuid.UUID(int=99), "partitions": [
          {"partition": p, "current_leader_epoch": p - 1, "fetch_offset": 2**40 + p, "last_fetched_epoch": 3,
-          "log_start_offset": -1, "partition_max_bytes": 1048576} for p in range(8)]},
+          "log_start_offset": -1, "partition_max_bytes": 1048576,
+          # tagged (v17+, v18+): set on some partitions only
+          "replica_directory_id": uuid.UUID(int=p) if p % 2 else uuid.UUID(int=0),
+          "high_watermark": 2**40 + p if p % 3 else 2**63 - 1} for p in range(8)]},
          {"topic": "x" * 300, "topic_id": uuid.UUID(int=2**128 - 1), "partitions": []}]},
     {"replica_id": 3, "replica_state": {"replica_id": 3, "replica_epoch": 77}, "max_wait_ms": 0, "min_bytes": 0,
      "max_bytes": 0, "isolation_level": 0, "session_id": 12345, "session_epoch": 9, "rack_id": "",
@@ -223,4 +226,4 @@ def test_unknown_and_undeclared_tags_are_skipped_and_oversized_tags_refused() ->
     with pytest.raises(ProtocolError):
         wire.decode_fetch(raw[:-1] + bytes([1, 0, 50, 1]), 0, 12)  # cluster_id claims 50 bytes
     with pytest.raises(ValueError):
-        wire.decode_fetch(raw, 0, 17)
+        wire.decode_fetch(raw, 0, wire.FETCH_REQUEST_MAX_VERSION + 1)

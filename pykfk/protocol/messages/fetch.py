@@ -6,7 +6,9 @@ current_leader_epoch (KIP-320); v10 allows zstd; v11 adds rack_id and
 preferred_read_replica (KIP-392); v12 first flexible version, adds last_fetched_epoch and
 tagged diverging_epoch/current_leader/snapshot_id; v13 names topics by id (KIP-516); v14
 same as v13; v15 moves replica_id into the tagged replica_state; v16 adds the tagged
-node_endpoints of the leaders it names (KIP-951).
+node_endpoints of the leaders it names (KIP-951); v17 adds the tagged
+replica_directory_id of a fetching follower (KIP-853); v18 adds the tagged high_watermark
+the follower knows (KIP-1166): the leader answers at once when it is behind its own.
 """
 
 from ..schema import ApiSpec, Field
@@ -14,7 +16,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     1,
     "Fetch",
-    versions="0-16",
+    versions="0-18",
     flexible="12+",
     request=[
         Field("cluster_id", "string", "12+", nullable="12+", default=None, tag=0),
@@ -45,6 +47,8 @@ SPEC = ApiSpec(
                         Field("last_fetched_epoch", "int32", "12+", default=-1),
                         Field("log_start_offset", "int64", "5+", default=-1),
                         Field("partition_max_bytes", "int32"),
+                        Field("replica_directory_id", "uuid", "17+", tag=0),
+                        Field("high_watermark", "int64", "18+", default=2**63 - 1, tag=1),
                     ],
                 ),
             ],

@@ -1,7 +1,9 @@
 """FindCoordinator (key 10): the broker that coordinates a group or transactional id.
 
 v1 adds key_type, throttle_time_ms and error_message; v2 same as v1; v3 first flexible
-version; v4 batches keys (coordinator_keys in, one coordinators entry per key out).
+version; v4 batches keys (coordinator_keys in, one coordinators entry per key out); v5
+may answer TRANSACTION_ABORTABLE (KIP-890); v6 adds key_type 2, a share-group partition's
+state ("groupId:topicId:partition", KIP-932).
 """
 
 from ..schema import ApiSpec, Field
@@ -9,7 +11,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     10,
     "FindCoordinator",
-    versions="0-4",
+    versions="0-6",
     flexible="3+",
     request=[
         Field("key", "string", "0-3"),

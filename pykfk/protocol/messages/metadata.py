@@ -5,7 +5,8 @@ means all); v2 adds cluster_id; v3 adds throttle_time_ms; v4 adds
 allow_auto_topic_creation; v5 adds offline_replicas; v6 same as v5; v7 adds leader_epoch;
 v8 adds authorized operations; v9 first flexible version; v10 adds topic ids; v11
 drops the cluster's authorized operations (DescribeCluster has them); v12 lets a request
-name a topic by id alone (null name).
+name a topic by id alone (null name); v13 adds a top-level error_code (KIP-1102: e.g.
+REBOOTSTRAP_REQUIRED, so the client starts over from its bootstrap servers).
 """
 
 from ..schema import ApiSpec, Field
@@ -13,7 +14,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     3,
     "Metadata",
-    versions="0-12",
+    versions="0-13",
     flexible="9+",
     request=[
         Field(
@@ -68,5 +69,6 @@ SPEC = ApiSpec(
             ],
         ),
         Field("cluster_authorized_operations", "int32", "8-10", default=-2147483648),
+        Field("error_code", "int16", "13+"),
     ],
 )
