@@ -52,7 +52,7 @@ from pykfk._core import records as core_records
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError, ChannelSecurity
 from pykfk.cluster.fetch_session import FollowerFetchSession
-from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
+from pykfk.cluster.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache, writes_done
 from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, TopicInfo
 from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.cluster.waiters import AppendWaiters
@@ -119,8 +119,8 @@ class RemoteReplica:
         self.last_fetch_ms = 0
 
 
-# New partitions of a topic created in one go beyond this many are made in the background
-# (see ReplicaManager.apply_topic); also the states applied per turn of the event loop.
+# New partitions of a topic are made in the background (see ReplicaManager.apply_topic),
+# this many per worker task; also the states applied per turn of the event loop.
 CREATE_CHUNK = 256
 
 
@@ -183,6 +183,8 @@ class Partition:
         # leaderEpochStartOffsetOpt); -1 while not leader. A high watermark below it is
         # one a predecessor may have passed already (see ``check_high_watermark_known``).
         self.epoch_start_offset = -1
+        # The leader state applied once the leader epoch file holds its epoch (_lead).
+        self.pending_state: PartitionState | None = None
         # follower side
         self.needs_truncation = False
         self.fetch_paused_until = 0
@@ -704,24 +706,19 @@ class ReplicaManager:
                 return
             self._creation_failed.pop(key, None)
         current.replicas = tuple(replicas)
-        applied = current.state
+        applied = current.pending_state or current.state
         if applied is not None and (state.leader_epoch < applied.leader_epoch
                                     or state.controller_epoch < applied.controller_epoch):
             log.debug("%s-%d: ignoring stale state %s (have %s)", topic, partition, state, applied)
             return
+        current.pending_state = None  # a leadership waiting for its epoch file: superseded
         if state.leader == self.broker_id:
             if current.role == LEADER and state.leader_epoch == current.leader_epoch:
                 current.apply_isr(state)
                 current.track_replicas()
             else:
                 self._unfollow(current)
-                try:
-                    current.become_leader(state)
-                except OSError as exc:
-                    # Its leader epoch file could not be written: a restart would then
-                    # answer OffsetForLeaderEpoch from a stale one, so the dir goes
-                    # offline (Kafka's way with any I/O error of a log dir).
-                    self.log_manager.report_dir_error(os.path.dirname(current.log.dir), exc, offline=True)
+                self._lead(current, state)
         elif current.role == FOLLOWER and state.leader_epoch == current.leader_epoch and state.leader == current.leader_id:
             current.state = state
             current.isr = frozenset(state.isr)
@@ -730,6 +727,64 @@ class ReplicaManager:
             current.become_follower(state)
             if state.leader != NO_LEADER:
                 self._fetcher_for(state.leader).add(current)
+
+    def _lead(self, current: Partition, state: PartitionState) -> None:
+        """``become_leader`` once the leader epoch file holds the new epoch: written and
+        synced by the epoch writer thread, not on the loop (1-300 ms on a busy disk).
+        Meanwhile the partition is not this broker's to lead yet (Produce and Fetch get
+        NOT_LEADER_OR_FOLLOWER, as while the controller's decision is on its way); a
+        newer state of the partition applied before the write is done supersedes it."""
+        written = current.epochs.assign_in_worker(state.leader_epoch, current.log.log_end_offset)
+        if written is None:
+            self._become_leader(current, state)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the manager directly): wait here
+            written.result()
+            self._become_leader(current, state)
+            return
+        if current.role != NONE:
+            current.stop()
+        current.pending_state = state
+
+        def done(_written: concurrent.futures.Future[None]) -> None:
+            if current.pending_state is not state or self.partitions.get(current.key) is not current:
+                return
+            current.pending_state = None
+            if self.shutting_down:
+                return
+            error = written.exception()
+            if isinstance(error, OSError):
+                self._epoch_write_failed(current, error)
+            elif error is not None:
+                log.error("%s-%d: writing the leader epoch file failed", current.topic, current.partition,
+                          exc_info=error)
+            else:
+                self._become_leader(current, state)
+
+        def wake(_written: concurrent.futures.Future[None]) -> None:  # in the writer thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the broker stopped
+                loop.call_soon_threadsafe(done, _written)
+
+        written.add_done_callback(wake)
+
+    async def leaders_settled(self) -> None:
+        """Returns once the leaderships applied so far whose epoch files were being
+        written are taken up (or failed)."""
+        await writes_done()
+
+    def _become_leader(self, current: Partition, state: PartitionState) -> None:
+        try:
+            current.become_leader(state)
+        except OSError as exc:
+            self._epoch_write_failed(current, exc)
+
+    def _epoch_write_failed(self, current: Partition, exc: OSError) -> None:
+        # Its leader epoch file could not be written: a restart would then answer
+        # OffsetForLeaderEpoch from a stale one, so the dir goes offline (Kafka's way
+        # with any I/O error of a log dir).
+        self.log_manager.report_dir_error(os.path.dirname(current.log.dir), exc, offline=True)
 
     def _create_partition(self, topic: str, partition: int) -> Partition:
         prepared = self._prepared.pop((topic, partition), None)
@@ -1002,8 +1057,9 @@ class ReplicaManager:
     def apply_topic(self, topic: str, partitions: Iterable[int]) -> None:
         """A topic was created, grew, changed its configs or went away.
 
-        Many new partitions (more than CREATE_CHUNK) are created in the background: their
-        files off the event loop, their states applied CREATE_CHUNK at a time, so other
+        New partitions are created in the background: their files off the event loop
+        (a new log's first segment and its leader epoch file took 5-100 ms of the loop
+        each on a busy disk), their states applied CREATE_CHUNK at a time, so other
         clients are answered meanwhile; ``created(topic)`` waits for that."""
         info = self.store.get_topic(topic)
         if info is not None:
@@ -1013,11 +1069,15 @@ class ReplicaManager:
                     replica.log.update_config(config)
         partitions = list(partitions)
         new = [p for p in partitions if self._needs_new_log(info, p)] if info is not None else []
-        if len(new) <= CREATE_CHUNK or topic in self._creating or self.log_manager is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the manager directly)
+            loop = None
+        if not new or topic in self._creating or self.log_manager is None or loop is None:
             for partition in partitions:
                 self.apply_state(topic, partition)
             return
-        task = asyncio.get_running_loop().create_task(self._create_in_background(topic, partitions, new))
+        task = loop.create_task(self._create_in_background(topic, partitions, new))
         self._creating[topic] = task
         task.add_done_callback(lambda _t: self._creating.pop(topic, None))
 

@@ -208,6 +208,7 @@ async def test_a_leader_tracks_an_added_replica_and_a_removed_broker_deletes_its
     store.add_topic("t", {0: [0, 1]})
     leader = Replicas(tmp_path, store, 0)
     store.set_state("t", 0, 0, 3, [0, 1])
+    await leader.manager.leaders_settled()  # its leader epoch file is written off the loop
     partition = leader.manager.partitions[("t", 0)]
     _info, _wait = partition.append_records(bytearray(build_batch([(None, b"v", 1, [])])), 1, 1000)
     partition.follower_fetched(1, 1)
@@ -267,6 +268,7 @@ async def test_a_partition_without_followers_pins_its_high_watermark_once_a_repl
     store.add_topic("t", {0: [0]})
     leader = Replicas(tmp_path, store, 0)
     store.set_state("t", 0, 0, 0, [0])
+    await leader.manager.leaders_settled()
     partition = leader.manager.partitions[("t", 0)]
 
     def append(count: int) -> Any:
@@ -298,6 +300,7 @@ async def test_a_leader_sends_a_replica_being_added_no_more_than_its_throttled_r
     store.add_topic("t", {0: [0, 1]})
     leader = Replicas(tmp_path, store, 0, leader_throttled_rate=lambda: 3000)
     store.set_state("t", 0, 0, 0, [0, 1])
+    await leader.manager.leaders_settled()
     partition = leader.manager.partitions[("t", 0)]
     for _ in range(10):  # ten batches of about 1 kB
         partition.append_records(bytearray(build_batch([(None, b"x" * 1000, 1, [])])), 1, 1000)

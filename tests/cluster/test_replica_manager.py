@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import os
+import threading
 import uuid
 import weakref
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from pykfk._core.records import build_batch
 from pykfk.clock import ManualClock
+from pykfk.cluster import leader_epoch
 from pykfk.cluster.embedded import EmbeddedMetadataStore
 from pykfk.cluster.leader_epoch import LeaderEpochCache
 from pykfk.cluster.metadata import BrokerInfo
@@ -64,6 +66,7 @@ async def cluster(tmp_path):
     harness = Harness(tmp_path, store, ManualClock())
     harness.manager.start()
     store.set_state("t", 0, ME, 5, [ME, F1, F2])
+    await harness.manager.leaders_settled()  # its leader epoch file is written off the loop
     yield harness
     await harness.close()
 
@@ -114,6 +117,7 @@ async def test_a_lagging_follower_leaves_the_isr_and_the_high_watermark_moves_on
 async def test_a_follower_that_caught_up_rejoins_the_isr(cluster):
     leader = cluster.partition()
     cluster.store.set_state("t", 0, ME, 5, [ME, F1])  # F2 was out
+    await cluster.manager.leaders_settled()
     leader.append_records(batch(2), 1, 1_000)
     leader.follower_fetched(F1, 2)
     assert leader.high_watermark == 2
@@ -132,6 +136,7 @@ async def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(tm
     harness = Harness(tmp_path, store, ManualClock())
     try:
         store.set_state("t", 0, ME, 1, [ME, F1])
+        await harness.manager.leaders_settled()
         leader = harness.partition()
         with pytest.raises(KafkaError) as refused:
             leader.append_records(batch(), -1, 1_000)
@@ -160,6 +165,7 @@ async def test_leader_epochs_fence_stale_and_future_fetchers(cluster):
 async def test_an_older_state_never_replaces_a_newer_one(cluster):
     cluster.store.set_state("t", 0, ME, 7, [ME, F1])
     cluster.store.set_state("t", 0, F1, 6, [F1])  # delayed write of a deposed controller
+    await cluster.manager.leaders_settled()
     leader = cluster.partition()
     assert (leader.role, leader.leader_epoch, leader.isr) == ("leader", 7, {ME, F1})
 
@@ -187,6 +193,7 @@ async def test_a_cluster_of_one_leads_everything_and_acks_all_never_waits(tmp_pa
     try:
         await store.create_topic("solo", 4, 1, {})
         manager = harness.manager
+        await manager.created("solo")
         assert {p.role for p in manager.partitions.values()} == {"leader"}
         leader = harness.partition("solo", 2)
         assert (leader.leader_epoch, leader.isr) == (0, {ME})
@@ -300,3 +307,49 @@ async def test_a_topic_deleted_during_background_creation_leaves_no_logs(tmp_pat
         assert not [key for key in harness.log_manager.logs() if key[0] == "brief"]
     finally:
         await harness.close()
+
+
+async def test_a_new_leader_takes_appends_only_once_its_epoch_is_on_file(cluster):
+    """The leader epoch file is written and synced by the writer thread, off the loop;
+    until it holds the new epoch the partition takes no append (a record of an epoch
+    the file does not know could outlive a crash), then it leads at that epoch."""
+    leader = cluster.partition()
+    leader.append_records(batch(2), 1, 1_000)
+    cluster.store.set_state("t", 0, F1, 6, [F1, ME])
+    await cluster.manager.leaders_settled()
+    gate = threading.Event()
+    held = leader_epoch._WRITER.submit(gate.wait, 10)  # the writer thread is busy
+    try:
+        cluster.store.set_state("t", 0, ME, 7, [ME, F1])
+        await cluster.clock.settle()
+        with pytest.raises(KafkaError) as refused:
+            cluster.manager.append_records("t", 0, batch(), 1, 1_000)
+        assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert LeaderEpochCache(leader.log.dir).entries == [(5, 0)]
+        # Answered from memory meanwhile, as Kafka's cache is.
+        assert leader.epochs.entries == [(5, 0), (7, 2)]
+    finally:
+        gate.set()
+    held.result(10)
+    await cluster.manager.leaders_settled()
+    assert (leader.role, leader.leader_epoch) == ("leader", 7)
+    assert LeaderEpochCache(leader.log.dir).entries == [(5, 0), (7, 2)]
+    info, _wait = cluster.manager.append_records("t", 0, batch(), 1, 1_000)
+    assert info.first_offset == 2
+
+
+async def test_a_leadership_superseded_while_its_epoch_is_written_is_not_taken(cluster):
+    leader = cluster.partition()
+    cluster.store.set_state("t", 0, F1, 6, [F1, ME])
+    await cluster.manager.leaders_settled()
+    gate = threading.Event()
+    held = leader_epoch._WRITER.submit(gate.wait, 10)
+    try:
+        cluster.store.set_state("t", 0, ME, 7, [ME, F1])
+        cluster.store.set_state("t", 0, F2, 8, [F2, ME])  # moved on before the write ended
+    finally:
+        gate.set()
+    held.result(10)
+    await cluster.manager.leaders_settled()
+    assert (leader.role, leader.leader_id, leader.leader_epoch) == ("follower", F2, 8)
+    assert LeaderEpochCache(leader.log.dir).entries == [(7, 0)]  # epoch 5 held no record
