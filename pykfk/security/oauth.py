@@ -5,8 +5,13 @@ The client's message is ``n,[a=<authzid>],\\x01auth=Bearer <jwt>\\x01[key=value\
 A token is accepted when its signature verifies with a key of the JWKS (found by ``kid``;
 asymmetric algorithms only), it has not expired and was not issued in the future (with
 ``sasl.oauthbearer.clock.skew.seconds``), its issuer and audience are the expected ones
-where set, and it carries the principal claim (``sasl.oauthbearer.sub.claim.name``); the
-principal is ``User:<that claim>``. A refused token is answered as Kafka answers it: the
+where set, it carries ``iat`` and the principal claim (``sasl.oauthbearer.sub.claim.name``),
+and its scopes (``sasl.oauthbearer.scope.claim.name``: one string or a list) are
+non-blank and none twice, as Kafka's validator asks; the principal is ``User:<that
+claim>``. Kafka asks for required scopes only with its unsecured validator
+(``unsecuredValidatorRequiredScope``; a token lacking one gets ``insufficient_scope``);
+a signed token is bound to the brokers by its audience
+(``sasl.oauthbearer.expected.audience``). A refused token is answered as Kafka answers it: the
 JSON ``{"status":"invalid_token"}`` as server challenge, and once the client acknowledges
 it with ``\\x01``, SASL_AUTHENTICATION_FAILED with that JSON as message.
 
@@ -48,7 +53,40 @@ INVALID_TOKEN = json.dumps({"status": "invalid_token"}, separators=(",", ":"))
 
 
 class TokenRejected(Exception):
-    """A token that does not pass; the message says why (for the broker's log)."""
+    """A token that does not pass; the message says why (for the broker's log).
+    ``scope``: the required scope it lacks (Kafka's insufficient_scope answer)."""
+
+    def __init__(self, message: str, scope: str | None = None):
+        super().__init__(message)
+        self.scope = scope
+
+
+def error_json(status: str, scope: str | None = None) -> str:
+    """Kafka's JSON error answer (its exact spelling: a space after the comma)."""
+    return f'{{"status":"{status}"' + (f', "scope":"{scope}"' if scope is not None else "") + "}"
+
+
+def claim_scopes(claims: dict[str, Any], scope_claim: str, split_string: bool = False) -> frozenset[str]:
+    """The scopes of a token: Kafka's validator reads a string claim as one scope (its
+    unsecured one as space-separated scopes) and a list as scopes; each must be
+    non-blank and appear once. Raises TokenRejected."""
+    raw = claims.get(scope_claim)
+    if isinstance(raw, str):
+        values: list[Any] = raw.split(" ") if split_string else [raw]
+        if split_string:
+            values = [v for v in values if v]
+    elif isinstance(raw, list):
+        values = raw
+    else:
+        return frozenset()
+    seen: set[str] = set()
+    for value in values:
+        if not isinstance(value, str) or not value.strip():
+            raise TokenRejected(f"the {scope_claim!r} claim holds a blank or non-string scope")
+        if value.strip() in seen:
+            raise TokenRejected(f"the {scope_claim!r} claim holds {value.strip()!r} twice")
+        seen.add(value.strip())
+    return frozenset(seen)
 
 
 def parse_client_response(message: bytes) -> tuple[str, str, dict[str, str]]:
@@ -150,13 +188,18 @@ class TokenValidator:
     """Checks a JWT and gives its principal name; raises TokenRejected."""
 
     def __init__(self, keys: JwksKeys | None, *, audience: Sequence[str] = (), issuer: str | None = None,
-                 sub_claim: str = "sub", clock_skew_s: int = 30, unsecured: bool = False):
+                 sub_claim: str = "sub", clock_skew_s: int = 30, unsecured: bool = False,
+                 scope_claim: str = "scope", required_scope: Sequence[str] = ()):
         self.keys = keys
         self.audience = list(audience)
         self.issuer = issuer or None
         self.sub_claim = sub_claim
         self.clock_skew_s = clock_skew_s
         self.unsecured = unsecured
+        self.scope_claim = scope_claim
+        # Kafka checks required scopes only with its unsecured validator
+        # (unsecuredValidatorRequiredScope); a secured one checks the audience.
+        self.required_scope = list(required_scope)
 
     async def validate(self, token: str) -> tuple[str, int]:
         """(principal name, the end of its validity in ms since the epoch) of a valid token."""
@@ -171,6 +214,10 @@ class TokenValidator:
         algorithm = header.get("alg")
         if algorithm == "none" and self.unsecured and self.keys is None:
             claims = self._claims(jwt, token, None, [])
+            scopes = claim_scopes(claims, self.scope_claim, split_string=True)
+            for needed in self.required_scope:
+                if needed not in scopes:
+                    raise TokenRejected(f"the token's scope lacks {needed!r}", scope=needed)
         else:
             if algorithm not in ALGORITHMS:
                 raise TokenRejected(f"algorithm {algorithm!r} not accepted")
@@ -181,14 +228,18 @@ class TokenValidator:
             if key is None:
                 raise TokenRejected(f"no key {kid!r} in the JWKS")
             claims = self._claims(jwt, token, key.key, [str(algorithm)])
+            claim_scopes(claims, self.scope_claim)
         principal = claims.get(self.sub_claim)
-        if not isinstance(principal, str) or not principal:
+        if not isinstance(principal, str) or not principal.strip():
             raise TokenRejected(f"no {self.sub_claim!r} claim")
+        principal = principal.strip()
         # Usable until it would be refused: its expiry plus the tolerated skew.
         return principal, int((float(claims["exp"]) + self.clock_skew_s) * 1000)
 
     def _claims(self, jwt: Any, token: str, key: Any, algorithms: list[str]) -> dict[str, Any]:
-        options = {"require": ["exp"], "verify_aud": bool(self.audience), "verify_signature": key is not None}
+        # Kafka's validator requires exp and iat of a signed token (its unsecured one, exp only).
+        required = ["exp", "iat"] if key is not None else ["exp"]
+        options = {"require": required, "verify_aud": bool(self.audience), "verify_signature": key is not None}
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, key, algorithms=algorithms, audience=self.audience or None, issuer=self.issuer,
@@ -219,8 +270,8 @@ class OAuthBearerServer:
             user, expiry_ms = await self._validate(token)
         except TokenRejected as exc:
             log.info("OAUTHBEARER token refused: %s", exc)
-            self._error = INVALID_TOKEN
-            return INVALID_TOKEN.encode()
+            self._error = INVALID_TOKEN if exc.scope is None else error_json("insufficient_scope", exc.scope)
+            return self._error.encode()
         if authzid and authzid != user:
             raise self._fail(f"Authentication failed: Client requested an authorization id ({authzid}) that is "
                              f"different from the token's principal name ({user})")

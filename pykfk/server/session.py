@@ -96,7 +96,7 @@ def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
     url = config["sasl.oauthbearer.jwks.endpoint.url"]
     key = f"listener.name.{listener.lower()}.oauthbearer.sasl.server.callback.handler.class"
     if handler == UNSECURED_VALIDATOR:
-        return TokenValidator(None, sub_claim=config["sasl.oauthbearer.sub.claim.name"], unsecured=True)
+        return _unsecured_validator(config, listener)
     if handler not in (None, *SECURED_VALIDATORS):
         raise ConfigError(key, f"unknown OAUTHBEARER validator {handler}")
     if not url:
@@ -112,7 +112,25 @@ def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
     return TokenValidator(keys, audience=config["sasl.oauthbearer.expected.audience"],
                           issuer=config["sasl.oauthbearer.expected.issuer"],
                           sub_claim=config["sasl.oauthbearer.sub.claim.name"],
-                          clock_skew_s=config["sasl.oauthbearer.clock.skew.seconds"])
+                          clock_skew_s=config["sasl.oauthbearer.clock.skew.seconds"],
+                          scope_claim=config["sasl.oauthbearer.scope.claim.name"])
+
+
+def _unsecured_validator(config: BrokerConfig, listener: str) -> TokenValidator:
+    """Kafka's unsecured validator with its JAAS options (``unsecuredValidator*`` of the
+    listener's oauthbearer.sasl.jaas.config): principal and scope claim names, the scopes
+    a token must have (space-separated), the clock skew in ms."""
+    text = config.jaas_config(listener, OAUTHBEARER)
+    key = f"listener.name.{listener.lower()}.oauthbearer.sasl.jaas.config"
+    try:
+        options = parse_jaas(text).options if text else {}
+        skew_ms = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0"))
+    except (JaasError, ValueError) as exc:
+        raise ConfigError(key, str(exc)) from None
+    return TokenValidator(None, unsecured=True, clock_skew_s=skew_ms // 1000,
+                          sub_claim=options.get("unsecuredValidatorPrincipalClaimName", "sub"),
+                          scope_claim=options.get("unsecuredValidatorScopeClaimName", "scope"),
+                          required_scope=options.get("unsecuredValidatorRequiredScope", "").split())
 
 
 def _kerberos_acceptor(config: BrokerConfig, listener: str) -> GssapiAcceptor:

@@ -28,7 +28,8 @@ JWKS = json.dumps({"keys": [{**RSAAlgorithm.to_jwk(KEY.public_key(), as_dict=Tru
 
 def _token(**claims):
     now = int(time.time())
-    return jwt.encode({"sub": "alice", "exp": now + 60, **claims}, KEY, algorithm="RS256", headers={"kid": "k1"})
+    return jwt.encode({"sub": "alice", "iat": now, "exp": now + 60, **claims}, KEY, algorithm="RS256",
+                      headers={"kid": "k1"})
 
 
 def _keys(answers):
@@ -90,7 +91,7 @@ def test_failed_fetches_keep_the_known_keys():
         assert (await validator.validate(_token()))[0] == "alice"
         for _ in range(2):  # unknown key ids make it fetch again, and fail
             with pytest.raises(TokenRejected):
-                await validator.validate(jwt.encode({"sub": "a", "exp": int(time.time()) + 60}, KEY,
+                await validator.validate(jwt.encode({"sub": "a", "iat": int(time.time()), "exp": int(time.time()) + 60}, KEY,
                                                     algorithm="RS256", headers={"kid": "k2"}))
             assert (await validator.validate(_token()))[0] == "alice"
 
@@ -112,3 +113,48 @@ def test_kafkas_error_exchange_and_authorization_id():
         assert good.complete and good.user == "alice"
 
     asyncio.run(run())
+
+
+def test_scope_claims_issued_at_and_required_scopes():
+    """Kafka's validator: iat required, scopes (a string is one scope, a list several)
+    non-blank and none twice under sasl.oauthbearer.scope.claim.name; required scopes
+    only with the unsecured validator, whose refusal is insufficient_scope."""
+    async def run():
+        validator = TokenValidator(_keys([JWKS]), scope_claim="scp")
+        assert (await validator.validate(_token(scp=["read", "write"])))[0] == "alice"
+        assert (await validator.validate(_token(scp="read write")))[0] == "alice"  # one scope, as Kafka reads it
+        assert (await validator.validate(_token(scope=["", ""])))[0] == "alice"  # not the scope claim here
+        for bad in (_token(scp=["read", "read"]), _token(scp=["read", " "]), _token(scp=[7]), _token(iat=None)):
+            with pytest.raises(TokenRejected):
+                await validator.validate(bad)
+
+        now = int(time.time())
+        unsecured = TokenValidator(None, unsecured=True, required_scope=["kafka.write"])
+        granted = jwt.encode({"sub": "dev", "exp": now + 60, "scope": "kafka.read kafka.write"}, None, algorithm="none")
+        assert (await unsecured.validate(granted))[0] == "dev"
+        lacking = jwt.encode({"sub": "dev", "exp": now + 60, "scope": "kafka.read"}, None, algorithm="none")
+        with pytest.raises(TokenRejected) as refused:
+            await unsecured.validate(lacking)
+        assert refused.value.scope == "kafka.write"
+        server = OAuthBearerServer(unsecured.validate, AuthenticationError)
+        answer = await server.step(f"n,,\x01auth=Bearer {lacking}\x01\x01".encode())
+        assert answer == b'{"status":"insufficient_scope", "scope":"kafka.write"}'  # Kafka's spelling
+        with pytest.raises(AuthenticationError, match="insufficient_scope"):
+            await server.step(b"\x01")
+
+    asyncio.run(run())
+
+
+def test_unsecured_validator_options_from_the_listener_jaas(tmp_path):
+    from pykfk.config import BrokerConfig
+    from pykfk.security.oauth import UNSECURED_VALIDATOR
+    from pykfk.server.session import ListenerSecurity
+
+    config = BrokerConfig({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "OAUTHBEARER", "log.dirs": str(tmp_path),
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": UNSECURED_VALIDATOR,
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredValidatorRequiredScope="kafka.read kafka.write" unsecuredValidatorPrincipalClaimName="client";'})
+    validator = ListenerSecurity(config.listeners[0], config).bearer_validator
+    assert validator.required_scope == ["kafka.read", "kafka.write"] and validator.sub_claim == "client"
