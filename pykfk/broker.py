@@ -82,6 +82,7 @@ class Broker:
         self.transaction_coordinator: TransactionCoordinator | None = None
         self._transaction_leadership: TransactionLeadership | None = None
         self._marker_writer: BrokerMarkerWriter | None = None
+        self._token_sweep: Any = None  # removes expired delegation tokens (pykfk.security.credentials)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -141,6 +142,11 @@ class Broker:
 
             self.metrics_endpoint = await start_endpoint(self, cfg["metrics.listener"])
         await self.cluster.join()
+        if cfg["delegation.token.secret.key"]:
+            from pykfk.security.credentials import ExpiredTokenSweep
+
+            self._token_sweep = ExpiredTokenSweep(store, cfg["delegation.token.expiry.check.interval.ms"])
+            self._token_sweep.start()
         # What start made (logs, replicas, segments) lives as long as the broker: one
         # collection now, then out of the collector's walks, so a broker of thousands of
         # partitions does not pause its clients for full collections of them later.
@@ -199,6 +205,8 @@ class Broker:
             self.loop_stalls.stop()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
+        if self._token_sweep is not None:
+            await self._token_sweep.stop()
         await self.cluster.controlled_shutdown()
         if self._coordinator_leadership is not None:
             await self._coordinator_leadership.stop()
