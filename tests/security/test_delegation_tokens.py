@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from pykfk.errors import ErrorCode
 from pykfk.security.sasl import SaslClient
 from pykfk.security.tokens import token_password
-from pykfk.testing import BrokerProcess, RawClient
+from pykfk.testing import BrokerProcess, RawClient, wait_until
 from tests.security.conftest import client_settings
 from tests.security.test_scram import _login_error as login_error
 
@@ -35,6 +35,7 @@ TOKEN_SETTINGS = {
     "super.users": "User:admin",
     "allow.everyone.if.no.acl.found": "false",
     "connection.failed.authentication.delay.ms": 20,
+    "delegation.token.expiry.check.interval.ms": 300,
 }
 
 
@@ -253,6 +254,28 @@ def test_tokens_survive_a_restart_and_expired_ones_stay_dead(token_broker):
     assert token_login_error(port, ended.token_id, ended.hmac) == ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
+def test_expired_tokens_are_removed_from_the_store(token_broker):
+    """delegation.token.expiry.check.interval.ms: a token past its max lifetime leaves
+    the embedded store's file (Kafka's expired-token task), a live one stays."""
+    import json
+    import os
+
+    path = os.path.join(token_broker.log_dir, "pykfk-metadata.json")
+
+    def stored() -> set[str]:
+        with open(path, encoding="utf-8") as f:
+            return set(json.load(f).get("delegation_tokens", {}))
+
+    alice = plain_login(token_broker.ports["SASL_PLAINTEXT"], "alice")
+    short, kept = create_token(alice, max_lifetime_ms=1000), create_token(alice)
+    alice.close()
+    assert {short.token_id, kept.token_id} <= stored()
+    wait_until(lambda: short.token_id not in stored(), 10, "the expired token removed")
+    assert kept.token_id in stored()
+    assert token_login_error(token_broker.ports["SASL_PLAINTEXT"], short.token_id, short.hmac) == \
+        ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
 def test_hostile_token_logins_are_refused(token_broker):
     port = token_broker.ports["SASL_PLAINTEXT"]
     alice = plain_login(port, "alice")
@@ -305,6 +328,11 @@ def test_a_token_made_through_one_broker_works_on_all(tmp_path, zookeeper_server
         logged_in.close()
         assert token_login_error(brokers[1].ports["SASL_PLAINTEXT"], made.token_id, made.hmac) == \
             ErrorCode.SASL_AUTHENTICATION_FAILED
+        # A token past its max lifetime is removed from ZooKeeper by the brokers' expiry check.
+        short = create_token(alice, max_lifetime_ms=1000)
+        assert cluster.zk.exists(cluster.path(f"/delegation_token/tokens/{short.token_id}"))
+        wait_until(lambda: not cluster.zk.exists(cluster.path(f"/delegation_token/tokens/{short.token_id}")), 10,
+                   "the expired token's znode removed")
         alice.close()
         bob.close()
     finally:
