@@ -54,10 +54,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
-from pykfk.cluster.metadata import NO_LEADER, PartitionAssignment, PartitionState
+from pykfk.cluster.metadata import (
+    NO_LEADER,
+    ClusterView,
+    PartitionAssignment,
+    PartitionState,
+    TopicStore,
+)
 from pykfk.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("pykfk.cluster")
@@ -81,6 +87,84 @@ _ELECTION_MESSAGES = {
 _REQUESTS = ("alter_reassignments", "elect_leaders", "list_reassignments")
 # Attempts at a write that lost a race with a leader's ISR change before giving up.
 _WRITE_ATTEMPTS = 5
+
+
+class ControllerStore(ClusterView, Protocol):
+    """What the controller of a ZooKeeper cluster reads and writes besides the cluster
+    view: its office (``/controller``, ``/controller_epoch``), state and assignment
+    writes fenced by the controller epoch, and the requests it answers (deletions,
+    controlled shutdowns). ``ZooKeeperMetadataStore`` is one."""
+
+    def partition_states(self) -> dict[TopicPartition, PartitionState]: ...
+
+    def broker_epoch(self, broker_id: int) -> int:
+        """The store transaction of the broker's current registration (-1: none)."""
+        ...
+
+    async def try_become_controller(self) -> tuple[int, int] | None:
+        """(controller epoch, its znode version) when this broker took the office."""
+        ...
+
+    async def controller_epoch(self) -> int: ...
+
+    async def resign_controller(self) -> None: ...
+
+    async def write_states_as_controller(
+        self, changes: Sequence[StateChange], epoch_version: int
+    ) -> dict[TopicPartition, PartitionState | BaseException]: ...
+
+    async def write_reassignment_as_controller(
+        self, topic: str, partitions: Mapping[int, PartitionAssignment], states: Sequence[StateChange],
+        epoch_version: int,
+    ) -> None: ...
+
+    async def read_topic(self, topic: str) -> None: ...
+
+    async def delete_topic_znodes(self, topic: str) -> None: ...
+
+    async def mark_shutdown_processed(self, broker_id: int, remaining: int) -> None: ...
+
+
+class ClusterController(Protocol):
+    """The controller role as the rest of the broker sees it: ``Controller`` in a
+    ZooKeeper cluster (active while this broker holds the office), ``LocalController``
+    (``local_controller.py``) in a cluster of one, which is its own controller."""
+
+    # True while this broker is the active controller: admin requests go to it.
+    active: bool
+    # Leaders this controller chose (all of them; those outside the ISR), for the metrics.
+    leader_elections: int
+    unclean_leader_elections: int
+    # Whether a log of a topic the store does not know is deleted at start: in a cluster
+    # the topic was deleted while this broker was down; in a cluster of one, whose
+    # deletions remove the logs before they return, the metadata file was lost, and the
+    # data is kept (not served).
+    deletes_stray_logs: bool
+
+    def start(self) -> None:
+        """Run for the office (after this broker registered)."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    def post(self, kind: str, key: Any = None) -> None:
+        """A controller event (``"elect"`` after a new session)."""
+        ...
+
+    def internal_topic_replication_factor(self, topic: str, configured: int) -> int:
+        """The replication factor an internal topic is created with: ``configured``, or
+        fewer when fewer brokers are up."""
+        ...
+
+    async def alter_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                                  allow_replication_factor_change: bool,
+                                  timeout_s: float) -> dict[TopicPartition, KafkaError | None]: ...
+
+    async def elect_leaders(self, election_type: int, partitions: Sequence[TopicPartition] | None,
+                            timeout_s: float) -> dict[TopicPartition, ElectionOutcome]: ...
+
+    async def list_reassignments(self, partitions: Sequence[TopicPartition] | None,
+                                 timeout_s: float) -> dict[TopicPartition, PartitionAssignment]: ...
 
 
 def preferred_election(replicas: Sequence[int], state: PartitionState, live: set[int],
@@ -111,7 +195,7 @@ def unclean_election(replicas: Sequence[int], state: PartitionState, live: set[i
     return ErrorCode.NONE, PartitionState(alive[0], state.leader_epoch + 1, (alive[0],), controller_epoch)
 
 
-def decide_election(store: Any, election_type: int, topic: str, partition: int, live: set[int],
+def decide_election(store: TopicStore, election_type: int, topic: str, partition: int, live: set[int],
                     registered: set[int], controller_epoch: int,
                     default_replica: int = NO_LEADER) -> tuple[ErrorCode, PartitionState | None]:
     """ElectLeaders for one partition: the error code, and the new state to write
@@ -157,7 +241,7 @@ def check_reassignment(target: Sequence[int], current: PartitionAssignment, regi
                          "but allowReplicationFactorChange is false")
 
 
-def reassignment_target(store: Any, topic: str, partition: int, target: Sequence[int] | None,
+def reassignment_target(store: TopicStore, topic: str, partition: int, target: Sequence[int] | None,
                         registered: set[int], allow_replication_factor_change: bool,
                         default_replica: int = NO_LEADER) -> tuple[int, ...]:
     """The replicas a partition is to move to (its original ones for a cancellation, a
@@ -218,7 +302,11 @@ class ControllerSettings:
 class Controller:
     """Loop-affine. ``start()`` after the broker registered; ``stop()`` at shutdown."""
 
-    def __init__(self, broker_id: int, store: Any, settings: ControllerSettings, *, clock: Clock = SYSTEM_CLOCK):
+    # A cluster's topics are deleted by the controller, also while some replicas are down.
+    deletes_stray_logs = True
+
+    def __init__(self, broker_id: int, store: ControllerStore, settings: ControllerSettings, *,
+                 clock: Clock = SYSTEM_CLOCK):
         self.broker_id = broker_id
         self.store = store
         self.settings = settings
@@ -400,6 +488,13 @@ class Controller:
         An event too, so it sees every move this controller finished before it."""
         result = await self.request("list_reassignments", (partitions,), timeout_s)
         return cast(dict[TopicPartition, PartitionAssignment], result)
+
+    def internal_topic_replication_factor(self, topic: str, configured: int) -> int:
+        live = len(self.store.live_broker_ids())
+        factor = min(configured, live)
+        if factor < configured:
+            log.warning("creating %s with replication factor %d: only %d brokers are up", topic, factor, live)
+        return factor
 
     def _list_reassignments(self, partitions: Sequence[TopicPartition] | None) -> dict[TopicPartition, PartitionAssignment]:
         wanted = None if partitions is None else set(partitions)

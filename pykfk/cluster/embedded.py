@@ -81,10 +81,9 @@ def _leader_state(me: int) -> PartitionState:
 
 
 class EmbeddedMetadataStore:
-    """MetadataStore of a single broker that is its own controller. Loop-affine."""
+    """MetadataStore of a single broker, whose controller is a LocalController
+    (``local_controller.py``). Loop-affine."""
 
-    # A cluster of one: no controller election, no other broker to replicate to.
-    single_broker = True
     # States are not ZooKeeper writes: no zxid to compare a registration against.
     registration_zxid = -1
 

@@ -4,6 +4,15 @@ One interface, two backends: ``embedded.py`` (a local file, for a standalone bro
 ``zookeeper.py`` (a cluster of brokers, Kafka's own znodes). Reads are synchronous and served from memory, so request handlers never
 wait for them; changes are coroutines because a ZooKeeper backend has to wait for the
 ensemble. Nothing above ``pykfk/cluster/`` knows which backend runs.
+
+The interface is split by concern, one Protocol each: ``TopicStore`` (topics and
+partitions), ``MembershipStore`` (brokers, the controller, this broker's registration),
+``ConfigStore`` (entity configs: dynamic broker settings, client quotas),
+``SecurityStore`` (ACLs, SCRAM credentials, delegation tokens) and ``ProducerIdStore``;
+``StoreEvents`` (listeners) is common to all. ``ClusterView`` is the topics with the
+brokers that hold them, ``MetadataStore`` the whole store. A caller takes the narrowest
+of them that has what it uses; both backends implement every one (``node.py`` holds
+each as a ``MetadataStore``, so mypy checks that).
 """
 
 from __future__ import annotations
@@ -172,44 +181,28 @@ def notify_listeners(listeners: list[StoreListener], kind: str, key: Any) -> Non
             log.exception("metadata listener failed on %s %r", kind, key)
 
 
-@runtime_checkable
-class MetadataStore(Protocol):
-    """Topics, partition counts, per-topic configs, partition states, brokers and the
-    controller id; this broker's registration; change notifications.
+class StoreEvents(Protocol):
+    """Change notifications, common to every concern of the store."""
 
-    A change is durable in the store before memory shows it; a change that cannot be
-    made durable raises MetadataWriteError and leaves memory as it was."""
+    def add_listener(self, listener: StoreListener) -> None: ...
 
-    # True for a cluster of one (the embedded store): the store itself is the controller
-    # and leads every partition with ISR = {this broker}. Only ``pykfk.cluster`` reads it.
-    single_broker: bool
-    # The store transaction that registered this broker (ZooKeeper's czxid; -1 without
-    # one): partition states written before it predate this run of the broker.
-    registration_zxid: int
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def broker(self) -> BrokerInfo:
-        """This broker, as registered."""
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``condition()`` holds after some change, or the timeout."""
         ...
 
-    def brokers(self) -> list[BrokerInfo]: ...
 
-    def get_broker(self, broker_id: int) -> BrokerInfo | None: ...
-
-    def live_broker_ids(self) -> set[int]: ...
-
-    def shutdown_requests(self) -> dict[int, bytes]:
-        """Broker id -> controlled-shutdown request state, for brokers shutting down."""
-        ...
-
-    def controller_id(self) -> int: ...
+class TopicStore(Protocol):
+    """Topics and partitions: topic names, partition counts, replica assignments and
+    per-topic configs; each partition's leader, leader epoch and ISR. Listeners hear
+    "topic" (key: the name), "partition" (key: (topic, partition)) and "delete_topic"."""
 
     def topics(self) -> Mapping[str, TopicInfo]: ...
 
     def get_topic(self, name: str) -> TopicInfo | None: ...
+
+    def delete_requests(self) -> set[str]:
+        """Topics marked for deletion and not deleted yet."""
+        ...
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         """Leader and ISR of a partition; None when unknown (no such partition, or the
@@ -231,6 +224,58 @@ class MetadataStore(Protocol):
 
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo: ...
 
+    async def update_isr(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> PartitionState:
+        """A leader's ISR change, conditional on the state version it last saw."""
+        ...
+
+    async def read_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+
+class MembershipStore(Protocol):
+    """Broker membership: the cluster id, the registered brokers, the controller, this
+    broker's registration and its controlled shutdown. Listeners hear "broker" (key: its
+    id), "controller", "controlled_shutdown" and "session"."""
+
+    # The store transaction that registered this broker (ZooKeeper's czxid; -1 without
+    # one): partition states written before it predate this run of the broker.
+    registration_zxid: int
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def broker(self) -> BrokerInfo:
+        """This broker, as registered."""
+        ...
+
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    def get_broker(self, broker_id: int) -> BrokerInfo | None: ...
+
+    def live_broker_ids(self) -> set[int]: ...
+
+    def controller_id(self) -> int: ...
+
+    def shutdown_requests(self) -> dict[int, bytes]:
+        """Broker id -> controlled-shutdown request state, for brokers shutting down."""
+        ...
+
+    async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
+        """Announce this broker (with its bound address) to the cluster."""
+        ...
+
+    def registration_lost(self) -> bool: ...
+
+    async def request_controlled_shutdown(self) -> None: ...
+
+
+class ConfigStore(Protocol):
+    """Entity configs, Kafka's ``/config/<entity type>/<name>``: dynamic broker settings
+    and client quotas. Listeners hear "broker_config" (key: a broker id as text, or
+    "<default>") and "quota" (key: the quota entity)."""
+
     def broker_configs(self, entity: str) -> Mapping[str, str]:
         """Dynamic broker settings of ``entity``: a broker id as text, or "<default>"
         for the cluster-wide default (from memory)."""
@@ -240,15 +285,29 @@ class MetadataStore(Protocol):
         """Replace ``entity``'s dynamic broker settings; listeners hear "broker_config"."""
         ...
 
-    async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, even across restarts: its block is
-        durable before any id of it is used. MetadataWriteError when a new block could
-        not be saved (no id is handed out then)."""
+    # Bumped by every client quota change this store hears of.
+    quota_version: int
+
+    def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
+        """Quota settings by entity (from memory)."""
         ...
 
-    async def register_broker(self, broker: BrokerInfo | None = None, *, stale_wait_s: float | None = None) -> None:
-        """Announce this broker (with its bound address) to the cluster."""
+    async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None: ...
+
+
+class SecurityStore(Protocol):
+    """ACLs and credentials: ACL bindings, SCRAM credentials, delegation tokens."""
+
+    # Bumped by every ACL change this store hears of (the authorizer re-indexes then).
+    acl_version: int
+
+    def acls(self) -> list[AclBinding]:
+        """Every ACL binding of the cluster (from memory)."""
         ...
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None: ...
+
+    async def delete_acls(self, bindings: list[AclBinding]) -> None: ...
 
     async def scram_credentials(self, users: list[str] | None = None) -> dict[str, dict[str, str]]:
         """user -> {SCRAM mechanism: credential text} for ``users`` (every user with a
@@ -275,42 +334,28 @@ class MetadataStore(Protocol):
 
     async def remove_delegation_tokens(self, token_ids: list[str]) -> None: ...
 
-    # Bumped by every client quota change this store hears of.
-    quota_version: int
 
-    def client_quotas(self) -> Mapping[Entity, Mapping[str, float]]:
-        """Quota settings by entity (from memory)."""
+class ProducerIdStore(Protocol):
+    """Producer ids, handed out cluster-wide."""
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before, even across restarts: its block is
+        durable before any id of it is used. MetadataWriteError when a new block could
+        not be saved (no id is handed out then)."""
         ...
 
-    async def alter_client_quotas(self, entity: Entity, updates: Mapping[str, float], removals: list[str]) -> None: ...
 
-    # Bumped by every ACL change this store hears of (the authorizer re-indexes then).
-    acl_version: int
+class ClusterView(TopicStore, MembershipStore, StoreEvents, Protocol):
+    """Topics and partitions with the brokers that hold them: what the replica manager,
+    the controller and the Metadata answers read."""
 
-    def acls(self) -> list[AclBinding]:
-        """Every ACL binding of the cluster (from memory)."""
-        ...
 
-    async def create_acls(self, bindings: list[AclBinding]) -> None: ...
+@runtime_checkable
+class MetadataStore(ClusterView, ConfigStore, SecurityStore, ProducerIdStore, Protocol):
+    """The whole store: every concern above, and ``close``. A caller that needs one
+    concern takes that protocol; the broker holds the whole store.
 
-    async def delete_acls(self, bindings: list[AclBinding]) -> None: ...
-
-    def registration_lost(self) -> bool: ...
-
-    async def request_controlled_shutdown(self) -> None: ...
-
-    async def update_isr(
-        self, topic: str, partition: int, state: PartitionState, expected_version: int
-    ) -> PartitionState:
-        """A leader's ISR change, conditional on the state version it last saw."""
-        ...
-
-    async def read_state(self, topic: str, partition: int) -> PartitionState | None: ...
-
-    def add_listener(self, listener: StoreListener) -> None: ...
-
-    async def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
-        """Wait until ``condition()`` holds after some change, or the timeout."""
-        ...
+    A change is durable in the store before memory shows it; a change that cannot be
+    made durable raises MetadataWriteError and leaves memory as it was."""
 
     def close(self) -> None: ...

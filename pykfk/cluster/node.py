@@ -17,8 +17,11 @@ Store events reach the replica manager through the store's listeners; after a Zo
 session expiry this broker registers again and re-applies every partition state.
 
 Partition reassignments and leader elections asked for by an admin go to the controller
-(NOT_CONTROLLER on other brokers); a cluster of one answers them itself: every partition
-is on this broker and led by it, so there is nothing to move or elect.
+(NOT_CONTROLLER on other brokers). The store comes with its controller: ZooKeeper's with a
+``Controller`` that runs for the office; the embedded store with a ``LocalController``
+(``local_controller.py``): a cluster of one is its own controller, and every partition
+is on this broker and led by it, so there is nothing to move or elect. The node asks
+the same questions of either.
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ from typing import Any
 
 from pykfk.cluster.channel import ChannelSecurity
 from pykfk.cluster.controller import (
+    ClusterController,
     Controller,
     ControllerSettings,
+    ControllerStore,
     ElectionOutcome,
     TopicPartition,
-    decide_election,
-    election_outcome,
-    reassignment_target,
 )
 from pykfk.cluster.embedded import EmbeddedMetadataStore
+from pykfk.cluster.local_controller import LocalController
 from pykfk.cluster.metadata import (
     NO_LEADER,
     BrokerInfo,
@@ -106,7 +109,8 @@ class ClusterNode:
         self.config = broker.config
         self.store: MetadataStore | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.controller: Controller | None = None
+        # The store's controller (made with the store in ``connect``, run from ``join``).
+        self.controller: ClusterController | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._known_partitions: dict[str, int] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}  # the overrides the logs here have
@@ -117,7 +121,8 @@ class ClusterNode:
 
     async def connect(self) -> MetadataStore:
         """Open the metadata store (ZooKeeper's with ``zookeeper.connect``, else the
-        embedded one in the first log dir) and create the replica manager."""
+        embedded one in the first log dir) with its controller, and create the replica
+        manager."""
         cfg = self.config
         advertised = cfg.advertised_listeners[0]
         me = BrokerInfo(cfg.broker_id, advertised.host or "127.0.0.1", advertised.port, cfg["broker.rack"])
@@ -133,8 +138,11 @@ class ClusterNode:
             )
             await zk_store.start()
             store = zk_store
+            self.controller = self._zookeeper_controller(zk_store)
         else:
-            store = EmbeddedMetadataStore(cfg.log_dirs[0], me)
+            embedded = EmbeddedMetadataStore(cfg.log_dirs[0], me)
+            store = embedded
+            self.controller = LocalController(cfg.broker_id, embedded)
         self.store = store
         # Requests go through the replica manager only once ``join`` applied the
         # partition states (the listener serves after that), so a restarting broker
@@ -174,8 +182,8 @@ class ClusterNode:
         store.add_listener(self._on_store_event)
         self._delete_stray_logs()
         self._apply_all()
-        if not store.single_broker:  # the embedded store is its own controller
-            self._start_controller()
+        assert self.controller is not None
+        self.controller.start()
         await self._wait_until_ready()
 
     def _registration(self) -> BrokerInfo:
@@ -199,12 +207,11 @@ class ClusterNode:
         if not await store.wait_for(lambda: me in store.live_broker_ids() and store.controller_id() >= 0, timeout_s):
             log.warning("no controller known after %.1f s: serving anyway", timeout_s)
 
-    def _start_controller(self) -> None:
+    def _zookeeper_controller(self, store: ControllerStore) -> Controller:
         cfg = self.config
-        assert self.store is not None
-        self.controller = Controller(
+        return Controller(
             cfg.broker_id,
-            self.store,
+            store,
             ControllerSettings(
                 unclean_leader_election=cfg["unclean.leader.election.enable"],
                 auto_leader_rebalance=cfg["auto.leader.rebalance.enable"],
@@ -212,7 +219,6 @@ class ClusterNode:
                 imbalance_per_broker_percentage=cfg["leader.imbalance.per.broker.percentage"],
             ),
         )
-        self.controller.start()
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away and take it out of
@@ -351,7 +357,8 @@ class ClusterNode:
                 continue
             if info is not None:
                 continue
-            if self.store.single_broker:
+            assert self.controller is not None
+            if not self.controller.deletes_stray_logs:
                 log.warning("log %s-%d belongs to no known topic: kept, not served", topic, partition)
                 continue
             log.info("deleting log %s-%d: the topic no longer exists", topic, partition)
@@ -365,11 +372,9 @@ class ClusterNode:
             await self._create_offsets_topic(partitions, configs)
 
     async def _create_offsets_topic(self, partitions: int, configs: dict[str, str]) -> None:
-        assert self.store is not None
-        live = len(self.store.live_broker_ids())
-        factor = min(self.config["offsets.topic.replication.factor"], live)
-        if factor < self.config["offsets.topic.replication.factor"] and not self.store.single_broker:
-            log.warning("creating %s with replication factor %d: only %d brokers are up", OFFSETS_TOPIC, factor, live)
+        assert self.store is not None and self.controller is not None
+        factor = self.controller.internal_topic_replication_factor(
+            OFFSETS_TOPIC, self.config["offsets.topic.replication.factor"])
         with contextlib.suppress(TopicExistsError):
             await self.store.create_topic(OFFSETS_TOPIC, partitions, factor, configs)
 
@@ -388,7 +393,7 @@ class ClusterNode:
 
     # -- reassignments and elections (admin APIs) --------------------------------------
 
-    def _active_controller(self) -> Controller:
+    def _active_controller(self) -> ClusterController:
         if self.controller is None or not self.controller.active:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.config.broker_id} is not the controller")
         return self.controller
@@ -397,42 +402,16 @@ class ClusterNode:
                             timeout_s: float) -> dict[TopicPartition, ElectionOutcome]:
         """ElectLeaders (every partition when ``partitions`` is None); NOT_CONTROLLER
         (KafkaError) on a broker that is not the controller."""
-        store = self.store
-        assert store is not None
-        if not store.single_broker:
-            return await self._active_controller().elect_leaders(election_type, partitions, timeout_s)
-        # A cluster of one: its only broker leads everything already.
-        me = self.config.broker_id
-        keys = partitions if partitions is not None else [
-            (t, p) for t, info in store.topics().items() for p in range(info.partitions)]
-        return {(t, p): election_outcome(decide_election(store, election_type, t, p, {me}, {me}, 0, me)[0], t, p)
-                for t, p in keys}
+        return await self._active_controller().elect_leaders(election_type, partitions, timeout_s)
 
     async def alter_partition_reassignments(self, targets: Mapping[TopicPartition, Sequence[int] | None],
                                             allow_replication_factor_change: bool,
                                             timeout_s: float) -> dict[TopicPartition, KafkaError | None]:
         """AlterPartitionReassignments: per partition None (accepted) or the KafkaError."""
-        store = self.store
-        assert store is not None
-        if not store.single_broker:
-            return await self._active_controller().alter_reassignments(
-                targets, allow_replication_factor_change, timeout_s)
-        # A cluster of one: the only valid target is [this broker], where every partition
-        # already is; anything else names a broker that does not exist.
-        me = self.config.broker_id
-        results: dict[TopicPartition, KafkaError | None] = {}
-        for (topic, partition), target in targets.items():
-            try:
-                reassignment_target(store, topic, partition, target, {me}, allow_replication_factor_change, me)
-                results[(topic, partition)] = None
-            except KafkaError as exc:
-                results[(topic, partition)] = exc
-        return results
+        return await self._active_controller().alter_reassignments(targets, allow_replication_factor_change,
+                                                                    timeout_s)
 
     async def list_partition_reassignments(self, partitions: Sequence[TopicPartition] | None,
                                            timeout_s: float) -> dict[TopicPartition, PartitionAssignment]:
         """ListPartitionReassignments: the moves under way."""
-        assert self.store is not None
-        if self.store.single_broker:
-            return {}
         return await self._active_controller().list_reassignments(partitions, timeout_s)

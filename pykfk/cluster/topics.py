@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pykfk._core.segment import open_sealed_segments, open_sealed_segments_limit
-from pykfk.cluster.metadata import MetadataStore, TopicExistsError, TopicInfo, UnknownTopicError
+from pykfk.cluster.metadata import ClusterView, TopicExistsError, TopicInfo, UnknownTopicError
 from pykfk.config import ConfigError, validate_topic_configs
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.naming import topic_name_error
@@ -55,7 +55,7 @@ class TopicManager:
     def __init__(
         self,
         config: BrokerConfig,
-        store: MetadataStore,
+        store: ClusterView,
         default_log_config: LogConfig,
         partitions_created: Callable[[str], Awaitable[None]] | None = None,
         placement_problem: Callable[[], str | None] | None = None,

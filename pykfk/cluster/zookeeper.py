@@ -367,8 +367,6 @@ class ZooKeeperMetadataStore:
     """MetadataStore of a broker in a ZooKeeper-coordinated cluster. Loop-affine except
     where noted; create it, ``await start()``, ``await register_broker()``, ``close()``."""
 
-    single_broker = False
-
     def __init__(
         self,
         connect: str,

@@ -21,8 +21,6 @@ from pykfk.cluster.metadata import (
 class FakeStore:
     """The store methods the replica manager and the controller call, in memory."""
 
-    single_broker = False
-
     def __init__(self, me: int, brokers: Sequence[int]):
         self.broker = BrokerInfo(me, "127.0.0.1", 9092 + me)
         self.registration_zxid = 0
