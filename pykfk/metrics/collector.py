@@ -23,7 +23,7 @@ from pykfk.metrics.stats import LATENCY_BOUNDS_S, TIME_PARTS, RequestStats
 from pykfk.server.telemetry import find_telemetry
 
 if TYPE_CHECKING:
-    from pykfk.cluster.controller import Controller
+    from pykfk.cluster.controller import ClusterController
     from pykfk.cluster.metadata import MetadataStore
     from pykfk.cluster.replica import ReplicaManager
     from pykfk.config import BrokerConfig
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 class ClusterRole(Protocol):
     @property
-    def controller(self) -> Controller | None:
-        """This broker's controller object (None on a standalone broker)."""
+    def controller(self) -> ClusterController | None:
+        """This broker's controller object (None before the store is open)."""
         ...
 
 
