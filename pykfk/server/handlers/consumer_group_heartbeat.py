@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from pykfk.cluster.metadata import MetadataStore
+from pykfk.cluster.metadata import ClusterView
 from pykfk.cluster.topics import is_internal_topic
 from pykfk.errors import ErrorCode
 from pykfk.group import api
@@ -28,7 +28,7 @@ class StoreCatalog:
     """The store's topics by name as (topic id, partition count), internal topics left
     out; rebuilt once after a topic came, went or grew (``version`` counts those)."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterView):
         self.store = store
         self.version = 0
         self._topics: dict[str, tuple[uuid.UUID, int]] | None = None
@@ -49,7 +49,7 @@ class StoreCatalog:
         return {topic_id: name for name, (topic_id, _) in self.topics().items()}
 
 
-def catalog(store: MetadataStore) -> StoreCatalog:
+def catalog(store: ClusterView) -> StoreCatalog:
     return store_cache(StoreCatalog, store)
 
 

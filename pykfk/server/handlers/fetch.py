@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Coroutine, Sequence
 
 from pykfk._core.wire import decode_fetch, encode_fetch_response
-from pykfk.cluster.metadata import MetadataStore
+from pykfk.cluster.metadata import ClusterView
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.metrics.stats import BrokerTopicStats
 from pykfk.protocol import framing, typed
@@ -311,7 +311,7 @@ class _Fetch:
                 return body
 
 
-def _named_by_id(store: MetadataStore, request: typed.FetchRequest
+def _named_by_id(store: ClusterView, request: typed.FetchRequest
                  ) -> tuple[dict[str, uuid.UUID], list[typed.FetchableTopicResponse]]:
     """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
     topics whose id no topic has are taken out of the request and answered
@@ -334,7 +334,7 @@ def _named_by_id(store: MetadataStore, request: typed.FetchRequest
     return known_as, unknown
 
 
-def _split_stale(store: MetadataStore, topics: Sequence[ReadTopic], known_as: dict[str, uuid.UUID]
+def _split_stale(store: ClusterView, topics: Sequence[ReadTopic], known_as: dict[str, uuid.UUID]
                  ) -> tuple[list[ReadTopic], list[typed.FetchableTopicResponse]]:
     """A session's topics still the topics the client knows (same id), and answers for
     those deleted and made again since (UNKNOWN_TOPIC_ID: never the new topic's records)."""

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 from pykfk._core.metadata import encode_partition_states
 from pykfk.cluster.metadata import (
     NO_LEADER,
-    MetadataStore,
+    ClusterView,
     MetadataWriteError,
     PartitionState,
     TopicInfo,
@@ -63,7 +63,7 @@ def topic_uuid(info: TopicInfo) -> uuid.UUID:
         return ZERO_UUID
 
 
-def _names(store: MetadataStore, requested: Sequence[typed.MetadataRequestTopic]
+def _names(store: ClusterView, requested: Sequence[typed.MetadataRequestTopic]
            ) -> tuple[list[str], dict[str, uuid.UUID]]:
     """The requested topic names, a topic named by id alone (v12) resolved to its name;
     ids that name no topic are returned apart (keyed by a placeholder)."""
@@ -89,7 +89,7 @@ class TopicIds:
     """Topic id -> name of the store's topics, rebuilt (once) after a topic came, went
     or changed: Fetch v13+ names topics by id on every request."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterView):
         self.store = store
         self._by_id: dict[uuid.UUID, str] | None = None
         store.add_listener(self._changed)
@@ -108,11 +108,11 @@ class TopicIds:
         return ZERO_UUID if info is None else topic_uuid(info)
 
 
-_STORE_CACHES: weakref.WeakKeyDictionary[MetadataStore, dict[Any, Any]] = weakref.WeakKeyDictionary()
+_STORE_CACHES: weakref.WeakKeyDictionary[ClusterView, dict[Any, Any]] = weakref.WeakKeyDictionary()
 StoreCache = TypeVar("StoreCache")
 
 
-def store_cache(kind: Callable[[MetadataStore], StoreCache], store: MetadataStore) -> StoreCache:
+def store_cache(kind: Callable[[ClusterView], StoreCache], store: ClusterView) -> StoreCache:
     """The one ``kind`` cache of ``store`` (made on first use; it listens to the store
     for what makes it stale)."""
     caches = _STORE_CACHES.setdefault(store, {})
@@ -122,7 +122,7 @@ def store_cache(kind: Callable[[MetadataStore], StoreCache], store: MetadataStor
     return cast(StoreCache, found)
 
 
-def topic_ids(store: MetadataStore) -> TopicIds:
+def topic_ids(store: ClusterView) -> TopicIds:
     return store_cache(TopicIds, store)
 
 
@@ -158,7 +158,7 @@ class EncodedPartitions:
     cannot see or bound, to shift a pause; so the cold path allocates nothing the
     collector counts instead."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: ClusterView):
         self.store = store
         self.topics: dict[str, _TopicView] = {}
         store.add_listener(self._changed)
@@ -218,7 +218,7 @@ class EncodedPartitions:
         return encoded
 
 
-def encoded_partitions(store: MetadataStore) -> EncodedPartitions:
+def encoded_partitions(store: ClusterView) -> EncodedPartitions:
     return store_cache(EncodedPartitions, store)
 
 
@@ -300,7 +300,7 @@ def _may_see(ctx: RequestContext, name: str, creating: bool) -> bool:
         Operation.CREATE, ResourceType.TOPIC, name)
 
 
-def _brokers(store: MetadataStore, listener: str) -> list[typed.MetadataResponseBroker]:
+def _brokers(store: ClusterView, listener: str) -> list[typed.MetadataResponseBroker]:
     """Every broker at its address on the client's listener (Kafka leaves out brokers
     without that listener)."""
     brokers: list[typed.MetadataResponseBroker] = []
@@ -317,7 +317,7 @@ PARTITION_FIELDS = ("error_code", "partition_index", "leader_id", "leader_epoch"
 PartitionEntry = tuple[int, int, int, int, Sequence[int], Sequence[int], Sequence[int]]
 
 
-def partition_entries(store: MetadataStore, info: TopicInfo, me: int, live: set[int],
+def partition_entries(store: ClusterView, info: TopicInfo, me: int, live: set[int],
                       partitions: range) -> list[PartitionEntry]:
     """Leader, replicas and ISR of ``partitions`` as the metadata store has them (every
     broker answers alike), as tuples in PARTITION_FIELDS order (what
@@ -347,7 +347,7 @@ def partition_entries(store: MetadataStore, info: TopicInfo, me: int, live: set[
     return entries
 
 
-def partition_entry(store: MetadataStore, info: TopicInfo, partition: int, me: int, live: set[int]
+def partition_entry(store: ClusterView, info: TopicInfo, partition: int, me: int, live: set[int]
                     ) -> typed.MetadataResponsePartition:
     """One partition's entry (see partition_entries) as the generic encoder takes it."""
     entry = partition_entries(store, info, me, live, range(partition, partition + 1))[0]
