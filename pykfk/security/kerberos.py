@@ -5,7 +5,8 @@ The broker accepts with its service key from a keytab (the listener's
 ``gssapi.sasl.jaas.config``: Krb5LoginModule with ``keyTab`` and ``principal``); no KDC
 is asked. After the security context is established the broker offers no security layer
 (Kafka's only one) in a wrapped 4-byte message; the client's wrapped answer chooses it
-and ends the login. The authorization id a client sends is ignored, as Kafka does: the
+and ends the login. The session lasts no longer than the client's service ticket: a
+client logs in again with a new one (KIP-368) or its connection is closed. The authorization id a client sends is ignored, as Kafka does: the
 principal is the client's Kerberos name mapped by the rules.
 
 Rules (Kafka's KerberosShortNamer, Hadoop's auth_to_local): ``DEFAULT`` maps
@@ -22,11 +23,13 @@ import dataclasses
 import os
 import re
 import struct
+import time
 from typing import Any
 
 MECHANISM = "GSSAPI"
 NO_SECURITY_LAYER = 1
 MAX_MESSAGE_SIZE = 0xFFFFFF
+INDEFINITE = 0xFFFFFFFF  # GSS_C_INDEFINITE: a context lifetime without end
 
 _RULE = re.compile(r"\s*(?:(DEFAULT)|RULE:\[(\d+):([^\]]*)\](?:\(([^)]*)\))?"
                    r"(?:s/([^/]*)/([^/]*)/(g)?)?/?(L|U)?)\s*(?:,|$)")
@@ -158,6 +161,7 @@ class GssapiServer:
         self.complete = False
         self.user = ""
         self.kerberos_name = ""
+        self.expiry_ms: int | None = None  # the end of the client's service ticket, once complete
 
     def step(self, token: bytes) -> bytes:
         gss = self._gssapi
@@ -178,9 +182,29 @@ class GssapiServer:
         if len(chosen) < 4 or not chosen[0] & NO_SECURITY_LAYER:
             raise self._fail("Authentication failed: the client chose a security layer other than none")
         self.kerberos_name = str(self._context.initiator_name)
+        self.expiry_ms = self._ticket_end_ms()
         try:
             self.user = self._acceptor.mapper.short_name(self.kerberos_name)
         except KerberosError as exc:
             raise self._fail(f"Authentication failed: {exc}") from None
         self.complete = True
         return b""
+
+    def _ticket_end_ms(self) -> int | None:
+        """When the client's service ticket ends (ms since the epoch): the session lasts
+        no longer (KIP-368). The ticket's end time from the established context (MIT's
+        lucid context); else the context's lifetime, which counts the Kerberos clock skew
+        too; a ticket accepted within the skew after its end keeps that window."""
+        now = time.time()
+        try:
+            from gssapi.raw import krb5_export_lucid_sec_context
+
+            end = float(krb5_export_lucid_sec_context(self._context, 1).endtime)
+            if end > now:
+                return int(end * 1000)
+        except Exception:  # noqa: BLE001 - not MIT's library, or no lucid context: the lifetime below
+            pass
+        lifetime = self._context.lifetime
+        if isinstance(lifetime, int) and 0 < lifetime < INDEFINITE:
+            return int((now + lifetime) * 1000)
+        return None

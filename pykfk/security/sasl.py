@@ -60,8 +60,8 @@ class SaslServer:
         self.mechanism = mechanism
         self.complete = False
         self.user = ""
-        # When the credential ends (ms since the epoch): a delegation token's or a
-        # bearer token's expiry; None for passwords.
+        # When the credential ends (ms since the epoch): a delegation token's, a
+        # bearer token's or a Kerberos ticket's expiry; None for passwords.
         self.credential_expiry_ms: int | None = None
         self.delegation_token = ""  # the id of the delegation token logged in with
         self._plain_users = plain_users
@@ -89,6 +89,8 @@ class SaslServer:
         if self._gssapi is not None:
             answer = self._gssapi.step(token)
             self.user, self.complete = self._gssapi.user, self._gssapi.complete
+            if self.complete:
+                self.credential_expiry_ms = self._gssapi.expiry_ms
             return answer
         if self._oauth is not None:
             answer = await self._oauth.step(token)

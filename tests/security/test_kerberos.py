@@ -135,3 +135,36 @@ def test_garbage_gssapi_tokens_are_refused(kerberos_broker):
         assert answer.error_code == 58, token[:8]  # SASL_AUTHENTICATION_FAILED
         raw.close()
     assert "Traceback" not in kerberos_broker.log_text()
+
+
+def test_a_gssapi_session_lasts_no_longer_than_its_ticket(kdc, kerberos_broker):
+    """KIP-368: SaslAuthenticate tells the client its session ends with its service
+    ticket, and a request after that closes the connection."""
+    import struct
+
+    import gssapi
+
+    keytab = kdc.add_principal("brief")
+    cache = kdc.dir / "brief.ccache"
+    kdc._run("/usr/bin/kinit", "-l", "4s", "-kt", str(keytab), "-c", f"FILE:{cache}", f"brief@{REALM}")
+    credentials = gssapi.Credentials(usage="initiate", store={"ccache": f"FILE:{cache}"})
+    context = gssapi.SecurityContext(name=gssapi.Name("kafka@localhost", gssapi.NameType.hostbased_service),
+                                     creds=credentials, usage="initiate", mech=gssapi.MechType.kerberos)
+    raw = RawClient("127.0.0.1", kerberos_broker.ports["SASL_PLAINTEXT"])
+    try:
+        assert raw.call(17, 1, {"mechanism": "GSSAPI"}).error_code == 0
+        answer = raw.call(36, 1, {"auth_bytes": context.step()})
+        assert answer.error_code == 0
+        if not context.complete:
+            context.step(bytes(answer.auth_bytes))
+        offer = raw.call(36, 1, {"auth_bytes": b""})  # the broker offers its (no) security layer
+        assert offer.error_code == 0 and context.unwrap(bytes(offer.auth_bytes)).message[0] & 1
+        done = raw.call(36, 1, {"auth_bytes": context.wrap(struct.pack(">I", (1 << 24) | 0xFFFFFF), False).message})
+        assert done.error_code == 0
+        assert 0 < done.session_lifetime_ms <= 4000
+        assert raw.call(3, 1, {"topics": []}).brokers  # served while the ticket lasts
+        time.sleep(done.session_lifetime_ms / 1000 + 0.2)
+        raw.send(3, 1, {"topics": []})
+        assert raw.is_closed_by_peer()
+    finally:
+        raw.close()
