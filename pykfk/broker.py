@@ -295,9 +295,11 @@ class Broker:
         await self._transaction_leadership.settled()
 
     async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+                                 partitions: list[tuple[str, int]], add: bool = False) -> dict[tuple[str, int], int]:
         """KIP-890's check for a partition leader: asks the id's coordinator. When none
-        answers, NOT_ENOUGH_REPLICAS (KIP-890's mapping: the producer retries)."""
+        answers, NOT_ENOUGH_REPLICAS (KIP-890's mapping: the producer retries).
+        ``add`` (transaction version 2: Produce v12+, TxnOffsetCommit v5+): the
+        coordinator adds the partitions to the transaction, opening it if need be."""
         from pykfk.cluster.metadata import NO_LEADER
         from pykfk.errors import ErrorCode
         from pykfk.txn import TRANSACTION_STATE_TOPIC
@@ -306,17 +308,27 @@ class Broker:
         unavailable = dict.fromkeys(partitions, int(ErrorCode.NOT_ENOUGH_REPLICAS))
         if coordinator is None or writer is None:
             return unavailable
+        # Retriable answers become NOT_ENOUGH_REPLICAS (KIP-890's mapping: the producer
+        # retries); an added partition of a transaction still ending is one of them.
+        retriable = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS} | ({ErrorCode.CONCURRENT_TRANSACTIONS} if add else set())
         if coordinator.is_coordinator(transactional_id):
-            return {tp: int(coordinator.verify_partition(transactional_id, producer_id, producer_epoch, tp))
-                    for tp in partitions}
-        state = self.metadata.partition_state(TRANSACTION_STATE_TOPIC, coordinator.partition_for(transactional_id))
-        if state is None or state.leader in (NO_LEADER, self.broker_id):
-            return unavailable
-        codes = await writer.verify(state.leader, transactional_id, producer_id, producer_epoch, partitions)
-        return {tp: (int(ErrorCode.NOT_ENOUGH_REPLICAS) if code in (ErrorCode.NOT_COORDINATOR,
-                                                                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-                     else code) for tp, code in codes.items()}
+            if add:
+                codes = dict.fromkeys(partitions, int(await coordinator.add_partitions(
+                    transactional_id, producer_id, producer_epoch, partitions)))
+            else:
+                return {tp: int(coordinator.verify_partition(transactional_id, producer_id, producer_epoch, tp))
+                        for tp in partitions}
+        else:
+            state = self.metadata.partition_state(TRANSACTION_STATE_TOPIC,
+                                                  coordinator.partition_for(transactional_id))
+            if state is None or state.leader in (NO_LEADER, self.broker_id):
+                return unavailable
+            codes = await writer.verify(state.leader, transactional_id, producer_id, producer_epoch, partitions,
+                                        verify_only=not add)
+        return {tp: int(ErrorCode.NOT_ENOUGH_REPLICAS) if code in retriable
+                else int(ErrorCode.INVALID_PRODUCER_EPOCH) if code == ErrorCode.PRODUCER_FENCED
+                else code for tp, code in codes.items()}
 
     def transaction_coordinator_node(self, partition: int, listener: str) -> tuple[int, str, int] | None:
         from pykfk.txn import TRANSACTION_STATE_TOPIC

@@ -3,8 +3,12 @@ names them, limited to what this broker serves.
 
 - ``metadata.version``: the level of Kafka 4.1 (4.1-IV1, 27); the lowest Kafka 4.1 supports
   is 3.3-IV3 (7).
-- ``transaction.version`` 1: KIP-890 part 1 (server-side verification); level 2
-  (transactions v2: EndTxn v5 epoch bumps) is not served.
+- ``transaction.version`` 2: transactions v2 (KIP-890 part 2: EndTxn v5 bumps the epoch
+  at the end of every transaction, Produce v12+ and TxnOffsetCommit v5 add their
+  partitions to the transaction); level 1 is the server-side verification of part 1.
+  Clients choose by the versions they send: older ones keep the flow before it. Level 2
+  is offered only while Produce v12 is served: a client of level 2 sends no
+  AddPartitionsToTxn, so a broker that cannot add partitions at a Produce offers 1.
 - ``group.version`` 1: the consumer group protocol of KIP-848 is served.
 - ``share.version`` 1: share groups (KIP-932), only while ``group.share.enable`` is on
   and the ShareGroupHeartbeat API is registered.
@@ -19,6 +23,9 @@ from dataclasses import dataclass
 from pykfk.protocol import typed
 
 SHARE_GROUP_HEARTBEAT_KEY = 76
+PRODUCE_KEY = 0
+# The Produce version from which a transactional produce adds its partition (KIP-890 part 2).
+PRODUCE_ADDS_PARTITIONS = 12
 FINALIZED_FEATURES_EPOCH = 1
 
 
@@ -31,14 +38,18 @@ class Feature:
 
 
 METADATA_VERSION = Feature("metadata.version", 7, 27, 27)
-TRANSACTION_VERSION = Feature("transaction.version", 0, 1, 1)
+TRANSACTION_VERSION = Feature("transaction.version", 0, 2, 2)
+TRANSACTION_VERSION_1 = Feature("transaction.version", 0, 1, 1)
 GROUP_VERSION = Feature("group.version", 0, 1, 1)
 SHARE_VERSION = Feature("share.version", 0, 1, 1)
 
 
-def served_features(share_groups: bool) -> tuple[Feature, ...]:
-    """The features of this broker, ``share.version`` only when share groups are served."""
-    base = (METADATA_VERSION, TRANSACTION_VERSION, GROUP_VERSION)
+def served_features(share_groups: bool, produce_max_version: int = PRODUCE_ADDS_PARTITIONS
+                    ) -> tuple[Feature, ...]:
+    """The features of this broker, ``share.version`` only when share groups are served,
+    ``transaction.version`` 2 only when Produce serves ``PRODUCE_ADDS_PARTITIONS``."""
+    transactions = TRANSACTION_VERSION if produce_max_version >= PRODUCE_ADDS_PARTITIONS else TRANSACTION_VERSION_1
+    base = (METADATA_VERSION, transactions, GROUP_VERSION)
     return base + (SHARE_VERSION,) if share_groups else base
 
 

@@ -99,9 +99,10 @@ class BrokerServices(Protocol):
         ...
 
     async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+                                 partitions: list[tuple[str, int]], add: bool = False) -> dict[tuple[str, int], int]:
         """Whether ``partitions`` are in the producer's open transaction, by its
-        coordinator's word (this broker's or another's): an error code per partition."""
+        coordinator's word (this broker's or another's): an error code per partition.
+        ``add``: the coordinator adds them instead (transaction version 2)."""
         ...
 
     def transaction_coordinator_node(self, partition: int, listener: str) -> tuple[int, str, int] | None:

@@ -11,6 +11,8 @@ States (``TxnState``) and who moves them::
 
     Empty/CompleteCommit/CompleteAbort --AddPartitionsToTxn/AddOffsetsToTxn--> Ongoing
     Ongoing --EndTxn(commit)--> PrepareCommit --markers written--> CompleteCommit
+    (transaction version 2, EndTxn v5: PrepareCommit/PrepareAbort at epoch + 1, the
+    markers at that epoch; an abort with no transaction open bumps the epoch too)
     Ongoing --EndTxn(abort), timeout, InitProducerId of a new producer
             (PrepareEpochFence, epoch + 1)--> PrepareAbort --markers--> CompleteAbort
     any settled state --transactional.id.expiration.ms--> Dead (tombstone)
@@ -106,9 +108,9 @@ class MarkerWriter(Protocol):
 class TxnMetadata:
     """What the coordinator knows of one transactional id."""
 
-    __slots__ = ("completion", "last_producer_epoch", "lock", "partition", "partitions", "pending",
-                 "producer_epoch", "producer_id", "start_ms", "state", "timeout_ms", "transactional_id",
-                 "update_ms")
+    __slots__ = ("completion", "last_producer_epoch", "lock", "next_producer_id", "partition", "partitions",
+                 "pending", "previous_producer_id", "producer_epoch", "producer_id", "start_ms", "state",
+                 "timeout_ms", "transactional_id", "update_ms")
 
     def __init__(self, transactional_id: str, partition: int, record: TxnRecord):
         self.transactional_id = transactional_id
@@ -129,6 +131,11 @@ class TxnMetadata:
         # written again until it is durable, requests answered CONCURRENT_TRANSACTIONS
         # meanwhile (Kafka keeps such a transition pending too).
         self.pending: TxnRecord | None = None
+        # Transaction version 2 when the epoch is exhausted: the transaction ends at the
+        # last epoch, then the id continues with this producer id at epoch 0; the one
+        # before it answers a retried EndTxn (Kafka's NextProducerId/PreviousProducerId).
+        self.next_producer_id = NO_PRODUCER_ID
+        self.previous_producer_id = NO_PRODUCER_ID
 
     def record(self, **changes: Any) -> TxnRecord:
         """The stored form of this metadata with ``changes`` applied (not yet taken)."""
@@ -435,6 +442,8 @@ class TransactionCoordinator:
         return meta, E.NONE
 
     def _producer_error(self, meta: TxnMetadata | None, producer_id: int, epoch: int) -> ErrorCode | None:
+        if meta is not None and producer_id == meta.next_producer_id != NO_PRODUCER_ID:
+            return E.CONCURRENT_TRANSACTIONS  # the next producer id, while the last transaction ends
         if meta is None or meta.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.producer_epoch:
@@ -493,8 +502,8 @@ class TransactionCoordinator:
 
     async def end_transaction(self, transactional_id: str, producer_id: int, epoch: int,
                               commit: bool) -> ErrorCode:
-        """Commits or aborts: PrepareCommit/PrepareAbort is written, the answer given, and
-        the markers follow in the background."""
+        """Commits or aborts (EndTxn v0-4): PrepareCommit/PrepareAbort is written, the
+        answer given, and the markers follow in the background."""
         meta, refused = self._producer_transaction(transactional_id, producer_id, epoch)
         if meta is None:
             return refused
@@ -512,6 +521,60 @@ class TransactionCoordinator:
             if state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
                 return E.CONCURRENT_TRANSACTIONS
             return E.INVALID_TXN_STATE
+
+    async def end_transaction_bumping(self, transactional_id: str, producer_id: int, epoch: int,
+                                      commit: bool) -> tuple[ErrorCode, int, int]:
+        """Commits or aborts with transaction version 2 (EndTxn v5, KIP-890 part 2):
+        (error, producer id, epoch the producer uses next). The transaction ends at
+        epoch + 1, so the markers fence every batch of it still in flight; an exhausted
+        epoch moves the id to a new producer id at epoch 0. An abort with no transaction
+        open bumps the epoch too (the producer cannot know whether a Produce opened
+        one). A retry after the bump (the epoch before it, the transaction ending or
+        ended the same way) gets the same answer again."""
+        error = self._coordinator_error(transactional_id)
+        if error is not None:
+            return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return E.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        async with meta.lock:
+            if self.txns.get(transactional_id) is not meta:
+                return E.NOT_COORDINATOR, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if meta.pending is not None:
+                return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            state = meta.state
+            ending = (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT) if commit \
+                else (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+            retry = (epoch == meta.last_producer_epoch and producer_id == meta.producer_id) or (
+                producer_id == meta.previous_producer_id and epoch == MAX_PRODUCER_EPOCH - 1
+                and meta.producer_epoch == 0)
+            if retry and state in ending:
+                return E.NONE, *self._next_producer(meta)
+            if producer_id != meta.producer_id:
+                return E.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if epoch != meta.producer_epoch:
+                return E.PRODUCER_FENCED, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if state in PREPARING:
+                return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if state != TxnState.ONGOING and (commit or state not in SETTLED):
+                return E.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+                next_id = await self._new_producer_id()
+                if next_id is None:
+                    return E.COORDINATOR_LOAD_IN_PROGRESS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+                meta.next_producer_id = next_id
+            error = await self._prepare_end(meta, commit, epoch=meta.producer_epoch + 1)
+            if error != E.NONE:
+                meta.next_producer_id = NO_PRODUCER_ID
+                return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            return E.NONE, *self._next_producer(meta)
+
+    @staticmethod
+    def _next_producer(meta: TxnMetadata) -> tuple[int, int]:
+        """The producer id and epoch of the id's next transaction."""
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            return meta.next_producer_id, 0
+        return meta.producer_id, meta.producer_epoch
 
     async def _prepare_end(self, meta: TxnMetadata, commit: bool, epoch: int) -> ErrorCode:
         now = self.clock.time_ms()
@@ -554,9 +617,14 @@ class TransactionCoordinator:
         async with meta.lock:
             if self.txns.get(meta.transactional_id) is not meta:
                 return
-            await self._write(meta, meta.record(
+            next_id, previous_id = meta.next_producer_id, meta.producer_id
+            changes: dict[str, Any] = {} if next_id == NO_PRODUCER_ID else {
+                "producer_id": next_id, "producer_epoch": 0}
+            error = await self._write(meta, meta.record(
                 state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                partitions=frozenset(), last_update_timestamp_ms=self.clock.time_ms()))
+                partitions=frozenset(), last_update_timestamp_ms=self.clock.time_ms(), **changes))
+            if error == E.NONE and next_id != NO_PRODUCER_ID:
+                meta.next_producer_id, meta.previous_producer_id = NO_PRODUCER_ID, previous_id
         meta.completion = None
 
     async def wait_completed(self, transactional_id: str) -> None:

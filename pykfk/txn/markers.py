@@ -146,16 +146,17 @@ class BrokerMarkerWriter:
         return {**failed, **codes}
 
     async def verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+                     partitions: list[TopicPartition], verify_only: bool = True) -> dict[TopicPartition, int]:
         """Asks the coordinator on broker ``coordinator`` (AddPartitionsToTxn v4 with
         verify_only, KIP-890) whether the partitions are in the producer's open
-        transaction; NOT_COORDINATOR for each when it cannot be asked."""
+        transaction, or (``verify_only`` off, transaction version 2) to add them to it;
+        NOT_COORDINATOR for each when it cannot be asked."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
         body = {"transactions": [{
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-            "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]}
+            "verify_only": verify_only, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]}
         failed = dict.fromkeys(partitions, int(ErrorCode.NOT_COORDINATOR))
         try:
             response = await self._request(coordinator, ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION, body)

@@ -43,15 +43,17 @@ def broker_factory(tmp_path):
 def test_features_as_kafka_sends_them_and_share_version_only_with_share_groups(broker_factory):
     broker = broker_factory()
     supported, finalized, epoch = _features(broker, 4)
-    assert supported == {"metadata.version": (7, 27), "transaction.version": (0, 1),
+    # Transactions v2 (level 2) only with a Produce that adds partitions (v12+).
+    produce = broker.broker.registry.get(0)
+    level = 2 if produce is not None and produce.max_version >= 12 else 1
+    assert supported == {"metadata.version": (7, 27), "transaction.version": (0, level),
                          "group.version": (0, 1), "share.version": (0, 1)}
-    # transactions v2 (level 2) is not served, so clients keep to v1's EndTxn.
-    assert finalized == {"metadata.version": (27, 27), "transaction.version": (1, 1),
+    assert finalized == {"metadata.version": (27, 27), "transaction.version": (level, level),
                          "group.version": (1, 1), "share.version": (1, 1)}
     assert epoch >= 0
     # v3 clients cannot read a minimum of 0: Kafka sends them 1.
     supported_v3, finalized_v3, _ = _features(broker, 3)
-    assert supported_v3["transaction.version"] == (1, 1) and supported_v3["metadata.version"] == (7, 27)
+    assert supported_v3["transaction.version"] == (1, level) and supported_v3["metadata.version"] == (7, 27)
     assert finalized_v3 == finalized
     # Before v3 the fields do not exist.
     client = RawClient(broker.host, broker.port)

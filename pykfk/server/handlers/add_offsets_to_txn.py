@@ -1,7 +1,8 @@
 """AddOffsetsToTxn (key 25): the producer will commit a consumer group's offsets in its
 transaction, so the group's ``__consumer_offsets`` partition joins the transaction (and
 gets its marker when it ends). PRODUCER_FENCED reaches versions below 2 as
-INVALID_PRODUCER_EPOCH (KIP-588).
+INVALID_PRODUCER_EPOCH (KIP-588). v4 (KIP-890) is answered as v3; clients of transaction
+version 2 send TxnOffsetCommit v5 instead, which adds the partition itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 25
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: typed.AddOffsetsToTxnRequest) -> typed.AddOffsetsToTxnResponse:

@@ -26,7 +26,8 @@ async def handle(ctx: RequestContext, request: typed.ApiVersionsRequest) -> type
         "error_code": ErrorCode.NONE, "api_keys": ctx.registry.api_versions(), "throttle_time_ms": 0}
     if ctx.api_version >= 3:
         ctx.session.client_software = (request.client_software_name, request.client_software_version)
-        served = features.served_features(_share_groups_served(ctx))
+        produce = ctx.registry.get(features.PRODUCE_KEY)
+        served = features.served_features(_share_groups_served(ctx), -1 if produce is None else produce.max_version)
         response["supported_features"] = features.supported_keys(served, ctx.api_version)
         response["finalized_features"] = features.finalized_keys(served)
         response["finalized_features_epoch"] = features.FINALIZED_FEATURES_EPOCH

@@ -10,7 +10,7 @@ fencing older producers of the same id; an open transaction is aborted first
 (CONCURRENT_TRANSACTIONS until it is, the client retries).
 From v3 a producer may name its current producer id and epoch to bump its own epoch
 after an abortable error (KIP-360); a stale one gets PRODUCER_FENCED, which versions
-below 4 receive as INVALID_PRODUCER_EPOCH (KIP-588).
+below 4 receive as INVALID_PRODUCER_EPOCH (KIP-588). v5 (KIP-890) is answered as v4.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 22
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 def _answer(code: int, producer_id: int = -1, producer_epoch: int = -1) -> typed.InitProducerIdResponse:

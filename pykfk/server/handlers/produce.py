@@ -144,8 +144,8 @@ def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Parti
     entry = state.producers.get(producer_id)
     if producer_id in state.ongoing and entry is not None and entry.producer_epoch == producer_epoch:
         return _NONE
-    if not coordinator.is_coordinator(transactional_id):
-        return _ASK_COORDINATOR
+    if ctx.api_version >= 12 or not coordinator.is_coordinator(transactional_id):
+        return _ASK_COORDINATOR  # v12+ (transaction version 2): the coordinator adds the partition
     return int(coordinator.verify_partition(transactional_id, producer_id, producer_epoch,
                                             (leader.topic, leader.partition)))
 
@@ -249,7 +249,8 @@ async def _verified_appends(ctx: RequestContext, transactional_id: str, deferred
         by_producer.setdefault((item[4], item[5]), []).append(item)
     for (producer_id, epoch), items in by_producer.items():
         codes = await ctx.broker.verify_transaction(transactional_id, producer_id, epoch,
-                                                    [(name, index) for name, index, *_rest in items])
+                                                    [(name, index) for name, index, *_rest in items],
+                                                    add=version >= 12)
         for name, index, records, result, _pid, _epoch in items:
             code = codes.get((name, index), ErrorCode.NOT_ENOUGH_REPLICAS)
             try:

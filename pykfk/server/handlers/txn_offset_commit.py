@@ -11,6 +11,10 @@ comes. When it is not, v4+ (KIP-890) answer TRANSACTION_ABORTABLE, so the produc
 aborts and goes on, and older versions INVALID_TXN_STATE, as Kafka does. When no
 coordinator answers the check, COORDINATOR_LOAD_IN_PROGRESS (the producer retries;
 COORDINATOR_NOT_AVAILABLE below v2, as Kafka answers clients older than 2.0).
+
+v5 comes from transaction version 2 clients, which send no AddOffsetsToTxn: the
+coordinator is asked to add the partition to the transaction (opening it if need be)
+instead of checking it is there.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 28
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 def _all(request: TxnOffsetCommitRequest, code: int) -> TxnOffsetCommitResponse:
@@ -49,11 +53,11 @@ async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> int:
             and entry.producer_epoch == request.producer_epoch:
         return ErrorCode.NONE  # checked at the transaction's first commit to the partition
     codes = await ctx.broker.verify_transaction(request.transactional_id, request.producer_id,
-                                                request.producer_epoch, [partition])
+                                                request.producer_epoch, [partition], add=ctx.api_version >= 5)
     code = codes.get(partition, ErrorCode.NONE)
     if code == ErrorCode.INVALID_TXN_STATE:
         return ErrorCode.TRANSACTION_ABORTABLE if ctx.api_version >= 4 else ErrorCode.INVALID_TXN_STATE
-    if code == ErrorCode.NOT_ENOUGH_REPLICAS:  # no coordinator answered
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS:  # no coordinator answered, or the last transaction ends
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if ctx.api_version >= 2 else ErrorCode.COORDINATOR_NOT_AVAILABLE
     return code
 
