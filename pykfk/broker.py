@@ -31,6 +31,7 @@ from pykfk.cluster.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TopicManager
 from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError, format_config_value
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
+from pykfk.server import log_dir_moves
 from pykfk.server.loop_stalls import LoopStallMonitor
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ class Broker:
 
             self.metrics_endpoint = await start_endpoint(self, cfg["metrics.listener"])
         await self.cluster.join()
+        log_dir_moves.resume_moves(self)
         if cfg["delegation.token.secret.key"]:
             from pykfk.security.credentials import ExpiredTokenSweep
 
@@ -217,6 +219,7 @@ class Broker:
         await self._stop_transaction_coordinator()
         if self.servers:
             await asyncio.gather(*(server.shutdown() for server in self.servers))
+        await log_dir_moves.stop_moves(self)
         await self.cluster.stop()
         if self.log_manager is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)

@@ -172,17 +172,31 @@ def _run_logged(fn: Callable[[], Any]) -> None:
         logger.exception("Background log task %r failed", fn)
 
 
-def _copy_from(source: str, target: str, start: int) -> int:
+def _copy_from(source: str, target: str, start: int, pace: Callable[[int], None] | None = None) -> int:
     """Copies ``source`` from byte ``start`` into ``target`` (kept up to ``start``,
-    cut there), fsynced; returns the bytes copied."""
+    cut there), fsynced; returns the bytes copied. ``pace`` is told each MiB copied
+    (and may sleep)."""
     with open(source, "rb") as src, open(target, "r+b" if start else "wb") as dst:
         src.seek(start)
         dst.truncate(start)
         dst.seek(start)
-        shutil.copyfileobj(src, dst, 1 << 20)
+        if pace is None:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        else:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+                pace(len(chunk))
         dst.flush()
         os.fsync(dst.fileno())
         return dst.tell() - start
+
+
+def _future_partition(name: str) -> TopicPartition | None:
+    """The partition of a future dir name (``<topic>-<partition>.<id>-future``)."""
+    try:
+        return parse_partition_dir(name[:-len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[0])
+    except ValueError:
+        return None
 
 
 def _fsync_dir(path: str) -> None:
@@ -263,6 +277,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         # Partitions whose log is in a dir that could not be loaded at start.
         self._stranded: dict[TopicPartition, str] = {}
+        # Future dirs of log moves the last stop interrupted (AlterReplicaLogDirs): the
+        # broker resumes them once it runs (pykfk.server.log_dir_moves).
+        self._interrupted_moves: dict[TopicPartition, str] = {}
         self._logs_changes = 0  # logs added or removed: the count keys caches of _logs
         # The logs with a flush.ms, as of (_logs_changes, CONFIG_CHANGES.count).
         self._flushed_on_time: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
@@ -366,9 +383,15 @@ class LogManager:
                 shutil.rmtree(path, ignore_errors=True)
                 continue
             if name.endswith(FUTURE_DIR_SUFFIX):
-                # A move between log dirs the stop interrupted: its source is intact.
-                logger.info("Removing %s, the copy of a log move the last stop interrupted", path)
-                shutil.rmtree(path, ignore_errors=True)
+                # A move between log dirs the stop interrupted: its source is intact. At
+                # start it is kept for the broker to resume; a dir back from offline drops it.
+                tp = _future_partition(name)
+                if recovery_points is None and tp is not None and tp not in self._interrupted_moves:
+                    logger.info("Found %s, the copy of a log move the last stop interrupted", path)
+                    self._interrupted_moves[tp] = path
+                else:
+                    logger.info("Removing %s, the copy of an interrupted log move", path)
+                    shutil.rmtree(path, ignore_errors=True)
                 continue
             try:
                 topic, partition = parse_partition_dir(name)
@@ -607,19 +630,24 @@ class LogManager:
             return ErrorCode.REPLICA_NOT_AVAILABLE, f"{topic}-{partition} has no replica on this broker"
         return None
 
+    def take_interrupted_moves(self) -> dict[TopicPartition, str]:
+        """The future dirs of moves the last stop interrupted, found at start (once)."""
+        found, self._interrupted_moves = self._interrupted_moves, {}
+        return found
+
     @staticmethod
     def future_dir(log: Log, log_dir: str) -> str:
         """Where the copy of a moving log grows (Kafka's ``<topic>-<partition>.<id>-future``)."""
         return os.path.join(log_dir, f"{log.topic}-{log.partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}")
 
     @staticmethod
-    def copy_for_move(log: Log, future: str) -> int:
+    def copy_for_move(log: Log, future: str, pace: Callable[[int], None] | None = None) -> int:
         """Brings the future dir up to the log's files as they are now: a segment's .log
         grown since the last pass gets its new tail (all of it when it shrank: cleaned),
         indexes and other files are copied when they differ (the active segment's always,
         they change in place; an empty active segment's as sparse files), files the log
         dropped are removed. Returns the bytes copied. Blocking, for a worker thread
-        while the log takes appends."""
+        while the log takes appends; ``pace`` is told the bytes as they are copied."""
         os.makedirs(future, exist_ok=True)
         copied = 0
         present = set()
@@ -641,7 +669,7 @@ class LogManager:
                     dst.truncate(size)  # an empty segment's preallocated indexes: zeros
                 continue
             start = had if name.endswith(".log") and 0 <= had <= size else 0
-            copied += _copy_from(source, target, start)
+            copied += _copy_from(source, target, start, pace)
         for name in os.listdir(future):
             if name not in present:
                 os.unlink(os.path.join(future, name))

@@ -17,8 +17,8 @@ from pykfk._core.records import build_batch
 from pykfk.errors import ErrorCode as E
 from pykfk.server import features
 from pykfk.testing import BrokerProcess, RawClient, free_port, wait_until
-from tests.metrics.promtools import parse, scrape
 from pykfk.txn.coordinator import MAX_PRODUCER_EPOCH, TxnState
+from tests.metrics.promtools import parse, scrape
 from tests.server.test_handlers import create_topic
 
 from .conftest import read_all
