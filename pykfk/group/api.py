@@ -10,8 +10,9 @@ client_id=ctx.client_id, client_host=ctx.client_host)``.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar, cast
 
 from pykfk.errors import ErrorCode
@@ -20,6 +21,7 @@ from pykfk.group.coordinator import AUTHORIZED_OPERATIONS_OMITTED, GroupCoordina
 from pykfk.protocol import typed
 
 E = ErrorCode
+log = logging.getLogger("pykfk.group")
 
 # DescribeGroups authorized_operations with no authorizer: every group operation Kafka
 # defines is allowed (AclOperation READ=3, DELETE=6, DESCRIBE=8), as a bit set.
@@ -104,7 +106,12 @@ async def join_group(
     client_host: str,
 ) -> typed.JoinGroupResponse:
     """JoinGroup (key 11). ``client_host`` is the peer address as Kafka shows it
-    ("/127.0.0.1"). From v4 an unknown member first gets MEMBER_ID_REQUIRED, as in Kafka."""
+    ("/127.0.0.1"). From v4 an unknown member first gets MEMBER_ID_REQUIRED, as in Kafka;
+    v8+ bring the member's reason (logged, as Kafka does); from v9 a rejoining static
+    leader of a Stable group gets the members and skip_assignment (KIP-814)."""
+    if request.reason:
+        log.info("group %r: member %r (client %r) joins: %s", request.group_id, request.member_id or "(new)",
+                 client_id, request.reason)
     result = await coordinator.join_group(
         request.group_id,
         request.member_id,
@@ -116,6 +123,7 @@ async def join_group(
         client_id=client_id or "",
         client_host=client_host,
         require_known_member_id=api_version >= 4,
+        skip_assignment_supported=api_version >= 9,
     )
     if result["protocol_name"] is None:
         result["protocol_name"] = ""  # not nullable before v7
@@ -148,13 +156,18 @@ async def heartbeat(
 async def leave_group(
     coordinator: GroupCoordinator, api_version: int, request: typed.LeaveGroupRequest
 ) -> typed.LeaveGroupResponse:
-    """LeaveGroup (key 13): v0-v2 name one member; v3+ a batch with per-member errors."""
+    """LeaveGroup (key 13): v0-v2 name one member; v3+ a batch with per-member errors;
+    v5+ each member's reason (logged, as Kafka does)."""
     if api_version < 3:
         result = await coordinator.leave_group(request.group_id, [(request.member_id, None)])
         error = result["error_code"]
         if error == E.NONE and result["members"]:
             error = result["members"][0]["error_code"]
         return {"throttle_time_ms": 0, "error_code": error, "members": []}
+    for m in request.members:
+        if m.reason:
+            log.info("group %r: member %r leaves: %s", request.group_id, m.member_id or m.group_instance_id,
+                     m.reason)
     members = [(m.member_id, m.group_instance_id) for m in request.members]
     return _body(typed.LeaveGroupResponse, await coordinator.leave_group(request.group_id, members))
 
@@ -223,15 +236,53 @@ async def _consumer_group_commit(coordinator: GroupCoordinator, api_version: int
 async def offset_fetch(
     coordinator: GroupCoordinator, api_version: int, request: typed.OffsetFetchRequest
 ) -> typed.OffsetFetchResponse:
-    """OffsetFetch (key 9), v0-v7. A null topic list (v2+) asks for every committed
-    partition; v2+ report a group-level error at the top, v0-v1 per partition."""
-    topics = None if request.topics is None else [
-        (t.name, list(t.partition_indexes)) for t in request.topics]
-    result = await coordinator.offset_fetch(
-        request.group_id, topics, require_stable=request.require_stable)
+    """OffsetFetch (key 9). A null topic list (v2+) asks for every committed partition;
+    v2+ report a group-level error at the top, v0-v1 per partition; v8+ name several
+    groups, each answered on its own (``offset_fetch_groups``)."""
+    if api_version >= 8:
+        return {"throttle_time_ms": 0,
+                "groups": await offset_fetch_groups(coordinator, request, lambda g: _topic_list(g.topics))}
+    result = await offset_fetch_group(coordinator, request.group_id, _topic_list(request.topics),
+                                      require_stable=request.require_stable)
     if api_version >= 2 and result["error_code"] != E.NONE:
         result["topics"] = []
     return _body(typed.OffsetFetchResponse, result)
+
+
+def _topic_list(topics: Sequence[typed.OffsetFetchRequestTopic] | Sequence[typed.OffsetFetchRequestTopics] | None
+                ) -> list[tuple[str, list[int]]] | None:
+    return None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+
+
+async def offset_fetch_group(
+    coordinator: GroupCoordinator, group_id: str, topics: list[tuple[str, list[int]]] | None, *,
+    require_stable: bool, member_id: str | None = None, member_epoch: int = -1,
+) -> dict[str, Any]:
+    """One group's committed offsets: {error_code, topics}. A member of a consumer-protocol
+    group names itself (OffsetFetch v9+: ``member_id``, ``member_epoch``) and is checked
+    as Kafka does (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, as the group's error); a request
+    without them (an admin client) is always answered."""
+    error = coordinator.consumer_groups.fetch_error(group_id, member_id, member_epoch)
+    if error is not None:
+        return {"error_code": error, "topics": []}
+    return await coordinator.offset_fetch(group_id, topics, require_stable=require_stable)
+
+
+async def offset_fetch_groups(
+    coordinator: GroupCoordinator, request: typed.OffsetFetchRequest,
+    topics_of: Callable[[typed.OffsetFetchRequestGroup], list[tuple[str, list[int]]] | None],
+) -> list[typed.OffsetFetchResponseGroup]:
+    """OffsetFetch v8+: each group of the request answered on its own (its own error).
+    ``topics_of`` gives the topics to read for a group (the caller leaves out those it
+    answers itself)."""
+    out: list[typed.OffsetFetchResponseGroup] = []
+    for group in request.groups:
+        result = await offset_fetch_group(coordinator, group.group_id, topics_of(group),
+                                          require_stable=request.require_stable,
+                                          member_id=group.member_id, member_epoch=group.member_epoch)
+        out.append({"group_id": group.group_id, "error_code": result["error_code"],
+                    "topics": result["topics"] if result["error_code"] == E.NONE else []})
+    return out
 
 
 # -- administration ------------------------------------------------------------------------------
@@ -291,9 +342,11 @@ def _not_classic(group_id: str, api_version: int) -> typed.DescribeGroupsRespons
 async def consumer_group_heartbeat(
     coordinator: GroupCoordinator, api_version: int, request: typed.ConsumerGroupHeartbeatRequest, *,
     catalog: TopicCatalog, client_id: str | None, client_host: str,
+    may_describe: Callable[[str], bool] | None = None,
 ) -> typed.ConsumerGroupHeartbeatResponse:
     """ConsumerGroupHeartbeat (key 68). v0 members get their id from the coordinator;
-    from v1 they bring their own."""
+    from v1 they bring their own. ``may_describe`` (with an authorizer) bounds what the
+    member's regular expression may match."""
     owned = None if request.topic_partitions is None else {
         tp.topic_id: frozenset(tp.partitions) for tp in request.topic_partitions}
     heartbeat = Heartbeat(
@@ -303,7 +356,7 @@ async def consumer_group_heartbeat(
         subscribed_topic_names=request.subscribed_topic_names,
         subscribed_topic_regex=request.subscribed_topic_regex,
         server_assignor=request.server_assignor, owned=owned, client_id=client_id or "",
-        client_host=client_host, client_generates_id=api_version >= 1)
+        client_host=client_host, client_generates_id=api_version >= 1, may_describe=may_describe)
     return _body(typed.ConsumerGroupHeartbeatResponse, await coordinator.consumer_groups.heartbeat(heartbeat, catalog))
 
 

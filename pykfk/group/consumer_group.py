@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pykfk.clock import TimerHandle
@@ -120,6 +120,9 @@ class Heartbeat:
     client_host: str = ""
     # v1+: the member names itself; v0: the coordinator does.
     client_generates_id: bool = True
+    # Whether the member may describe a topic (None: no authorizer); what its regular
+    # expression may match.
+    may_describe: Callable[[str], bool] | None = None
 
 
 def _error_result(code: ErrorCode, message: str | None = None, member_id: str | None = None) -> Result:
@@ -166,6 +169,10 @@ class ConsumerGroups:
         self._session_timers: dict[tuple[str, str], TimerHandle] = {}
         self._revocation_timers: dict[tuple[str, str], TimerHandle] = {}
         self._regex_cache: dict[tuple[str, int], frozenset[str]] = {}
+        # Groups whose regular expressions are being resolved, and who may see what: the
+        # describe check of the member that last set each (group, regex).
+        self._resolving: set[str] = set()
+        self._describers: dict[tuple[str, str], Callable[[str], bool]] = {}
 
     # == lookups ================================================================================
 
@@ -340,6 +347,9 @@ class ConsumerGroups:
         changed = self._apply_fields(member, request) or joined
         if changed or request.member_epoch == JOIN_EPOCH:
             records.append(self._member_metadata_record(group.group_id, member))
+        if request.subscribed_topic_regex and request.may_describe is not None:
+            self._describers[(group.group_id, request.subscribed_topic_regex)] = request.may_describe
+        self._maybe_resolve(group, catalog)
         subscribed = self._subscribed_topics(group, catalog)
         if subscribed != group.subscribed_topics:
             group.subscribed_topics = subscribed
@@ -375,17 +385,62 @@ class ConsumerGroups:
         return changed
 
     def _subscribed_topics(self, group: ConsumerGroup, catalog: TopicCatalog) -> dict[str, tuple[uuid.UUID, int]]:
+        """The topics the group consumes: every member's named topics and what its
+        regular expression matched when last resolved (nothing before that)."""
         topics = catalog.topics()
         names: set[str] = set()
         for member in group.members.values():
             names.update(member.subscribed_topic_names)
             if member.subscribed_topic_regex:
-                names |= self._matching(member.subscribed_topic_regex, catalog)
+                names |= group.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
         return {name: topics[name] for name in sorted(names) if name in topics}
 
-    def _matching(self, regex: str, catalog: TopicCatalog) -> frozenset[str]:
+    def _maybe_resolve(self, group: ConsumerGroup, catalog: TopicCatalog) -> None:
+        """Resolve the group's regular expressions in a task of their own when one is new
+        or the topics changed since: as in Kafka, a heartbeat is answered with the topics
+        it names at once, and a regular expression's matches reach the members in a later
+        group epoch (their next heartbeat)."""
+        regexes = group.regexes()
+        if not regexes:
+            group.resolved_regexes.clear()
+            return
+        stale = group.regexes_resolved_at != catalog.version or not regexes <= group.resolved_regexes.keys()
+        if stale and group.group_id not in self._resolving:
+            self._resolving.add(group.group_id)
+            self._owner._spawn(self._resolve(group.group_id, catalog))
+
+    async def _resolve(self, group_id: str, catalog: TopicCatalog) -> None:
+        try:
+            await asyncio.sleep(0)  # the heartbeat that asked is answered first
+            group = self._groups.get(group_id)
+            if group is None:
+                return
+            regexes = group.regexes()
+            for key in [k for k in self._describers if k[0] == group_id and k[1] not in regexes]:
+                del self._describers[key]
+            resolved = {regex: self._matching(regex, catalog, self._describers.get((group_id, regex)))
+                        for regex in regexes}
+            group.regexes_resolved_at = catalog.version
+            subscribed = self._subscribed_topics(dataclasses.replace(group, resolved_regexes=resolved), catalog)
+            if resolved == group.resolved_regexes and subscribed == group.subscribed_topics:
+                return
+            group.resolved_regexes = resolved
+            records: list[Record] = []
+            if subscribed != group.subscribed_topics:
+                group.subscribed_topics = subscribed
+                records.append(self._partition_metadata_record(group))
+            self._bump(group, records)
+            records += self._assign(group)
+            log.info("consumer group %r: regular expressions resolved (%d topics) in group epoch %d",
+                     group_id, sum(len(t) for t in resolved.values()), group.group_epoch)
+            await self._store(group_id, records)
+        finally:
+            self._resolving.discard(group_id)
+
+    def _matching(self, regex: str, catalog: TopicCatalog,
+                  may_describe: Callable[[str], bool] | None = None) -> frozenset[str]:
         """Topic names the regex matches in full (as Kafka's RE2J ``matches``); internal
-        topics never match. Cached per catalog version."""
+        topics never match, nor those ``may_describe`` refuses. Cached per catalog version."""
         key = (regex, catalog.version)
         found = self._regex_cache.get(key)
         if found is None:
@@ -394,13 +449,14 @@ class ConsumerGroups:
             pattern = re.compile(regex)
             found = self._regex_cache[key] = frozenset(
                 n for n in catalog.topics() if not _is_internal(n) and pattern.fullmatch(n))
+        if may_describe is not None:
+            found = frozenset(n for n in found if may_describe(n))
         return found
 
     def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            pattern = re.compile(member.subscribed_topic_regex)
-            names.update(n for n in group.subscribed_topics if not _is_internal(n) and pattern.fullmatch(n))
+            names |= group.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
         return frozenset(group.subscribed_topics[n][0] for n in names if n in group.subscribed_topics)
 
     def _assignor_for(self, group: ConsumerGroup) -> str:
@@ -586,6 +642,11 @@ class ConsumerGroups:
         for group_id, group in loaded.items():
             group.members = {m: member for m, member in group.members.items() if member.client_id is not None}
             group.rebuild_partition_epochs()
+            # What each regular expression matched is in the stored subscribed topics; it
+            # is resolved again at the next heartbeat (and changes the epoch only if its
+            # matches changed meanwhile).
+            group.resolved_regexes = {regex: frozenset(n for n in group.subscribed_topics if re.fullmatch(regex, n))
+                                      for regex in group.regexes()}
             self._groups[group_id] = group
             self._ensure_offsets_holder(group_id)
             for member_id in group.members:
@@ -646,6 +707,21 @@ class ConsumerGroups:
             return E.UNKNOWN_MEMBER_ID
         if api_version < 9:
             return E.UNSUPPORTED_VERSION
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return None
+
+
+    def fetch_error(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """Whether an OffsetFetch may read a consumer group's offsets (Kafka's
+        validateOffsetFetch): always without a member id and epoch (an admin client, or a
+        client before v9); else only the member, at its current epoch."""
+        group = self._groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
             return E.STALE_MEMBER_EPOCH
         return None

@@ -376,11 +376,14 @@ class GroupCoordinator:
         client_id: str = "",
         client_host: str = "",
         require_known_member_id: bool = False,
+        skip_assignment_supported: bool = False,
     ) -> Result:
         """JoinGroup. ``protocols`` is the request's [(name, metadata)] in preference order;
         ``rebalance_timeout_ms`` -1 (v0) means the session timeout. With
         ``require_known_member_id`` (JoinGroup v4+ as Kafka does it) a dynamic member without
-        an id gets MEMBER_ID_REQUIRED and its new id, and must join again with it.
+        an id gets MEMBER_ID_REQUIRED and its new id, and must join again with it. With
+        ``skip_assignment_supported`` (JoinGroup v9+, KIP-814) a static leader that rejoins
+        a Stable group gets the members and ``skip_assignment``.
 
         Returns {error_code, generation_id, protocol_type, protocol_name, leader,
         skip_assignment, member_id, members: [{member_id, group_instance_id, metadata}]}
@@ -425,7 +428,8 @@ class GroupCoordinator:
                 protocol_type, plain)
         if is_unknown:
             outcome = await self._join_unknown_member(
-                group, group_instance_id, require_known_member_id, *args)
+                group, group_instance_id, require_known_member_id, *args,
+                skip_assignment_supported=skip_assignment_supported)
         else:
             outcome = self._join_known_member(group, member_id, group_instance_id, *args)
         if group.is_(GroupState.PREPARING_REBALANCE):
@@ -460,7 +464,7 @@ class GroupCoordinator:
     async def _join_unknown_member(
         self, group: Group, group_instance_id: str | None, require_known_member_id: bool,
         rebalance_timeout_ms: int, session_timeout_ms: int, client_id: str, client_host: str,
-        protocol_type: str, protocols: list[tuple[str, bytes]],
+        protocol_type: str, protocols: list[tuple[str, bytes]], *, skip_assignment_supported: bool = False,
     ) -> Result | asyncio.Future[Result]:
         if group.is_(GroupState.DEAD):
             return _join_error("", E.COORDINATOR_NOT_AVAILABLE)
@@ -471,7 +475,7 @@ class GroupCoordinator:
         if group_instance_id is not None and group_instance_id in group.static_members:
             return await self._replace_static_member(
                 group, group_instance_id, new_member_id, rebalance_timeout_ms,
-                session_timeout_ms, client_id, client_host, protocols)
+                session_timeout_ms, client_id, client_host, protocols, skip_assignment_supported)
         if require_known_member_id and group_instance_id is None:
             assert self._loop is not None
             group.pending_members[new_member_id] = self._clock.call_later(
@@ -550,11 +554,13 @@ class GroupCoordinator:
     async def _replace_static_member(
         self, group: Group, group_instance_id: str, new_member_id: str,
         rebalance_timeout_ms: int, session_timeout_ms: int, client_id: str, client_host: str,
-        protocols: list[tuple[str, bytes]],
+        protocols: list[tuple[str, bytes]], skip_assignment_supported: bool = False,
     ) -> Result | asyncio.Future[Result]:
         """A static member came back without its member id (restart): it takes over the old
         member's place under a new id, and the old id is fenced. No rebalance while the group
-        is Stable and the selected protocol stays the same (KIP-345)."""
+        is Stable and the selected protocol stays the same (KIP-345); a rejoining leader
+        that can skip the assignment (JoinGroup v9+, KIP-814) gets the members with
+        ``skip_assignment``, so it knows the group without assigning it."""
         old_member_id = group.static_members[group_instance_id]
         member = group.members[old_member_id]
         saved = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms,
@@ -581,8 +587,10 @@ class GroupCoordinator:
                     return _join_error(new_member_id, error)
                 # The old leader id is returned on purpose: a rejoining static leader must
                 # not compute an assignment that a Stable group would never distribute.
-                result = self._join_result(group, member, with_members=False)
+                leads = skip_assignment_supported and group.is_leader(new_member_id)
+                result = self._join_result(group, member, with_members=leads)
                 result["leader"] = current_leader or ""
+                result["skip_assignment"] = leads
                 return result
             future = self._new_join_future(member)
             self._maybe_prepare_rebalance(group)

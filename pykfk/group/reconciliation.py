@@ -88,6 +88,15 @@ class ConsumerGroup:
     subscribed_topics: dict[str, tuple[uuid.UUID, int]] = dataclasses.field(default_factory=dict)
     # Owner epoch of every partition some member holds (assigned or pending revocation).
     partition_epochs: dict[tuple[uuid.UUID, int], int] = dataclasses.field(default_factory=dict)
+    # The topics each subscribed regular expression matched when last resolved, and the
+    # topic catalog version then (-1: to resolve again). Resolved after the heartbeat that
+    # brought it; until then it contributes no topic (Kafka's order).
+    resolved_regexes: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    regexes_resolved_at: int = -1
+
+    def regexes(self) -> set[str]:
+        """The regular expressions its members subscribe with."""
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
 
     @property
     def state(self) -> GroupState:

@@ -58,6 +58,8 @@ class ReadPartition(Protocol):
     def partition_max_bytes(self) -> int: ...
     @property
     def current_leader_epoch(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
 
 
 class ReadTopic(Protocol):
@@ -79,6 +81,8 @@ class SessionPartition:
     partition_max_bytes: int
     current_leader_epoch: int = -1
     log_start_offset: int = -1
+    # The high watermark a v18 follower last said it knows (KIP-1166); not sent: 2**63-1.
+    high_watermark: int = 2**63 - 1
     sent_high_watermark: int = -1
     sent_last_stable_offset: int = -1
     sent_log_start_offset: int = -1
@@ -128,12 +132,13 @@ class FetchSession:
                 if known is None:
                     self.partitions[key] = SessionPartition(
                         part.partition, part.fetch_offset, part.partition_max_bytes,
-                        part.current_leader_epoch, part.log_start_offset)
+                        part.current_leader_epoch, part.log_start_offset, part.high_watermark)
                 else:
                     known.fetch_offset = part.fetch_offset
                     known.partition_max_bytes = part.partition_max_bytes
                     known.current_leader_epoch = part.current_leader_epoch
                     known.log_start_offset = part.log_start_offset
+                    known.high_watermark = part.high_watermark
         for gone in forgotten:
             for partition in gone.partitions:
                 self.partitions.pop((gone.topic, partition), None)

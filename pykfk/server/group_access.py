@@ -31,10 +31,12 @@ def commit_denied_body(request: typed.OffsetCommitRequest, code: int,
             for t in request.topics if only is None or t.name in only]
 
 
-def fetch_denied_topics(request: typed.OffsetFetchRequest, denied: set[str],
-                        code: int = ErrorCode.TOPIC_AUTHORIZATION_FAILED) -> list[typed.OffsetFetchResponseTopic]:
-    """OffsetFetch response topics answering ``code`` for ``denied``."""
+def fetch_denied_topics(topics: Iterable[typed.OffsetFetchRequestTopic | typed.OffsetFetchRequestTopics],
+                        denied: set[str], code: int = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        ) -> list[typed.OffsetFetchResponseTopic]:
+    """OffsetFetch response topics (any version's layout) answering ``code`` for those of
+    ``topics`` in ``denied``."""
     return [{"name": t.name, "partitions": [
         {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
          "error_code": code} for p in t.partition_indexes]}
-        for t in request.topics or () if t.name in denied]
+        for t in topics if t.name in denied]

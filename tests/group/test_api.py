@@ -108,6 +108,19 @@ async def test_leave_group_error_of_a_single_member_is_top_level_before_v3(coord
         assert left.error_code == E.NONE and left.members[0].error_code == E.UNKNOWN_MEMBER_ID
 
 
+async def fetch_offsets(coord, version: int, group: str, topics, **member):
+    """OffsetFetch of one group at ``version`` (v8+ in the groups batch): (group-level
+    error, topics)."""
+    if version < 8:
+        fetched = response(9, version, await api.offset_fetch(coord, version, request(
+            9, version, {"group_id": group, "topics": topics})))
+        return fetched.error_code, fetched.topics
+    fetched = response(9, version, await api.offset_fetch(coord, version, request(
+        9, version, {"groups": [{"group_id": group, "topics": topics, **member}]})))
+    assert [g.group_id for g in fetched.groups] == [group]
+    return fetched.groups[0].error_code, fetched.groups[0].topics
+
+
 @pytest.mark.parametrize("version", versions(8))
 async def test_offset_commit_and_fetch_at_every_version(coord, version):
     group = f"oc{version}"
@@ -122,39 +135,32 @@ async def test_offset_commit_and_fetch_at_every_version(coord, version):
     assert codes == [E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION]
 
     fetch_version = min(version, API_SPECS[9].max_version)
-    fetched = response(9, fetch_version, await api.offset_fetch(
-        coord, fetch_version, request(9, fetch_version, {
-            "group_id": group, "topics": [{"name": "t", "partition_indexes": [0, 1]}]})))
-    offsets = [(p.partition_index, p.committed_offset) for p in fetched.topics[0].partitions]
+    _, topics = await fetch_offsets(coord, fetch_version, group, [{"name": "t", "partition_indexes": [0, 1]}])
+    offsets = [(p.partition_index, p.committed_offset) for p in topics[0].partitions]
     assert offsets == [(0, 10 + version), (1, -1)]
     if fetch_version >= 5:
-        assert fetched.topics[0].partitions[0].committed_leader_epoch == (3 if version >= 6 else -1)
+        assert topics[0].partitions[0].committed_leader_epoch == (3 if version >= 6 else -1)
 
 
 @pytest.mark.parametrize("version", [v for v in versions(9) if v >= 2])
 async def test_offset_fetch_all_and_group_errors(coord, version):
     await coord.offset_commit("all", -1, "", [("t", [(2, 5, -1, "")])])
-    everything = response(9, version, await api.offset_fetch(
-        coord, version, request(9, version, {"group_id": "all", "topics": None})))
-    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in everything.topics] == [
-        ("t", [5])]
-    # A group whose partition is not loaded here: NOT_COORDINATOR at the top level.
+    _, everything = await fetch_offsets(coord, version, "all", None)
+    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in everything] == [("t", [5])]
+    # A group whose partition is not loaded here: NOT_COORDINATOR at the top level (v8+:
+    # the group's).
     await coord.unload_partition(coord.partition_for("all"))
-    refused = response(9, version, await api.offset_fetch(
-        coord, version, request(9, version, {"group_id": "all", "topics": None})))
-    assert refused.error_code == E.NOT_COORDINATOR and refused.topics == []
+    assert await fetch_offsets(coord, version, "all", None) == (E.NOT_COORDINATOR, [])
 
 
 @pytest.mark.parametrize("version", versions(9))
 async def test_offset_fetch_group_error_per_partition(coord, version):
     await coord.unload_partition(coord.partition_for("x"))
-    refused = response(9, version, await api.offset_fetch(
-        coord, version, request(9, version, {"group_id": "x",
-                                             "topics": [{"name": "t", "partition_indexes": [0]}]})))
+    error, topics = await fetch_offsets(coord, version, "x", [{"name": "t", "partition_indexes": [0]}])
     if version < 2:
-        assert refused.topics[0].partitions[0].error_code == E.NOT_COORDINATOR
+        assert topics[0].partitions[0].error_code == E.NOT_COORDINATOR
     else:
-        assert refused.error_code == E.NOT_COORDINATOR
+        assert error == E.NOT_COORDINATOR
 
 
 @pytest.mark.parametrize("version", versions(15))

@@ -4,6 +4,7 @@ expressions, storage in __consumer_offsets and reload. Nothing here waits for re
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -218,14 +219,58 @@ async def test_a_member_that_does_not_revoke_in_time_is_fenced():
     await coordinator.shutdown()
 
 
+async def _resolved() -> None:
+    """Let the regular expressions' resolution (a task of its own) run and store."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
 async def test_regex_subscription_picks_up_a_new_topic():
     coordinator, _ = await make()
     groups, catalog = coordinator.consumer_groups, Catalog(t=(T, 2), other=(uuid.UUID(int=9), 2))
     a = await groups.heartbeat(beat("a", 0, topics=None, regex="t.*"), catalog)
-    assert parts(a) == {0, 1} and len(a["assignment"]["topic_partitions"]) == 1
-    catalog.add("tz", U, 3)
+    # Kafka's order: the heartbeat that brings a regular expression is answered before it
+    # is resolved; its matches come in the next group epoch.
+    assert a["member_epoch"] == 1 and not a["assignment"]["topic_partitions"]
+    await _resolved()
     a = await groups.heartbeat(beat("a", 1), catalog)
-    assert a["member_epoch"] == 2 and parts(a, U) == {0, 1, 2} and parts(a, T) == {0, 1}
+    assert a["member_epoch"] == 2 and parts(a) == {0, 1} and len(a["assignment"]["topic_partitions"]) == 1
+    catalog.add("tz", U, 3)
+    a = await groups.heartbeat(beat("a", 2), catalog)
+    assert a["member_epoch"] == 2 and a["assignment"] is None  # resolving again
+    await _resolved()
+    a = await groups.heartbeat(beat("a", 2), catalog)
+    assert a["member_epoch"] == 3 and parts(a, U) == {0, 1, 2} and parts(a, T) == {0, 1}
+    await coordinator.shutdown()
+
+
+async def test_named_topics_are_assigned_before_the_regex_matches():
+    coordinator, logs = await make()
+    groups, catalog = coordinator.consumer_groups, Catalog(t=(T, 2), u1=(U, 2))
+    a = await groups.heartbeat(beat("a", 0, topics=["t"], regex="u.*"), catalog)
+    assert a["member_epoch"] == 1 and parts(a) == {0, 1} and parts(a, U) == set()
+    await _resolved()
+    assert groups.get("g").group_epoch == 2 and groups.get("g").resolved_regexes == {"u.*": frozenset({"u1"})}
+    a = await groups.heartbeat(beat("a", 1), catalog)
+    assert a["member_epoch"] == 2 and parts(a) == {0, 1} and parts(a, U) == {0, 1}
+    # A coordinator that loads the group knows what the regex matched: no epoch change.
+    await coordinator.shutdown()
+    again, _ = await make(logs=logs)
+    reloaded = again.consumer_groups
+    a = await reloaded.heartbeat(beat("a", 2), catalog)
+    assert a["error_code"] == E.NONE and a["member_epoch"] == 2
+    await _resolved()
+    assert reloaded.get("g").group_epoch == 2
+    await again.shutdown()
+
+
+async def test_a_regex_matches_only_topics_the_member_may_describe():
+    coordinator, _ = await make()
+    groups, catalog = coordinator.consumer_groups, Catalog(t=(T, 2), u1=(U, 2))
+    await groups.heartbeat(beat("a", 0, topics=[], regex=".*", may_describe=lambda name: name != "u1"), catalog)
+    await _resolved()
+    a = await groups.heartbeat(beat("a", 1), catalog)
+    assert parts(a) == {0, 1} and parts(a, U) == set()
     await coordinator.shutdown()
 
 

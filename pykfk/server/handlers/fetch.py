@@ -26,7 +26,10 @@ high watermark, a follower (``replica_id`` >= 0) up to the log end offset, and i
 ``fetch_offset`` tells the leader how far it got (``pykfk.cluster.replica``), before the
 fetch parks, so acks=all requests complete as soon as the follower asks for more. A
 parked follower fetch wakes on leader appends only, a parked consumer fetch when the high
-watermark moves.
+watermark moves. A v18 follower names the high watermark it knows per partition
+(KIP-1166): when that is behind the leader's, the fetch is answered at once instead of
+parking, so the follower learns the new high watermark without waiting for data.
+v17's replica_directory_id (KIP-853) is for KRaft voters and is not used here.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from pykfk.server.fetch_sessions import (
 from pykfk.server.handlers.metadata import topic_ids
 
 API_KEY = 1
-VERSIONS = (0, 16)
+VERSIONS = (0, 18)
 
 log = logging.getLogger("pykfk.server")
 
@@ -94,7 +97,8 @@ def _partition_error(partition: int, code: int) -> typed.FetchResponsePartitionD
 def _read_all(ctx: RequestContext, topics: Sequence[ReadTopic], replica_id: int, max_bytes: int, first_pass: bool,
               denied: frozenset[str] = frozenset(), read_committed: bool = False, client_rack: str | None = None
               ) -> tuple[list[typed.FetchableTopicResponse], int, bool]:
-    """One pass over the requested partitions: (responses, bytes available, any error).
+    """One pass over the requested partitions: (responses, bytes available, answer now:
+    an error, or a v18 follower behind the leader's high watermark).
 
     The FileRegions point at duplicated fds owned by the request context, so the
     response stays valid if retention deletes a segment before it is sent. A follower's
@@ -126,6 +130,8 @@ def _read_all(ctx: RequestContext, topics: Sequence[ReadTopic], replica_id: int,
                 continue
             # A consumer's read limit is the high watermark already; a follower's the end.
             high_watermark = max_offset if replica_id < 0 else plog.high_watermark
+            if part.high_watermark < high_watermark and replica_id >= 0:
+                error = True  # KIP-1166: tell the follower now (v18+; older: never)
             if client_rack is not None:
                 preferred = _preferred_read_replica(ctx, topic.topic, part.partition, client_rack)
                 if preferred >= 0:  # KIP-392: read from the replica in the client's rack

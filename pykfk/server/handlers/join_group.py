@@ -14,7 +14,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
 
 API_KEY = 11
-VERSIONS = (0, 7)
+VERSIONS = (0, 9)
 
 
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:

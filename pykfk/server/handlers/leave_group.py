@@ -14,7 +14,7 @@ from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
 
 API_KEY = 13
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:

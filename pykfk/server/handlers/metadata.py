@@ -34,7 +34,7 @@ from pykfk.security.acl import Operation, ResourceType
 from pykfk.server.dispatch import RequestContext
 
 API_KEY = 3
-VERSIONS = (0, 12)
+VERSIONS = (0, 13)
 PARTITIONS_FIELD = ("topics", "partitions")  # encoded apart, in compiled code (pykfk._core.metadata)
 # AclOperation codes a principal may be told it has on a topic, and on the cluster.
 TOPIC_OPERATIONS = (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
@@ -285,6 +285,8 @@ async def handle(ctx: RequestContext, request: typed.MetadataRequest) -> typed.M
         "cluster_id": store.cluster_id,
         "controller_id": store.controller_id(),
         "topics": topics,
+        # v13 (KIP-1102): a top-level error such as REBOOTSTRAP_REQUIRED; none to report.
+        "error_code": ErrorCode.NONE,
     }
     if 8 <= version <= 10 and request.include_cluster_authorized_operations:
         body["cluster_authorized_operations"] = sum(
