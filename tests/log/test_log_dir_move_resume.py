@@ -17,6 +17,8 @@ import confluent_kafka
 from pykfk.errors import ErrorCode
 from pykfk.testing import BrokerProcess, RawClient, wait_until
 
+from .test_log_dir_moves import _read_all
+
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 TOPIC = "resumed"
 RATE = 3 << 20  # bytes per second the copy may take
@@ -36,20 +38,6 @@ def _placement(broker: BrokerProcess) -> dict[str, list[bool]]:
 
 def _future_dirs(log_dir: str) -> list[str]:
     return [name for name in os.listdir(log_dir) if name.startswith(f"{TOPIC}-0.") and name.endswith("-future")]
-
-
-def _read_all(broker: BrokerProcess, count: int) -> list[bytes]:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{time.monotonic_ns()}",
-                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(values) < count and time.monotonic() < deadline:
-            values.extend(m.value() for m in consumer.consume(1000, 0.5) if m.error() is None)
-    finally:
-        consumer.close()
-    return values
 
 
 def test_a_move_cut_by_a_crash_is_resumed_at_the_next_start(tmp_path: Path) -> None:
@@ -91,10 +79,10 @@ def test_a_move_cut_by_a_crash_is_resumed_at_the_next_start(tmp_path: Path) -> N
         assert "Resuming the move of resumed-0" in broker.log_text()
         wait_until(lambda: _placement(broker) == {target: [False]}, 30, "the resumed move to complete")
         assert not _future_dirs(target) and not os.path.exists(os.path.join(source, f"{TOPIC}-0"))
-        assert _read_all(broker, RECORDS) == acked
+        assert _read_all(broker, RECORDS, TOPIC) == acked
         # It stays where it moved across a clean restart.
         broker.restart()
         assert _placement(broker) == {target: [False]}
-        assert _read_all(broker, RECORDS) == acked
+        assert _read_all(broker, RECORDS, TOPIC) == acked
     finally:
         broker.stop()

@@ -15,7 +15,7 @@ from typing import Any
 import confluent_kafka
 
 from pykfk.errors import ErrorCode
-from pykfk.testing import InProcessBroker, RawClient
+from pykfk.testing import BrokerProcess, InProcessBroker, RawClient
 
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 TOPIC = "moving"
@@ -32,11 +32,11 @@ def _placement(raw: RawClient) -> dict[str, list[bool]]:
             for result in answer.results if result.topics}
 
 
-def _read_all(broker: InProcessBroker, count: int) -> list[bytes]:
+def _read_all(broker: InProcessBroker | BrokerProcess, count: int, topic: str = TOPIC) -> list[bytes]:
     consumer = confluent_kafka.Consumer({"bootstrap.servers": f"{broker.host}:{broker.port}",
                                          "group.id": f"reader-{time.monotonic_ns()}",
                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
     values: list[bytes] = []
     deadline = time.monotonic() + 30
     try:
