@@ -2147,6 +2147,158 @@ class ShareAcknowledgeResponse(TypedDict, total=False):
     node_endpoints: Sequence[ShareAcknowledgeResponseNodeEndpoint]  # v0+
 
 
+# -- InitializeShareGroupState (key 83, v0-0, flexible 0+)
+
+
+class InitializeShareGroupStateRequestPartitionData(Protocol):
+    partition: int  # v0+
+    state_epoch: int  # v0+
+    start_offset: int  # v0+
+
+
+class InitializeShareGroupStateRequestInitializeStateData(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[InitializeShareGroupStateRequestPartitionData]  # v0+
+
+
+class InitializeShareGroupStateRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[InitializeShareGroupStateRequestInitializeStateData]  # v0+
+
+
+class InitializeShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    partition: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class InitializeShareGroupStateResponseInitializeStateResult(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[InitializeShareGroupStateResponsePartitionResult]  # v0+
+
+
+class InitializeShareGroupStateResponse(TypedDict, total=False):
+    results: Sequence[InitializeShareGroupStateResponseInitializeStateResult]  # v0+
+
+
+# -- ReadShareGroupState (key 84, v0-0, flexible 0+)
+
+
+class ReadShareGroupStateRequestPartitionData(Protocol):
+    partition: int  # v0+
+    leader_epoch: int  # v0+
+
+
+class ReadShareGroupStateRequestReadStateData(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ReadShareGroupStateRequestPartitionData]  # v0+
+
+
+class ReadShareGroupStateRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[ReadShareGroupStateRequestReadStateData]  # v0+
+
+
+class ReadShareGroupStateResponseStateBatch(TypedDict, total=False):
+    first_offset: int  # v0+
+    last_offset: int  # v0+
+    delivery_state: int  # v0+
+    delivery_count: int  # v0+
+
+
+class ReadShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    partition: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+    state_epoch: int  # v0+
+    start_offset: int  # v0+
+    state_batches: Sequence[ReadShareGroupStateResponseStateBatch]  # v0+
+
+
+class ReadShareGroupStateResponseReadStateResult(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[ReadShareGroupStateResponsePartitionResult]  # v0+
+
+
+class ReadShareGroupStateResponse(TypedDict, total=False):
+    results: Sequence[ReadShareGroupStateResponseReadStateResult]  # v0+
+
+
+# -- WriteShareGroupState (key 85, v0-0, flexible 0+)
+
+
+class WriteShareGroupStateRequestStateBatch(Protocol):
+    first_offset: int  # v0+
+    last_offset: int  # v0+
+    delivery_state: int  # v0+
+    delivery_count: int  # v0+
+
+
+class WriteShareGroupStateRequestPartitionData(Protocol):
+    partition: int  # v0+
+    state_epoch: int  # v0+
+    leader_epoch: int  # v0+
+    start_offset: int  # v0+
+    state_batches: Sequence[WriteShareGroupStateRequestStateBatch]  # v0+
+
+
+class WriteShareGroupStateRequestWriteStateData(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[WriteShareGroupStateRequestPartitionData]  # v0+
+
+
+class WriteShareGroupStateRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[WriteShareGroupStateRequestWriteStateData]  # v0+
+
+
+class WriteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    partition: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class WriteShareGroupStateResponseWriteStateResult(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[WriteShareGroupStateResponsePartitionResult]  # v0+
+
+
+class WriteShareGroupStateResponse(TypedDict, total=False):
+    results: Sequence[WriteShareGroupStateResponseWriteStateResult]  # v0+
+
+
+# -- DeleteShareGroupState (key 86, v0-0, flexible 0+)
+
+
+class DeleteShareGroupStateRequestPartitionData(Protocol):
+    partition: int  # v0+
+
+
+class DeleteShareGroupStateRequestDeleteStateData(Protocol):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[DeleteShareGroupStateRequestPartitionData]  # v0+
+
+
+class DeleteShareGroupStateRequest(Protocol):
+    group_id: str  # v0+
+    topics: Sequence[DeleteShareGroupStateRequestDeleteStateData]  # v0+
+
+
+class DeleteShareGroupStateResponsePartitionResult(TypedDict, total=False):
+    partition: int  # v0+
+    error_code: int  # v0+
+    error_message: str | None  # v0+, nullable v0+, default None
+
+
+class DeleteShareGroupStateResponseDeleteStateResult(TypedDict, total=False):
+    topic_id: uuid.UUID  # v0+, default UUID('00000000-0000-0000-0000-000000000000')
+    partitions: Sequence[DeleteShareGroupStateResponsePartitionResult]  # v0+
+
+
+class DeleteShareGroupStateResponse(TypedDict, total=False):
+    results: Sequence[DeleteShareGroupStateResponseDeleteStateResult]  # v0+
+
+
 # -- DescribeShareGroupOffsets (key 90, v0-0, flexible 0+)
 
 

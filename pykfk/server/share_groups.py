@@ -11,13 +11,14 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from pykfk._core.errors import CorruptBatchError
 from pykfk._core.records import build_batch, parse_batch_header
 from pykfk.cluster.metadata import TopicExistsError
+from pykfk.cluster.replica import Partition
 from pykfk.config import ConfigKey, choice_parser
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.offsets import partition_for
@@ -34,12 +35,8 @@ from pykfk.group.share.state_records import (
     ShareSnapshot,
     decode_group_config_key,
     decode_group_config_value,
-    decode_snapshot,
     group_config_key,
     group_config_value,
-    snapshot_key,
-    snapshot_value,
-    state_partition,
 )
 from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
@@ -48,6 +45,7 @@ from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed
 from pykfk.server.handlers.metadata import topic_ids
+from pykfk.server.share_state import NO_LEADER_EPOCH, persister_of
 
 log = logging.getLogger("pykfk.group")
 
@@ -249,26 +247,24 @@ async def ensure_state_topic(ctx: RequestContext) -> bool:
         with contextlib.suppress(TopicExistsError):
             await store.create_topic(SHARE_STATE_TOPIC, config["share.coordinator.state.topic.num.partitions"],
                                      max(factor, 1), SHARE_STATE_TOPIC_CONFIG)
-        for _ in range(100):  # up to 5 s for the partitions to get their leader
+        for _ in range(100):  # up to 5 s for the partitions to get their leader (here: to lead)
             info = store.get_topic(SHARE_STATE_TOPIC)
-            if info is not None and all(store.partition_state(SHARE_STATE_TOPIC, p) is not None
-                                        for p in range(info.partitions)):
+            if info is not None and all(_leads_or_elsewhere(ctx, p) for p in range(info.partitions)):
                 break
             await asyncio.sleep(0.05)
     return store.get_topic(SHARE_STATE_TOPIC) is not None
 
 
-def _state_log(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[Log, int] | None:
-    """The local log of the state partition of a share partition, with its number, when
-    this broker leads it; KafkaError (NOT_LEADER_OR_FOLLOWER, retriable) while it is led
-    here but not loaded yet, just after a start (no state is better than a wrong one)."""
-    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
-    if info is None:
-        return None
-    number = state_partition(group_id, topic_id, partition, info.partitions)
-    if not _led_here(ctx, number):
-        return None
-    return ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number).log, number
+def _leads_or_elsewhere(ctx: RequestContext, number: int) -> bool:
+    """A state partition has a leader, and leads already when that is this broker."""
+    state = ctx.broker.metadata.partition_state(SHARE_STATE_TOPIC, number)
+    if state is None:
+        return False
+    try:
+        return state.leader != ctx.broker.broker_id or bool(
+            ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number))
+    except KafkaError:
+        return False
 
 
 def _led_here(ctx: RequestContext, number: int) -> bool:
@@ -276,55 +272,55 @@ def _led_here(ctx: RequestContext, number: int) -> bool:
     return state is not None and state.leader == ctx.broker.broker_id
 
 
-def load_snapshot(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> ShareSnapshot | None:
-    """The latest snapshot of a share partition (None: none, or not led here)."""
-    found = _state_log(ctx, group_id, topic_id, partition)
-    if found is None:
+def held_state(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str, topic: str, partition: int
+               ) -> tuple[SharePartition | None, int]:
+    """The group's state of a partition for an acknowledgement: (state or None, error
+    code). NOT_LEADER_OR_FOLLOWER off the leader; None when not loaded in this
+    leadership (what the member holds was acquired from an earlier leader)."""
+    try:
+        leader = ctx.broker.replica_manager.leader_partition(topic, partition)
+    except KafkaError as exc:
+        return None, exc.code
+    return coordinator.loaded(group_id, topic, partition, leader.leader_epoch), ErrorCode.NONE
+
+
+async def load_partition(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str, topic: str,
+                         topic_id: uuid.UUID, partition: int, leader: Partition) -> SharePartition | None:
+    """The group's state of a partition this broker leads, loaded from its share
+    coordinator when this leadership has not loaded it yet (a new state is stored at
+    once, so a failover does not move its start). None while the coordinator cannot
+    answer: nothing is handed out then (no state is better than a wrong one)."""
+    part = coordinator.loaded(group_id, topic, partition, leader.leader_epoch)
+    if part is not None:
+        return part
+    epoch = leader.leader_epoch
+    code, stored = await persister_of(ctx.broker).read((group_id, topic_id, partition), epoch)
+    if code != ErrorCode.NONE:
+        log.info("share state of %s %s-%d not read: error %d", group_id, topic, partition, code)
         return None
-    wanted = snapshot_key(group_id, topic_id, partition)
-    latest: bytes | None = None
-    for key, value in LogOffsetsLog(found[0]).read_all():
-        if key == wanted:
-            latest = value
-    return decode_snapshot(latest) if latest is not None else None
+    if leader.leader_epoch != epoch or coordinator.loaded(group_id, topic, partition, epoch) is not None:
+        return coordinator.loaded(group_id, topic, partition, leader.leader_epoch)  # loaded meanwhile
+    plog = leader.log
+    part = coordinator.load(group_id, topic, partition, epoch,
+                            None if stored is None else (stored.start_offset, stored.state_epoch, stored.batches),
+                            plog.log_start_offset, plog.log_end_offset)
+    if stored is None and await persist(ctx, group_id, topic_id, partition, part) != ErrorCode.NONE:
+        coordinator.drop(part)
+        return None
+    return part
 
 
 async def persist(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int,
                   part: SharePartition) -> int:
-    """Write the share partition's snapshot (acks=all) before the acknowledgement is
-    answered; the error code (NONE also when the state partition is led elsewhere:
-    the state then lives in this broker's memory)."""
-    part.state_epoch = max(part.state_epoch, 1)
-    value = snapshot_value(ShareSnapshot(part.state_epoch, part.start_offset, part.state_batches()))
-    return await _write_state(ctx, group_id, topic_id, partition, value)
-
-
-async def _write_state(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int,
-                       value: bytes | None) -> int:
-    """Append a share partition's snapshot (None: its tombstone) to its state partition,
-    acks=all; the error code (NONE when the state partition is led elsewhere)."""
-    try:
-        found = _state_log(ctx, group_id, topic_id, partition)
-    except KafkaError as exc:
-        return exc.code
-    if found is None:
-        return ErrorCode.NONE
-    batch = bytearray(build_batch([(snapshot_key(group_id, topic_id, partition), value,
-                                    int(time.time() * 1000), ())]))
-    try:
-        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, found[1], batch, -1, 30000)
-    except KafkaError as exc:
-        log.warning("share state of %s %s-%d not written: %s", group_id, topic_id, partition, exc)
-        return exc.code
-    return ErrorCode.NONE
-
-
-def restorer(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int
-             ) -> Callable[[], tuple[int, int, Sequence[tuple[int, int, int, int]]] | None]:
-    def load() -> tuple[int, int, Sequence[tuple[int, int, int, int]]] | None:
-        snapshot = load_snapshot(ctx, group_id, topic_id, partition)
-        return None if snapshot is None else (snapshot.start_offset, snapshot.state_epoch, snapshot.batches)
-    return load
+    """Store the share partition's state at its share coordinator before the
+    acknowledgement is answered; the error code. A state the coordinator fences (a
+    newer leader or an AlterShareGroupOffsets wrote after it) is dropped here and loaded
+    again by the next fetch."""
+    snapshot = ShareSnapshot(part.state_epoch, part.start_offset, part.state_batches(), part.leader_epoch)
+    code = await persister_of(ctx.broker).write((group_id, topic_id, partition), snapshot)
+    if code in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+        share_coordinator(ctx).drop(part)
+    return code
 
 
 def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequence[str]
@@ -340,17 +336,22 @@ def listed(ctx: RequestContext, states_filter: Sequence[str], types_filter: Sequ
 
 
 async def forget(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
-    """Drop a share partition's stored state (a tombstone); the error code."""
-    return await _write_state(ctx, group_id, topic_id, partition, None)
+    """Drop a share partition's stored state (a tombstone at its share coordinator);
+    the error code."""
+    return await persister_of(ctx.broker).write((group_id, topic_id, partition), None)
 
 
-def start_offset(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, partition: int) -> int:
-    """The share-partition start offset of a group (-1: it has no state there)."""
-    part = share_coordinator(ctx).partitions.get((group_id, topic, partition))
-    if part is not None:
-        return part.start_offset
-    snapshot = load_snapshot(ctx, group_id, topic_id, partition)
-    return snapshot.start_offset if snapshot is not None else -1
+async def store_start(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+    """A new start offset of a group without members (AlterShareGroupOffsets): a new
+    state epoch, nothing in flight; the leader's state of the partition is then stale."""
+    snapshot = ShareSnapshot(1, offset, [], NO_LEADER_EPOCH)
+    return await persister_of(ctx.broker).write((group_id, topic_id, partition), snapshot)
+
+
+async def start_offset(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int) -> tuple[int, int]:
+    """(error code, the share-partition start offset of a group: -1 where it has no state)."""
+    code, stored = await persister_of(ctx.broker).read((group_id, topic_id, partition), NO_LEADER_EPOCH)
+    return code, stored.start_offset if stored is not None else -1
 
 
 def is_share_group(ctx: RequestContext, group_id: str) -> bool:

@@ -91,7 +91,8 @@ _CASES = [
 NOT_SHIPPED = {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "CreateDelegationToken", "RenewDelegationToken",
                "ExpireDelegationToken", "DescribeDelegationToken", "ShareGroupHeartbeat", "ShareGroupDescribe",
                "ShareFetch", "ShareAcknowledge", "GetTelemetrySubscriptions", "PushTelemetry",
-               "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets"}
+               "DescribeShareGroupOffsets", "AlterShareGroupOffsets", "DeleteShareGroupOffsets",
+               "InitializeShareGroupState", "ReadShareGroupState", "WriteShareGroupState", "DeleteShareGroupState"}
 
 
 def test_only_the_consumer_group_protocol_apis_lack_a_shipped_spec():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,7 +31,7 @@ GROUP_CONFIG_VALUES: Mapping[str, frozenset[str]] = {
 
 PartitionKey = tuple[str, str, int]  # group, topic, partition
 # What a share partition's stored state gives: (start offset, state epoch, state batches).
-Restorer = Callable[[], "tuple[int, int, Sequence[tuple[int, int, int, int]]] | None"]
+StoredState = tuple[int, int, Sequence[tuple[int, int, int, int]]]
 
 
 class ConfigLookup(Protocol):
@@ -260,27 +260,31 @@ class ShareCoordinator:
     def group_config(self, group_id: str, name: str) -> str:
         return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
 
-    def share_partition(self, group_id: str, topic: str, partition: int, log_start: int, log_end: int,
-                        restore: Restorer | None = None) -> SharePartition:
-        """The group's state of a partition this broker leads: at the first fetch, what
-        ``restore`` finds stored (start offset, state epoch, state batches), else a new
-        state from where ``share.auto.offset.reset`` says; moved up when retention
-        deleted records below its start."""
-        key = (group_id, topic, partition)
-        part = self.partitions.get(key)
-        if part is None:
-            stored = restore() if restore is not None else None
-            if stored is not None:
-                start, epoch, batches = stored
-                part = SharePartition.restored(start, epoch + 1, batches, self.settings.partition_settings)
-            else:
-                start = initial_start_offset(self.group_config(group_id, "share.auto.offset.reset"), log_start,
-                                             log_end)
-                part = SharePartition(start, self.settings.partition_settings)
-            self.partitions[key] = part
-        if part.start_offset < log_start:
-            part.reset_start(log_start)
+    def loaded(self, group_id: str, topic: str, partition: int, leader_epoch: int) -> SharePartition | None:
+        """The group's state of a partition this broker leads at ``leader_epoch``; None
+        when it was not loaded in this leadership (it is then loaded with ``load``)."""
+        part = self.partitions.get((group_id, topic, partition))
+        return part if part is not None and part.leader_epoch == leader_epoch else None
+
+    def load(self, group_id: str, topic: str, partition: int, leader_epoch: int, stored: StoredState | None,
+             log_start: int, log_end: int) -> SharePartition:
+        """The group's state of a partition whose leadership (``leader_epoch``) just
+        began here: what its share coordinator has stored (start offset, state epoch,
+        state batches; what was acquired is available again), else a new state from
+        where ``share.auto.offset.reset`` says."""
+        if stored is not None:
+            start, epoch, batches = stored
+            part = SharePartition.restored(start, epoch, batches, self.settings.partition_settings, leader_epoch)
+        else:
+            start = initial_start_offset(self.group_config(group_id, "share.auto.offset.reset"), log_start, log_end)
+            part = SharePartition(start, self.settings.partition_settings, 1, leader_epoch)
+        self.partitions[(group_id, topic, partition)] = part
         return part
+
+    def drop(self, part: SharePartition) -> None:
+        """Forget a state found stale (its share coordinator fenced a write)."""
+        for key in [k for k, v in self.partitions.items() if v is part]:
+            del self.partitions[key]
 
     def lag(self, key: PartitionKey, high_watermark: int) -> int:
         """Records below the high watermark not yet acknowledged or archived."""

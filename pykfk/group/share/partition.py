@@ -91,6 +91,9 @@ class SharePartition:
     start_offset: int
     settings: SharePartitionSettings = field(default_factory=SharePartitionSettings)
     state_epoch: int = 0
+    # The leader epoch of the topic partition when this state was loaded: a state of an
+    # older leadership is stale (loaded again from the share coordinator).
+    leader_epoch: int = -1
     ranges: list[InFlight] = field(default_factory=list)
     counters: PartitionCounters = field(default_factory=PartitionCounters)
 
@@ -333,8 +336,8 @@ class SharePartition:
 
     @classmethod
     def restored(cls, start_offset: int, state_epoch: int, batches: Iterable[tuple[int, int, int, int]],
-                 settings: SharePartitionSettings) -> SharePartition:
-        part = cls(start_offset, settings, state_epoch)
+                 settings: SharePartitionSettings, leader_epoch: int = -1) -> SharePartition:
+        part = cls(start_offset, settings, state_epoch, leader_epoch)
         for first, last, state, count in sorted(batches):
             if last < start_offset:
                 continue

@@ -5,13 +5,12 @@ dropped, the new state stored. READ on the group and on each topic, as Kafka che
 from __future__ import annotations
 
 from pykfk.errors import ErrorCode
-from pykfk.group.share.partition import SharePartition
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import topics_denied
 from pykfk.server.handlers.metadata import topic_ids
-from pykfk.server.share_groups import coordinator_for_offsets_change, persist
+from pykfk.server.share_groups import coordinator_for_offsets_change, store_start
 
 API_KEY = 91
 VERSIONS = (0, 0)
@@ -43,12 +42,10 @@ async def handle(ctx: RequestContext, request: typed.AlterShareGroupOffsetsReque
             elif part.start_offset < 0:
                 code = ErrorCode.INVALID_REQUEST
             else:
-                key = (group_id, name, part.partition_index)
-                old = coordinator.partitions.get(key)
-                fresh = SharePartition(part.start_offset, coordinator.settings.partition_settings,
-                                       (old.state_epoch if old is not None else 0) + 1)
-                coordinator.partitions[key] = fresh
-                code = await persist(ctx, group_id, topic_id, part.partition_index, fresh)
+                # The partition's leader loads the new state (its own is fenced by the
+                # new state epoch); here, it is dropped at once.
+                coordinator.partitions.pop((group_id, name, part.partition_index), None)
+                code = await store_start(ctx, group_id, topic_id, part.partition_index, part.start_offset)
             rows.append({"partition_index": part.partition_index, "error_code": code, "error_message": None})
         responses.append({"topic_name": name, "topic_id": topic_id, "partitions": rows})
     return {**_top(ErrorCode.NONE), "responses": responses}

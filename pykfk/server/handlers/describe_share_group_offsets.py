@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from pykfk.errors import ErrorCode, KafkaError
+from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
@@ -24,15 +24,13 @@ def _partition(index: int, offset: int = -1, code: int = ErrorCode.NONE
             "error_message": None}
 
 
-def _described(ctx: RequestContext, group_id: str, topic: str, topic_id: uuid.UUID, partition: int
-               ) -> typed.DescribeShareGroupOffsetsResponsePartition:
-    try:
-        return _partition(partition, start_offset(ctx, group_id, topic, topic_id, partition))
-    except KafkaError as exc:  # its state partition is still loading
-        return _partition(partition, code=exc.code)
+async def _described(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, partition: int
+                     ) -> typed.DescribeShareGroupOffsetsResponsePartition:
+    code, offset = await start_offset(ctx, group_id, topic_id, partition)
+    return _partition(partition, offset, code)
 
 
-def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGroup
+async def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGroup
            ) -> typed.DescribeShareGroupOffsetsResponseGroup:
     group_id = group.group_id
     answer: typed.DescribeShareGroupOffsetsResponseGroup = {"group_id": group_id, "topics": [],
@@ -59,7 +57,7 @@ def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGro
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             rows = [_partition(p, code=code) for p in partitions]
         else:
-            rows = [_described(ctx, group_id, topic, topic_id, p) if 0 <= p < info.partitions
+            rows = [await _described(ctx, group_id, topic_id, p) if 0 <= p < info.partitions
                     else _partition(p, code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in partitions]
         topics.append({"topic_name": topic, "topic_id": topic_id, "partitions": rows})
     return {**answer, "topics": topics}
@@ -68,4 +66,4 @@ def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequestGro
 async def handle(ctx: RequestContext, request: typed.DescribeShareGroupOffsetsRequest
                  ) -> typed.DescribeShareGroupOffsetsResponse:
     await load_group_configs(ctx)  # the state topic, created on first use
-    return {"throttle_time_ms": 0, "groups": [_group(ctx, g) for g in request.groups]}
+    return {"throttle_time_ms": 0, "groups": [await _group(ctx, g) for g in request.groups]}

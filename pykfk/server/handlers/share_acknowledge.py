@@ -11,7 +11,7 @@ from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
 from pykfk.server.group_access import group_allowed, topics_denied
 from pykfk.server.handlers.metadata import topic_ids
-from pykfk.server.share_groups import acknowledge, persist, share_coordinator
+from pykfk.server.share_groups import acknowledge, held_state, persist, share_coordinator
 
 API_KEY = 79
 VERSIONS = (1, 1)
@@ -45,8 +45,9 @@ async def handle(ctx: RequestContext, request: typed.ShareAcknowledgeRequest) ->
             elif name in denied:
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
-                state = coordinator.partitions.get((group_id, name, part.partition_index))
-                code = acknowledge(state, member_id, part.acknowledgement_batches)
+                state, code = held_state(ctx, coordinator, group_id, name, part.partition_index)
+                if code == ErrorCode.NONE:
+                    code = acknowledge(state, member_id, part.acknowledgement_batches)
                 if code == ErrorCode.NONE and state is not None:
                     code = await persist(ctx, group_id, topic.topic_id, part.partition_index, state)
             partitions.append({"partition_index": part.partition_index, "error_code": code, "error_message": None,

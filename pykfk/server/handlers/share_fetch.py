@@ -14,6 +14,7 @@ can be acquired the request waits for an append or an acquisition lock to expire
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 from pykfk.errors import ErrorCode, KafkaError
@@ -26,11 +27,12 @@ from pykfk.server.group_access import group_allowed, topics_denied
 from pykfk.server.handlers.metadata import topic_ids
 from pykfk.server.share_groups import (
     acknowledge,
+    held_state,
     load_group_configs,
+    load_partition,
     now_ms,
     persist,
     read_and_acquire,
-    restorer,
     share_coordinator,
 )
 
@@ -83,8 +85,9 @@ async def handle(ctx: RequestContext, request: typed.ShareFetchRequest) -> typed
         if name is None or name in denied:
             answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
-        part = coordinator.partitions.get((group_id, name, index))
-        code = acknowledge(part, member_id, batches)
+        part, code = held_state(ctx, coordinator, group_id, name, index)
+        if code == ErrorCode.NONE:
+            code = acknowledge(part, member_id, batches)
         if code == ErrorCode.NONE and part is not None:
             code = await persist(ctx, group_id, topic_id, index, part)
         answer["acknowledge_error_code"] = code
@@ -113,6 +116,12 @@ async def _fetch(ctx: RequestContext, request: typed.ShareFetchRequest, coordina
     keys = sorted(partitions)
     group_id = request.group_id or ""
     settled: dict[tuple[str, int], tuple[int, int]] = {}  # what a read archived or moved on
+    ids = topic_ids(ctx.broker.metadata)
+    for name, index in keys:  # a leadership begun here starts from the share coordinator's state
+        if name not in denied:
+            with contextlib.suppress(KafkaError):
+                leader = ctx.broker.replica_manager.leader_partition(name, index)
+                await load_partition(ctx, coordinator, group_id, name, ids.id_of(name), index, leader)
     for _attempt in range(10_000):
         if _read_pass(ctx, request, coordinator, keys, denied, answers, settled) or ctx.broker.stopping:
             break
@@ -169,9 +178,12 @@ def _read_pass(ctx: RequestContext, request: typed.ShareFetchRequest, coordinato
         if records_left <= 0 or bytes_left <= 0 or answer["acquired_records"]:
             continue
         plog = leader.log
+        part = coordinator.loaded(group_id, name, index, leader.leader_epoch)
+        if part is None:  # its share coordinator did not answer: nothing handed out
+            continue
+        if part.start_offset < plog.log_start_offset:  # retention deleted records below it
+            part.reset_start(plog.log_start_offset)
         try:
-            part = coordinator.share_partition(group_id, name, index, plog.log_start_offset, plog.log_end_offset,
-                                               restorer(ctx, group_id, topic_id, index))
             settled.setdefault((name, index), (part.start_offset, part.counters.archived))
             read = read_and_acquire(part, plog, member_id, bytes_left, records_left, now, read_committed)
         except KafkaError as exc:
