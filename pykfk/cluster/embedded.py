@@ -16,6 +16,7 @@ nothing is half made. Layout::
      "acls": [[resource type, name, pattern type, principal, host, operation, permission], ...],
      "quotas": [[[["user", "<name or null>"], ["client-id", ...]], {"producer_byte_rate": 1e6}], ...],
      "broker_configs": {"<default>": {"log.retention.ms": "60000"}, "0": {...}},
+     "entity_configs": {"client-metrics": {"<name>": {"metrics": "...", "interval.ms": "500"}}},
      "delegation_tokens": {"<token id>": {Kafka's token JSON, as in ZooKeeper's /delegation_token/tokens}}}
 
 The store is the metadata of a cluster of one: this broker is the controller and the
@@ -42,6 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pykfk.cluster.metadata import (
+    BROKER_ENTITIES,
     BrokerInfo,
     MetadataWriteError,
     PartitionState,
@@ -61,7 +63,7 @@ METADATA_FILE = "pykfk-metadata.json"
 FORMAT_VERSION = 1
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdManager block size
 # The attributes the file holds: a change names the new values of those it alters.
-_PERSISTED = ("_cluster_id", "_producer_id_block_end", "_topics", "_users", "_quotas", "_broker_configs", "_acls",
+_PERSISTED = ("_cluster_id", "_producer_id_block_end", "_topics", "_users", "_quotas", "_entity_configs", "_acls",
               "_tokens")
 
 
@@ -102,7 +104,8 @@ class EmbeddedMetadataStore:
         self.acl_version = 0
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
-        self._broker_configs: dict[str, dict[str, str]] = {}
+        # Entity type -> name -> settings; each type's dict is replaced on a change.
+        self._entity_configs: dict[str, dict[str, dict[str, str]]] = {}
         self._tokens: dict[str, TokenInfo] = {}
         os.makedirs(directory, exist_ok=True)
         self._load()
@@ -267,15 +270,25 @@ class EmbeddedMetadataStore:
         self.quota_version += 1
         self._notify("quota", entity)
 
+    def entity_configs(self, entity_type: str) -> Mapping[str, Mapping[str, str]]:
+        return self._entity_configs.get(entity_type, {})
+
+    async def alter_entity_configs(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
+        entities = {e: c for e, c in self._entity_configs.get(entity_type, {}).items() if e != name}
+        if configs:
+            entities[name] = dict(configs)
+        self._commit(f"alter configs of {entity_type} {name}",
+                     _entity_configs={**self._entity_configs, entity_type: entities})
+        if entity_type == BROKER_ENTITIES:
+            self._notify("broker_config", name)
+        else:
+            self._notify("entity_config", (entity_type, name))
+
     def broker_configs(self, entity: str) -> Mapping[str, str]:
-        return self._broker_configs.get(entity, {})
+        return self.entity_configs(BROKER_ENTITIES).get(entity, {})
 
     async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
-        broker_configs = {e: c for e, c in self._broker_configs.items() if e != entity}
-        if configs:
-            broker_configs[entity] = dict(configs)
-        self._commit(f"alter broker configs of {entity}", _broker_configs=broker_configs)
-        self._notify("broker_config", entity)
+        await self.alter_entity_configs(BROKER_ENTITIES, entity, configs)
 
     def acls(self) -> list[AclBinding]:
         return list(self._acls)
@@ -338,8 +351,10 @@ class EmbeddedMetadataStore:
             self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in entity):
                             {str(k): float(v) for k, v in values.items()}
                             for entity, values in data.get("quotas", [])}
-            self._broker_configs = {str(entity): {str(k): str(v) for k, v in configs.items()}
-                                    for entity, configs in data.get("broker_configs", {}).items()}
+            entity_configs = {BROKER_ENTITIES: data.get("broker_configs", {}), **data.get("entity_configs", {})}
+            self._entity_configs = {str(kind): {str(name): {str(k): str(v) for k, v in configs.items()}
+                                                for name, configs in entities.items()}
+                                    for kind, entities in entity_configs.items()}
             self._tokens = {str(i): TokenInfo.from_json(json.dumps(doc))
                             for i, doc in data.get("delegation_tokens", {}).items()}
             self._acls = [AclBinding(ResourceType(a[0]), str(a[1]), PatternType(a[2]), str(a[3]), str(a[4]),
@@ -395,7 +410,9 @@ class EmbeddedMetadataStore:
             },
             "users": state["_users"],
             "quotas": [[[list(pair) for pair in entity], values] for entity, values in state["_quotas"].items()],
-            "broker_configs": state["_broker_configs"],
+            "broker_configs": state["_entity_configs"].get(BROKER_ENTITIES, {}),
+            "entity_configs": {kind: entities for kind, entities in state["_entity_configs"].items()
+                               if kind != BROKER_ENTITIES},
             "acls": [[int(b.resource_type), b.name, int(b.pattern_type), b.principal, b.host, int(b.operation),
                       int(b.permission)] for b in state["_acls"]],
             "delegation_tokens": {i: json.loads(t.to_json()) for i, t in state["_tokens"].items()},

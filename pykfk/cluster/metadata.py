@@ -153,6 +153,15 @@ class UnknownTopicError(Exception):
     """A change to a topic that does not exist."""
 
 
+# Config entity types: Kafka's names, ``/config/<type>/<name>`` in ZooKeeper. Dynamic
+# broker settings (names: a broker id, or "<default>"), and client-metrics subscriptions
+# (KIP-714; names: the subscription's).
+BROKER_ENTITIES = "brokers"
+CLIENT_METRICS_ENTITIES = "client-metrics"
+ENTITY_TYPES = (BROKER_ENTITIES, CLIENT_METRICS_ENTITIES)
+DEFAULT_ENTITY = "<default>"  # Kafka's name of an entity type's default
+
+
 class MetadataWriteError(KafkaError):
     """A metadata change the store could not make durable: none of it was applied, in
     memory or in the store, and the store logged why. ``code`` answers the request, as
@@ -165,7 +174,8 @@ class MetadataWriteError(KafkaError):
 
 # A store listener: ``listener(kind, key)`` with kind "topic" (key: the name),
 # "partition" (key: (topic, partition)), "broker", "controller", "session", "quota"
-# (key: the quota entity) or "broker_config" (key: a broker id as text, or "<default>").
+# (key: the quota entity), "broker_config" (key: a broker id as text, or "<default>") or
+# "entity_config" (key: (entity type, name), for the other config entity types).
 StoreListener = Callable[[str, Any], None]
 
 log = logging.getLogger("pykfk.cluster")
@@ -272,9 +282,20 @@ class MembershipStore(Protocol):
 
 
 class ConfigStore(Protocol):
-    """Entity configs, Kafka's ``/config/<entity type>/<name>``: dynamic broker settings
+    """Entity configs, Kafka's ``/config/<entity type>/<name>``: the settings of each
+    entity of ``ENTITY_TYPES`` (dynamic broker settings, client-metrics subscriptions),
     and client quotas. Listeners hear "broker_config" (key: a broker id as text, or
-    "<default>") and "quota" (key: the quota entity)."""
+    "<default>"), "entity_config" (key: (entity type, name)) for the other types, and
+    "quota" (key: the quota entity)."""
+
+    def entity_configs(self, entity_type: str) -> Mapping[str, Mapping[str, str]]:
+        """Name -> settings of every entity of ``entity_type`` that has some (from
+        memory). A snapshot: a change replaces it, never alters it in place."""
+        ...
+
+    async def alter_entity_configs(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
+        """Replace one entity's settings (none: it has no settings any more)."""
+        ...
 
     def broker_configs(self, entity: str) -> Mapping[str, str]:
         """Dynamic broker settings of ``entity``: a broker id as text, or "<default>"

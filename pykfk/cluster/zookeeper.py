@@ -11,6 +11,7 @@ Znodes (JSON as Kafka writes them, so Kafka's tools can read a pykfk cluster)::
     /config/topics/<topic>                         {"version":1,"config":{...}}
     /config/users/<user, URL-encoded>              {"version":1,"config":{"SCRAM-SHA-256":"salt=..."}}
     /config/brokers/<id> and /config/brokers/<default>   {"version":1,"config":{"log.retention.ms":"..."}}
+    /config/client-metrics/<name>                  {"version":1,"config":{"metrics":"...","interval.ms":"..."}}
     /config/changes/config_change_<seq>            {"version":2,"entity_path":"users/<user>"}
     /controller                         ephemeral  {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                              N (bumped with a conditional set)
@@ -57,6 +58,9 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from pykfk.cluster.assignment import AssignmentError, assign_replicas
 from pykfk.cluster.metadata import (
+    BROKER_ENTITIES,
+    DEFAULT_ENTITY,
+    ENTITY_TYPES,
     NO_LEADER,
     BrokerInfo,
     Endpoint,
@@ -88,8 +92,6 @@ TOPICS_PATH = "/brokers/topics"
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_USERS_PATH = "/config/users"
 CONFIG_CLIENTS_PATH = "/config/clients"
-CONFIG_BROKERS_PATH = "/config/brokers"
-DEFAULT_ENTITY = "<default>"  # Kafka's name of a quota entity type's default
 # Kafka's ZooKeeper authorizer layout: LITERAL bindings under /kafka-acl/<Type>/<name>,
 # PREFIXED ones under /kafka-acl-extended/prefixed/<Type>/<name>, each znode
 # {"version":1,"acls":[{"principal","permissionType","operation","host"}]}; changes are
@@ -117,7 +119,7 @@ PERSISTENT_PATHS = (
     f"{ACL_EXTENDED_PATH}/prefixed",
     CONFIG_USERS_PATH,
     CONFIG_CLIENTS_PATH,
-    CONFIG_BROKERS_PATH,
+    *(f"/config/{kind}" for kind in ENTITY_TYPES),
     TOKENS_PATH,
     TOKEN_CHANGES_PATH,
 )
@@ -406,7 +408,8 @@ class ZooKeeperMetadataStore:
         self.acl_version = 0
         self._quotas: dict[Entity, dict[str, float]] = {}
         self.quota_version = 0
-        self._broker_configs: dict[str, dict[str, str]] = {}
+        # Entity type -> name -> settings; each type's dict is replaced on a change.
+        self._entity_configs: dict[str, dict[str, dict[str, str]]] = {}
         # Delegation token id -> when it stops working (ms), from the tokens' znodes.
         self._token_ends: dict[str, int] = {}
 
@@ -438,7 +441,7 @@ class ZooKeeperMetadataStore:
         from kazoo.recipe.cache import TreeCache
 
         for root in ("/brokers", CONFIG_TOPICS_PATH, "/admin", ACL_PATH, ACL_EXTENDED_PATH, CONFIG_USERS_PATH,
-                     CONFIG_CLIENTS_PATH, CONFIG_BROKERS_PATH, TOKENS_PATH):
+                     CONFIG_CLIENTS_PATH, *(f"/config/{kind}" for kind in ENTITY_TYPES), TOKENS_PATH):
             cache = TreeCache(self.zk, root)
             self._initialized[root] = asyncio.Event()
             cache.listen(lambda event, root=root: self._post(self._on_tree_event, root, event))
@@ -626,11 +629,9 @@ class ZooKeeperMetadataStore:
                 doc = json.loads(data)
                 self._configs[topic] = {str(k): str(v) for k, v in (doc.get("config") or {}).items()}
             self._rebuild_topic(topic)
-        elif parts[:2] == ["config", "brokers"] and len(parts) == 3:
-            configs = {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()} if data else {}
-            if self._broker_configs.get(parts[2], {}) != configs:
-                self._broker_configs[parts[2]] = configs
-                self._notify("broker_config", parts[2])
+        elif parts[:1] == ["config"] and len(parts) == 3 and parts[1] in ENTITY_TYPES:
+            name = parts[2] if parts[1] == BROKER_ENTITIES else urllib.parse.unquote(parts[2])
+            self._apply_entity_configs(parts[1], name, data)
         elif parts[:2] == ["admin", "delete_topics"] and len(parts) == 3:
             if data is None:
                 self._delete_requests.discard(parts[2])
@@ -1077,27 +1078,49 @@ class ZooKeeperMetadataStore:
         await self.wait_for(lambda: self._configs.get(name) == dict(configs), 5.0)
         return self._topics[name]
 
-    # -- dynamic broker configs (cached from /config/brokers) --------------------------
+    # -- entity configs (cached from /config/brokers and /config/client-metrics) -------
 
-    def broker_configs(self, entity: str) -> Mapping[str, str]:
-        return self._broker_configs.get(entity, {})
+    def _apply_entity_configs(self, entity_type: str, name: str, data: bytes | None) -> None:
+        configs = {str(k): str(v) for k, v in (json.loads(data).get("config") or {}).items()} if data else {}
+        current = self._entity_configs.get(entity_type, {})
+        if current.get(name, {}) == configs:
+            return
+        entities = {e: c for e, c in current.items() if e != name}
+        if configs:
+            entities[name] = configs
+        self._entity_configs[entity_type] = entities
+        if entity_type == BROKER_ENTITIES:
+            self._notify("broker_config", name)
+        else:
+            self._notify("entity_config", (entity_type, name))
 
-    @_metadata_change("alter broker configs of {0}")
-    async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+    def entity_configs(self, entity_type: str) -> Mapping[str, Mapping[str, str]]:
+        return self._entity_configs.get(entity_type, {})
+
+    @_metadata_change("alter configs of {0} {1}")
+    async def alter_entity_configs(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
         """The entity's znode is replaced whole (AlterConfigs semantics; the incremental
         form computed the whole set already), then a change notice follows as in Kafka."""
         from kazoo.exceptions import NodeExistsError
 
-        path = f"{CONFIG_BROKERS_PATH}/{entity}"
+        # Broker ids and <default> as they are; other names URL-encoded (Kafka's Sanitizer).
+        znode = name if entity_type == BROKER_ENTITIES else _sanitized(name)
+        path = f"/config/{entity_type}/{znode}"
         doc = json.dumps({"version": 1, "config": dict(configs)}).encode()
         try:
             await self._wait(self.zk.create_async(path, doc, makepath=True))
         except NodeExistsError:
             await self._wait(self.zk.set_async(path, doc))
-        notice = json.dumps({"version": 2, "entity_path": f"brokers/{entity}"}).encode()
+        notice = json.dumps({"version": 2, "entity_path": f"{entity_type}/{znode}"}).encode()
         await self._wait(self.zk.create_async(f"{CONFIG_CHANGES_PATH}/config_change_", notice,
                                               sequence=True, makepath=True))
-        await self.wait_for(lambda: self._broker_configs.get(entity, {}) == dict(configs), 5.0)
+        await self.wait_for(lambda: self.entity_configs(entity_type).get(name, {}) == dict(configs), 5.0)
+
+    def broker_configs(self, entity: str) -> Mapping[str, str]:
+        return self.entity_configs(BROKER_ENTITIES).get(entity, {})
+
+    async def alter_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        await self.alter_entity_configs(BROKER_ENTITIES, entity, configs)
 
     # -- client quotas (cached from /config/users and /config/clients) -----------------
 

@@ -2,8 +2,10 @@
 resources: ``metrics``, ``interval.ms``, ``match``), the client instances the broker
 knows, and the metrics they last pushed, read by the Prometheus collector.
 
-Subscriptions are kept by each broker in ``client-metrics.json`` of its first log
-directory (written before a change applies). A client matches a subscription when every
+Subscriptions are cluster metadata, as in Kafka: client-metrics config entities of the
+metadata store (``/config/client-metrics/<name>`` in ZooKeeper, the embedded store's
+file on a standalone broker), so a subscription set through one broker applies on
+every broker, and outlives restarts. A client matches a subscription when every
 ``match`` pattern matches its whole attribute (no ``match``: every client); the metrics
 of all its subscriptions are requested together at the shortest of their intervals. The
 subscription id is a CRC-32 of those metrics, the interval and the instance id, so any
@@ -13,8 +15,7 @@ UNKNOWN_SUBSCRIPTION_ID, as Kafka answers).
 
 from __future__ import annotations
 
-import json
-import os
+import logging
 import re
 import time
 import uuid
@@ -22,11 +23,12 @@ import weakref
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Protocol
 
 import cramjam
 
-from pykfk.config import BrokerConfig, ConfigKey
+from pykfk.cluster.metadata import CLIENT_METRICS_ENTITIES, ConfigStore
+from pykfk.config import ConfigKey
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.server.otlp import CUMULATIVE, MalformedMetrics, OtlpMetric, decode_metrics
 
@@ -39,7 +41,8 @@ ACCEPTED_COMPRESSION = (4, 3, 1, 2)
 MATCH_KEYS = ("client_instance_id", "client_id", "client_software_name", "client_software_version",
               "client_source_address", "client_source_port")
 MAX_INSTANCES = 16384  # the most client instances remembered, as Kafka's cache
-FILE_NAME = "client-metrics.json"
+
+log = logging.getLogger("pykfk.server")
 
 
 def _metrics_list(value: object) -> list[str]:
@@ -186,45 +189,44 @@ def _series_name(name: str) -> str:
 
 
 class ClientTelemetry:
-    """One broker's subscriptions and client instances. Loop-affine."""
+    """The cluster's subscriptions, as this broker reads them from the metadata store,
+    and the client instances this broker knows. Loop-affine."""
 
-    def __init__(self, directory: str | None):
-        self.path = Path(directory, FILE_NAME) if directory else None
-        self.configs: dict[str, dict[str, str]] = {}
-        self.subscriptions: dict[str, Subscription] = {}
+    def __init__(self, store: ConfigStore):
+        self.store = store
         self.instances: dict[uuid.UUID, ClientInstance] = {}
-        if self.path is not None and self.path.exists():
-            for name, configs in json.loads(self.path.read_text(encoding="utf-8")).items():
-                self.configs[name] = dict(configs)
-                self.subscriptions[name] = Subscription.parse(name, configs)
+        self._parsed: Mapping[str, Mapping[str, str]] | None = None
+        self._subscriptions: dict[str, Subscription] = {}
 
     # -- subscriptions (CLIENT_METRICS resources) ---------------------------------------
 
-    def alter(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+    @property
+    def configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Subscription name -> its settings, from the store (memory)."""
+        return self.store.entity_configs(CLIENT_METRICS_ENTITIES)
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]:
+        """The subscriptions, parsed again only after the store's snapshot changed."""
+        configs = self.configs
+        if configs is not self._parsed:
+            parsed: dict[str, Subscription] = {}
+            for name, values in configs.items():
+                try:
+                    parsed[name] = Subscription.parse(name, values)
+                except KafkaError as exc:  # written by something that did not check it
+                    log.warning("client-metrics subscription %s ignored: %s", name, exc.message)
+            self._subscriptions, self._parsed = parsed, configs
+        return self._subscriptions
+
+    async def alter(self, name: str, configs: Mapping[str, str], validate_only: bool) -> None:
+        """Set (or, with no settings, remove) a subscription in the store, after Kafka's
+        checks: INVALID_REQUEST for no name, INVALID_CONFIG for a bad value."""
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics resource name must not be empty")
-        subscription = Subscription.parse(name, configs)
-        if validate_only:
-            return
-        updated = {k: v for k, v in self.configs.items() if k != name}
-        if configs:
-            updated[name] = dict(configs)
-        self._save(updated)
-        self.configs = updated
-        if configs:
-            self.subscriptions[name] = subscription
-        else:
-            self.subscriptions.pop(name, None)
-
-    def _save(self, configs: Mapping[str, Mapping[str, str]]) -> None:
-        if self.path is None:
-            return
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump(configs, out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self.path)
+        Subscription.parse(name, configs)
+        if not validate_only:
+            await self.store.alter_entity_configs(CLIENT_METRICS_ENTITIES, name, configs)
 
     # -- client instances ---------------------------------------------------------------
 
@@ -278,14 +280,21 @@ class ClientTelemetry:
                 series[labels] = Series(point.value, metric.description)
 
 
+class TelemetryHost(Protocol):
+    """What telemetry needs of the broker: its metadata store."""
+
+    @property
+    def metadata(self) -> ConfigStore: ...
+
+
 _BY_BROKER: weakref.WeakKeyDictionary[object, ClientTelemetry] = weakref.WeakKeyDictionary()
 
 
-def telemetry_of(broker: object, directory: str | None = None) -> ClientTelemetry:
-    """The broker's telemetry state, made on first use (reading its subscriptions)."""
+def broker_telemetry(broker: TelemetryHost) -> ClientTelemetry:
+    """The broker's telemetry state, made on first use."""
     found = _BY_BROKER.get(broker)
     if found is None:
-        found = _BY_BROKER[broker] = ClientTelemetry(directory)
+        found = _BY_BROKER[broker] = ClientTelemetry(broker.metadata)
     return found
 
 
@@ -293,17 +302,6 @@ def find_telemetry(broker: object) -> ClientTelemetry | None:
     return _BY_BROKER.get(broker)
 
 
-
-
-def broker_telemetry(broker: object, config: BrokerConfig) -> ClientTelemetry:
-    """``telemetry_of`` with the broker's first log directory as the store."""
-    found = _BY_BROKER.get(broker)
-    if found is not None:
-        return found
-    dirs = config["log.dirs"]
-    return telemetry_of(broker, str(dirs[0]) if dirs else None)
-
-
 __all__ = ["ACCEPTED_COMPRESSION", "CLIENT_METRICS", "CLIENT_METRICS_KEYS", "TELEMETRY_MAX_BYTES",
            "ClientInstance", "ClientTelemetry", "MalformedMetrics", "broker_telemetry", "decompress",
-           "find_telemetry", "telemetry_of"]
+           "find_telemetry"]
