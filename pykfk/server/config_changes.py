@@ -94,9 +94,9 @@ async def _alter_one(ctx: RequestContext, resource: Resource, validate_only: boo
     elif resource.resource_type == telemetry.CLIENT_METRICS:  # KIP-714 subscriptions
         if not ctx.allowed_on_cluster(Operation.ALTER_CONFIGS):
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
-        state = telemetry.broker_telemetry(ctx.broker, ctx.broker.config)
+        state = telemetry.broker_telemetry(ctx.broker)
         configs = new_configs(resource, dict(state.configs.get(name, {})), telemetry.CLIENT_METRICS_KEYS)
-        state.alter(name, configs, validate_only)
+        await state.alter(name, configs, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}")
 

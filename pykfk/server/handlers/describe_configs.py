@@ -153,7 +153,7 @@ def _group_configs(ctx: RequestContext, group: str, keys: set[str] | None) -> li
 def _client_metrics_configs(ctx: RequestContext, name: str, keys: set[str] | None
                             ) -> list[typed.DescribeConfigsResourceResult]:
     """A client-metrics subscription's settings (CLIENT_METRICS_CONFIG where set, as Kafka)."""
-    given = telemetry.broker_telemetry(ctx.broker, ctx.broker.config).configs.get(name, {})
+    given = telemetry.broker_telemetry(ctx.broker).configs.get(name, {})
     out: list[typed.DescribeConfigsResourceResult] = []
     for key_name, key in telemetry.CLIENT_METRICS_KEYS.items():
         if keys is None or key_name in keys:

@@ -29,7 +29,7 @@ def client_attributes(ctx: RequestContext, instance_id: uuid.UUID) -> dict[str, 
 
 async def handle(ctx: RequestContext, request: typed.GetTelemetrySubscriptionsRequest
                  ) -> typed.GetTelemetrySubscriptionsResponse:
-    state = telemetry.broker_telemetry(ctx.broker, ctx.broker.config)
+    state = telemetry.broker_telemetry(ctx.broker)
     instance_id = request.client_instance_id
     if instance_id == ZERO_UUID:
         instance_id = uuid.uuid4()

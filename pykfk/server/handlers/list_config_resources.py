@@ -27,7 +27,7 @@ def _names(ctx: RequestContext, resource_type: int) -> list[str]:
         return [str(b.node_id) for b in sorted(ctx.broker.metadata.brokers(), key=lambda b: b.node_id)]
     if resource_type == GROUP:
         return sorted(share_groups.share_coordinator(ctx).group_configs)
-    return sorted(telemetry.broker_telemetry(ctx.broker, ctx.broker.config).configs)
+    return sorted(telemetry.broker_telemetry(ctx.broker).configs)
 
 
 async def handle(ctx: RequestContext, request: typed.ListConfigResourcesRequest) -> typed.ListConfigResourcesResponse:

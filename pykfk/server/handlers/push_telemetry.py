@@ -28,7 +28,7 @@ def _answer(code: int) -> typed.PushTelemetryResponse:
 async def handle(ctx: RequestContext, request: typed.PushTelemetryRequest) -> typed.PushTelemetryResponse:
     if request.client_instance_id == ZERO_UUID:
         return _answer(ErrorCode.INVALID_REQUEST)
-    state = telemetry.broker_telemetry(ctx.broker, ctx.broker.config)
+    state = telemetry.broker_telemetry(ctx.broker)
     known = state.instances.get(request.client_instance_id)
     instance = known or state.instance(request.client_instance_id,
                                        client_attributes(ctx, request.client_instance_id))
