@@ -9,6 +9,7 @@ tests."""
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 
 import pytest
@@ -200,3 +201,27 @@ def test_leave_group_v5_takes_each_members_reason(raw, broker):
     assert [(m.member_id, m.error_code) for m in left.members] == [(first.member_id, E.NONE),
                                                                    ("nobody", E.UNKNOWN_MEMBER_ID)]
     wait_until(lambda: "shutting down for good" in broker.log_text(), 10, "the leave reason in the broker's log")
+
+
+def test_a_v18_follower_behind_the_high_watermark_is_answered_at_once(raw):
+    """KIP-1166: a follower says which high watermark it knows; when the leader's is
+    ahead, its fetch is answered at once (no data needed) instead of waiting max_wait_ms."""
+    topic_id = _topic_id(raw)
+
+    def follower_fetch(known_high_watermark: int) -> tuple[float, int]:
+        started = time.monotonic()
+        answer = raw.call(FETCH, 18, {
+            "replica_state": {"replica_id": 7, "replica_epoch": -1}, "max_wait_ms": 1000, "min_bytes": 1,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "forgotten_topics_data": [],
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 5, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20, "high_watermark": known_high_watermark}]}]})
+        [partition] = answer.responses[0].partitions
+        assert partition.error_code == E.NONE
+        return time.monotonic() - started, partition.high_watermark
+
+    behind, high_watermark = follower_fetch(2)
+    assert high_watermark == 5 and behind < 0.5
+    caught_up, _ = follower_fetch(5)  # nothing new to tell: it waits for data, as before
+    assert caught_up >= 0.9
