@@ -74,6 +74,13 @@ class RawClient:
         self.sock.sendall(framing.encode_request(api_key, version, correlation_id, client_id, body))
         return correlation_id
 
+    def login_plain(self, user: str, password: str) -> None:
+        """SASL/PLAIN on this connection (SaslHandshake v1, SaslAuthenticate v1);
+        AssertionError unless both succeed."""
+        assert self.call(17, 1, {"mechanism": "PLAIN"}).error_code == 0  # type: ignore[attr-defined]
+        answer = self.call(36, 1, {"auth_bytes": f"\0{user}\0{password}".encode()})
+        assert answer.error_code == 0, answer.error_message  # type: ignore[attr-defined]
+
     def recv_frame(self) -> bytes:
         size = struct.unpack(">i", self._recv_exactly(4))[0]
         return self._recv_exactly(size)

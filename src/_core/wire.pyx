@@ -714,36 +714,11 @@ cdef object _fetch_partitions(_Cursor* c, int version, bint compact):
         PyDict_SetItem(part, "replica_directory_id", ZERO_UUID)
         PyDict_SetItem(part, "high_watermark", INT64_MAX)
         if version >= 17:
-            _fetch_partition_tagged(c, part, version)
+            _fetch_tagged(c, part, version, True)
         elif compact:
             _skip_tagged(c)
         partitions.append(part)
     return partitions
-
-
-cdef int _fetch_partition_tagged(_Cursor* c, object part, int version) except -1:
-    """A partition's tagged section (v17+): replica_directory_id (tag 0) and, v18+,
-    high_watermark (tag 1), each read within its declared size; other tags skipped."""
-    cdef int64_t count = _uvarint(c)
-    cdef int64_t i, tag, size
-    cdef Py_ssize_t end
-    if count * 2 > c.end - c.pos:
-        raise ProtocolError(f"tagged field count {count} at byte {c.pos} exceeds the bytes left")
-    for i in range(count):
-        tag = _uvarint(c)
-        size = _uvarint(c)
-        if size > c.end - c.pos:
-            raise ProtocolError(f"tagged field {tag} of {size} bytes runs past the frame")
-        end = c.pos + <Py_ssize_t>size
-        if tag == 0 or (tag == 1 and version >= 18):
-            if size != (16 if tag == 0 else 8):
-                raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {16 if tag == 0 else 8}")
-            if tag == 0:
-                PyDict_SetItem(part, "replica_directory_id", _uuid(c))
-            else:
-                PyDict_SetItem(part, "high_watermark", _int64(c))
-        c.pos = end
-    return 0
 
 
 cdef object _fetch_topics(_Cursor* c, int version, bint compact, bint forgotten):
@@ -780,12 +755,15 @@ cdef object _replica_state(_Cursor* c):
     return state
 
 
-cdef int _fetch_tagged(_Cursor* c, object request, int version) except -1:
-    """The request's tagged section: cluster_id (tag 0) and, v15+, replica_state (tag 1),
-    each decoded within its declared size; other tags skipped."""
+cdef int _fetch_tagged(_Cursor* c, object target, int version, bint partition) except -1:
+    """A tagged section, each known field decoded within its declared size, other tags
+    skipped: the request's (cluster_id 0; replica_state 1 from v15) or, with
+    ``partition``, a partition's (replica_directory_id 0 from v17; high_watermark 1 from
+    v18)."""
     cdef int64_t count = _uvarint(c)
     cdef int64_t i, tag, size
     cdef Py_ssize_t end, saved_end
+    cdef bint known
     if count * 2 > c.end - c.pos:
         raise ProtocolError(f"tagged field count {count} at byte {c.pos} exceeds the bytes left")
     for i in range(count):
@@ -794,13 +772,19 @@ cdef int _fetch_tagged(_Cursor* c, object request, int version) except -1:
         if size > c.end - c.pos:
             raise ProtocolError(f"tagged field {tag} of {size} bytes runs past the frame")
         end = c.pos + <Py_ssize_t>size
-        if tag == 0 or (tag == 1 and version >= 15):
+        known = tag == 0 or (tag == 1 and version >= (18 if partition else 15))
+        if known:
             saved_end = c.end
             c.end = end
-            if tag == 0:
-                PyDict_SetItem(request, "cluster_id", _string(c, True, True))
+            if partition:
+                if tag == 0:
+                    PyDict_SetItem(target, "replica_directory_id", _uuid(c))
+                else:
+                    PyDict_SetItem(target, "high_watermark", _int64(c))
+            elif tag == 0:
+                PyDict_SetItem(target, "cluster_id", _string(c, True, True))
             else:
-                PyDict_SetItem(request, "replica_state", _replica_state(c))
+                PyDict_SetItem(target, "replica_state", _replica_state(c))
             c.end = saved_end
             if c.pos != end:
                 raise ProtocolError(f"tagged field {tag} declares {size} bytes, holds {c.pos - (end - size)}")
@@ -841,7 +825,7 @@ def decode_fetch(frame, Py_ssize_t offset, int version):
             PyDict_SetItem(request, "forgotten_topics_data", _fetch_topics(&c, version, compact, True) if version >= 7 else ())
             PyDict_SetItem(request, "rack_id", _string(&c, compact, False) if version >= 11 else "")
             if compact:
-                _fetch_tagged(&c, request, version)
+                _fetch_tagged(&c, request, version, False)
         except ProtocolError as exc:
             raise ProtocolError(f"Fetch v{version} request: {exc}") from None
         if c.pos != c.end:

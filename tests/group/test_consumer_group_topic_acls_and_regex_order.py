@@ -68,8 +68,7 @@ def _settings(broker: BrokerProcess, user: str) -> dict[str, str]:
 
 def _raw(broker: BrokerProcess, user: str) -> RawClient:
     raw = RawClient("127.0.0.1", broker.ports["SASL_PLAINTEXT"])
-    assert raw.call(17, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.NONE
-    assert raw.call(36, 1, {"auth_bytes": f"\0{user}\0{user}-pw".encode()}).error_code == ErrorCode.NONE
+    raw.login_plain(user, f"{user}-pw")
     return raw
 
 
