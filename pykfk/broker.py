@@ -14,6 +14,7 @@ pykfk.broker`` runs it too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -29,6 +30,7 @@ from pykfk.cluster.node import ClusterNode
 from pykfk.cluster.replica import ReplicaManager
 from pykfk.cluster.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TopicManager
 from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError, format_config_value
+from pykfk.errors import KafkaError
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
 from pykfk.server import log_dir_moves
@@ -295,6 +297,7 @@ class Broker:
                                          self.transaction_coordinator.config.num_partitions, max(factor, 1), configs)
             except TopicExistsError:
                 pass
+        await self._internal_topic_led(TRANSACTION_STATE_TOPIC)
         await self._transaction_leadership.settled()
 
     async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -410,8 +413,18 @@ class Broker:
 
         configs = {k: str(v) for k, v in OFFSETS_TOPIC_CONFIG.items() if k in TOPIC_KEYS}
         await self.cluster.ensure_offsets_topic(self.group_coordinator.config.offsets_topic_num_partitions, configs)
+        await self._internal_topic_led(OFFSETS_TOPIC)
         if self._coordinator_leadership is not None:  # None before start and after stop
             await self._coordinator_leadership.settled()
+
+    async def _internal_topic_led(self, topic: str) -> None:
+        """Wait until this broker took up the leaderships of ``topic`` it was given: a
+        new topic's logs are made, and its leader epochs written, off the loop, and a
+        FindCoordinator answered before that would send clients to a coordinator that
+        answers NOT_COORDINATOR (which librdkafka does not retry for every request)."""
+        with contextlib.suppress(KafkaError):  # logs that could not be made: no leader, the
+            await self.replica_manager.created(topic)  # coordinator stays unavailable
+        await self.replica_manager.leaders_settled()
 
     def coordinator_node(self, offsets_partition: int, listener: str) -> tuple[int, str, int] | None:
         return self.cluster.leader_node(OFFSETS_TOPIC, offsets_partition, listener)
