@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from pykfk.cli import access, audit, cluster, console, group, logdump, reassign, token, topic
+from pykfk.cli import access, audit, cluster, console, group, logdump, reassign, token, topic, user
 from pykfk.cli.common import CliContext, connection_options, output_option, run_guarded
 
 # The oldest API versions each command needs decide the oldest Kafka it works with:
@@ -61,7 +61,7 @@ def cli(ctx: click.Context) -> None:
     ctx.ensure_object(CliContext)
 
 
-for module in (topic, group, console, cluster, access, reassign, logdump, audit, token):
+for module in (topic, group, console, cluster, access, reassign, logdump, audit, token, user):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -1,7 +1,9 @@
 """``pykfk token``: delegation tokens (CreateDelegationToken, DescribeDelegationToken,
 RenewDelegationToken, ExpireDelegationToken; Kafka 1.1+), as kafka-delegation-tokens.sh
 manages them. HMACs are shown and taken in base64: the HMAC is also the SCRAM password a
-client logs in with (the token id being the user name)."""
+client logs in with (the token id being the user name). ``pykfk token oidc`` gets an
+OAUTHBEARER token from the identity provider with the --command-config client
+credentials and shows the principal the brokers will take from it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,15 @@ from typing import Any
 
 import click
 
-from pykfk.cli.common import CliContext, Duration, admin_command, emit, pass_cli
+from pykfk.cli.common import (
+    EXIT_USAGE,
+    CliContext,
+    CliError,
+    Duration,
+    admin_command,
+    emit,
+    pass_cli,
+)
 from pykfk.client.admin import check
 
 CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
@@ -124,6 +134,57 @@ def token_expire(cli: CliContext, hmac_text: str, period_ms: int | None) -> None
     """End a token now, or bring its expiry forward."""
     _change(cli, EXPIRE, hmac_text, "expiry_time_period_ms", -1 if period_ms is None else period_ms,
             "expire the token")
+
+
+@token_group.command("oidc")
+@click.option("--sub-claim", default="sub", show_default=True,
+              help="The claim naming the principal (the brokers' sasl.oauthbearer.sub.claim.name).")
+@click.option("--scope-claim", default="scope", show_default=True,
+              help="The claim holding the scopes (the brokers' sasl.oauthbearer.scope.claim.name).")
+@click.option("--show-token", is_flag=True, help="Print the token too (a bearer credential: keep it to yourself).")
+@admin_command
+@pass_cli
+def token_oidc(cli: CliContext, sub_claim: str, scope_claim: str, show_token: bool) -> None:
+    """Get an OAUTHBEARER token from the identity provider and show what brokers see in it.
+
+    The --command-config names the token endpoint and the client credentials as a Kafka
+    client takes them (sasl.oauthbearer.token.endpoint.url and OAuthBearerLoginModule's
+    clientId, clientSecret, scope in sasl.jaas.config; librdkafka's
+    sasl.oauthbearer.client.id/.client.secret/.scope too). No broker is asked and the
+    signature is not checked: the brokers check it against the JWKS."""
+    import jwt
+
+    from pykfk.client.admin import read_properties
+    from pykfk.security.oauth_login import (
+        TokenEndpointError,
+        check_login_token,
+        client_credentials_from_properties,
+        fetch_access_token,
+        token_scopes,
+    )
+
+    if not cli.command_config:
+        raise CliError("--command-config must name the token endpoint and the client credentials", EXIT_USAGE)
+    try:
+        credentials = client_credentials_from_properties(read_properties(cli.command_config))
+    except OSError as exc:
+        raise CliError(f"cannot read --command-config {cli.command_config}: {exc.strerror}", EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(f"--command-config {cli.command_config}: {exc}", EXIT_USAGE) from None
+    try:
+        login = check_login_token(fetch_access_token(credentials), sub_claim, scope_claim)
+    except TokenEndpointError as exc:
+        raise CliError(f"no token: {exc}") from None
+    claims = jwt.decode(login.value, options={"verify_signature": False})
+    audience = claims.get("aud")
+    row: dict[str, Any] = {
+        "principal": f"User:{login.principal}", "issuer": claims.get("iss", "-"),
+        "audience": audience if isinstance(audience, list) else [audience] if audience else [],
+        "scopes": sorted(token_scopes(claims, scope_claim)), "expires": _when(login.expiry_ms)}
+    if show_token:
+        row["token"] = login.value
+    table = [{**row, "audience": ",".join(row["audience"]), "scopes": ",".join(row["scopes"])}]
+    emit(cli, row, table, [*row])
 
 
 COMMANDS = [token_group]

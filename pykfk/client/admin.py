@@ -113,6 +113,10 @@ class ClientSecurity:
     ssl_keyfile: str | None = None
     ssl_key_password: str | None = None
     ssl_check_hostname: bool = True
+    # OAUTHBEARER's client credentials (pykfk.security.oauth_login.ClientCredentials) and
+    # SCRAM extensions (tokenauth: a delegation token login), from ``sasl.*``.
+    oauth: Any = None
+    sasl_extensions: tuple[tuple[str, str], ...] = ()
 
     @property
     def uses_tls(self) -> bool:
@@ -127,6 +131,7 @@ class ClientSecurity:
         """From Kafka client properties; PEM files for the TLS trust and key stores.
         Raises ValueError naming a property that is unusable."""
         from pykfk.security.jaas import JaasError, parse_jaas
+        from pykfk.security.sasl import client_login_settings
         from pykfk.security.sasl import CLIENT_MECHANISMS
 
         protocol = props.get("security.protocol", "PLAINTEXT").upper()
@@ -159,6 +164,7 @@ class ClientSecurity:
             ssl_keyfile=props.get("ssl.key.location"),
             ssl_key_password=props.get("ssl.key.password"),
             ssl_check_hostname=props.get("ssl.endpoint.identification.algorithm", "https") != "",
+            **(client_login_settings(props, mechanism) if protocol.startswith("SASL") else {}),
         )
 
     def tls_context(self) -> ssl.SSLContext:
@@ -234,7 +240,16 @@ class AdminConnection(BrokerConnection):
         answer = self.request(SASL_HANDSHAKE, {"mechanism": mechanism})
         check(answer.error_code, f"SASL mechanism {mechanism} (broker offers "
                                  f"{', '.join(answer.mechanisms)})")
-        client = SaslClient(mechanism, self.security.sasl_username, self.security.sasl_password)
+        bearer = ""
+        if mechanism == "OAUTHBEARER":
+            from pykfk.security.oauth_login import TokenEndpointError, client_bearer_token
+
+            try:
+                bearer = client_bearer_token(self.security.oauth)
+            except TokenEndpointError as exc:
+                raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"no OAUTHBEARER token: {exc}") from None
+        client = SaslClient(mechanism, self.security.sasl_username, self.security.sasl_password,
+                            dict(self.security.sasl_extensions), bearer_token=bearer)
         token: bytes | None = client.first()
         while token is not None:
             reply = self.request(SASL_AUTHENTICATE, {"auth_bytes": token})

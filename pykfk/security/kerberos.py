@@ -196,14 +196,16 @@ class GssapiServer:
         lucid context); else the context's lifetime, which counts the Kerberos clock skew
         too; a ticket accepted within the skew after its end keeps that window."""
         now = time.time()
+        end = 0.0
         try:
             from gssapi.raw import krb5_export_lucid_sec_context
 
-            end = float(krb5_export_lucid_sec_context(self._context, 1).endtime)
-            if end > now:
-                return int(end * 1000)
+            lucid: Any = krb5_export_lucid_sec_context(self._context, 1)
+            end = float(lucid.endtime)
         except Exception:  # noqa: BLE001 - not MIT's library, or no lucid context: the lifetime below
-            pass
+            end = 0.0
+        if end > now:
+            return int(end * 1000)
         lifetime = self._context.lifetime
         if isinstance(lifetime, int) and 0 < lifetime < INDEFINITE:
             return int((now + lifetime) * 1000)

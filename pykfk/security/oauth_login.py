@@ -326,3 +326,53 @@ def login_source(config: Any, listener: str, options: Mapping[str, str],
 
     return BearerTokenSource(make, sub_claim=principal_claim, scope_claim=scope_name, refresh=refresh,
                              extensions=extensions)
+
+
+def client_credentials_from_properties(props: Mapping[str, str]) -> ClientCredentials:
+    """A client's OAUTHBEARER client credentials from its properties, in Kafka's
+    spelling (``sasl.oauthbearer.token.endpoint.url`` and the ``OAuthBearerLoginModule``
+    options clientId, clientSecret, scope of ``sasl.jaas.config``, or Kafka 4.1's
+    ``sasl.oauthbearer.client.credentials.client.id``/``.client.secret`` and
+    ``sasl.oauthbearer.scope``) or librdkafka's (``sasl.oauthbearer.client.id``,
+    ``.client.secret``, ``.scope``, ``https.ca.location``). Raises ValueError."""
+    from pykfk.security.jaas import JaasError, parse_jaas
+
+    try:
+        options = parse_jaas(props["sasl.jaas.config"]).options if props.get("sasl.jaas.config") else {}
+    except JaasError as exc:
+        raise ValueError(f"sasl.jaas.config: {exc}") from None
+    url = props.get("sasl.oauthbearer.token.endpoint.url")
+    client_id = (options.get("clientId") or props.get("sasl.oauthbearer.client.credentials.client.id")
+                 or props.get("sasl.oauthbearer.client.id"))
+    secret = (options.get("clientSecret") or props.get("sasl.oauthbearer.client.credentials.client.secret")
+              or props.get("sasl.oauthbearer.client.secret"))
+    if not url:
+        raise ValueError("sasl.oauthbearer.token.endpoint.url: OAUTHBEARER logins need the identity provider's "
+                         "token endpoint")
+    if not client_id or not secret:
+        raise ValueError("sasl.jaas.config: OAUTHBEARER logins need clientId and clientSecret "
+                         "(OAuthBearerLoginModule options)")
+    scope = options.get("scope") or props.get("sasl.oauthbearer.scope")
+    context = None
+    if url.startswith("https:"):
+        cafile = (options.get("ssl.truststore.location") or props.get("https.ca.location")
+                  or props.get("ssl.truststore.location") or props.get("ssl.ca.location"))
+        context = ssl.create_default_context(cafile=cafile or None)
+    return ClientCredentials(url, client_id, secret, scope, context)
+
+
+_client_tokens: dict[ClientCredentials, LoginToken] = {}
+
+
+def client_bearer_token(credentials: ClientCredentials, sub_claim: str = "sub", scope_claim: str = "scope") -> str:
+    """A token for a command-line client (blocking): the one fetched before while more
+    than a tenth of its lifetime (at least 5 s) is left, else a new one."""
+    now_ms = int(time.time() * 1000)
+    known = _client_tokens.get(credentials)
+    if known is not None:
+        margin = max(5000, (known.expiry_ms - (known.start_ms or now_ms)) // 10)
+        if now_ms + margin < known.expiry_ms:
+            return known.value
+    token = check_login_token(fetch_access_token(credentials), sub_claim, scope_claim)
+    _client_tokens[credentials] = token
+    return token.value

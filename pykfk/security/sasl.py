@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from pykfk.security.kerberos import MECHANISM as GSSAPI
 from pykfk.security.kerberos import GssapiAcceptor, GssapiServer
-from pykfk.security.oauth import MECHANISM as OAUTHBEARER
 from pykfk.security.oauth import CONTROL_A, OAuthBearerServer
+from pykfk.security.oauth import MECHANISM as OAUTHBEARER
 from pykfk.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pykfk.security.scram import ScramClient, ScramCredential, ScramError, ScramServer
 from pykfk.security.tokens import TOKEN_AUTH_EXTENSION
@@ -43,6 +44,24 @@ class TokenLogin:
 
 # (token id, mechanism) -> the live token's login, or None (unknown, expired, disabled).
 TokenLookup = Callable[[str, str], Awaitable[TokenLogin | None]]
+
+
+def client_login_settings(props: Mapping[str, str], mechanism: str) -> dict[str, Any]:
+    """What a client's SASL login takes from its properties besides user and password:
+    the OAUTHBEARER client credentials (``oauth``), and the SCRAM extensions
+    (``sasl_extensions``): ``tokenauth="true"`` in ``ScramLoginModule``'s options makes a
+    delegation token login. Raises ValueError naming the property."""
+    from pykfk.security.jaas import JaasError, parse_jaas
+    from pykfk.security.oauth_login import client_credentials_from_properties
+
+    if mechanism == OAUTHBEARER:
+        return {"oauth": client_credentials_from_properties(props), "sasl_extensions": ()}
+    try:
+        options = parse_jaas(props["sasl.jaas.config"]).options if props.get("sasl.jaas.config") else {}
+    except JaasError as exc:
+        raise ValueError(f"sasl.jaas.config: {exc}") from None
+    token_auth = options.get(TOKEN_AUTH_EXTENSION, "").lower() == "true"
+    return {"oauth": None, "sasl_extensions": ((TOKEN_AUTH_EXTENSION, "true"),) if token_auth else ()}
 
 
 class AuthenticationError(Exception):

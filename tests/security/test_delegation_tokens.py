@@ -363,6 +363,19 @@ def test_pykfk_token_commands(token_broker, tmp_path):
     listed = pykfk("token", "list", "--owner", "User:bob")
     assert listed.returncode == 0 and token["token_id"] in {t["token_id"] for t in json.loads(listed.stdout)}
     assert pykfk("token", "renew", "--hmac", token["hmac"], "--period", "10m").returncode == 0
+    # The token as the CLI's own login (Kafka's ScramLoginModule with tokenauth="true"):
+    # it acts as alice, but a token login may not manage tokens (Kafka's rule).
+    token_config = tmp_path / "token.properties"
+    token_config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="{}" password="{}" tokenauth="true";\n'.format(token["token_id"], token["hmac"]))
+    as_token = subprocess.run([*PYKFK, "-b", bootstrap, "--command-config", str(token_config), "-o", "json",
+                               "topic", "list"], capture_output=True, text=True, timeout=60, check=False)
+    assert as_token.returncode == 0, as_token.stderr
+    refused = subprocess.run([*PYKFK, "-b", bootstrap, "--command-config", str(token_config), "token", "list"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1 and "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED" in refused.stderr, refused.stderr
     assert pykfk("token", "expire", "--hmac", token["hmac"]).returncode == 0
     gone = pykfk("token", "renew", "--hmac", token["hmac"])
     assert gone.returncode == 1 and "Traceback" not in gone.stderr and "DELEGATION_TOKEN_NOT_FOUND" in gone.stderr

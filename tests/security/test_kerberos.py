@@ -168,3 +168,23 @@ def test_a_gssapi_session_lasts_no_longer_than_its_ticket(kdc, kerberos_broker):
         assert raw.is_closed_by_peer()
     finally:
         raw.close()
+
+
+def test_pykfk_user_principal_maps_kerberos_names(tmp_path):
+    import json
+
+    from tests.cli.conftest import PYKFK
+
+    properties = tmp_path / "server.properties"
+    properties.write_text(f"sasl.kerberos.principal.to.local.rules=RULE:[2:$1@$0](etl@{REALM})s/@.*//,DEFAULT\n")
+    mapped = subprocess.run([*PYKFK, "-o", "json", "user", "principal", f"etl/batch-host@{REALM}", f"alice@{REALM}",
+                             "eve@ELSEWHERE", "--broker-config", str(properties), "--realm", REALM],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert mapped.returncode == 1  # eve maps to nothing: she cannot log in
+    rows = {r["kerberos_name"]: r for r in json.loads(mapped.stdout)}
+    assert rows[f"etl/batch-host@{REALM}"]["principal"] == "User:etl"
+    assert rows[f"alice@{REALM}"]["principal"] == "User:alice"
+    assert rows["eve@ELSEWHERE"]["principal"] == "" and "no rule" in rows["eve@ELSEWHERE"]["error"]
+    bad = subprocess.run([*PYKFK, "user", "principal", "a@B", "--rules", "RULE:[1:$1](unclosed"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

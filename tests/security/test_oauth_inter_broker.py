@@ -86,7 +86,12 @@ def test_wrong_client_credentials_get_no_token(idp):
     """A client secret the identity provider refuses (401) fails at once, not retried."""
     import asyncio
 
-    from pykfk.security.oauth_login import BearerTokenSource, ClientCredentials, TokenEndpointError, fetch_access_token
+    from pykfk.security.oauth_login import (
+        BearerTokenSource,
+        ClientCredentials,
+        TokenEndpointError,
+        fetch_access_token,
+    )
 
     credentials = ClientCredentials(idp.token_url, "broker", "wrong-secret", "kafka")
     source = BearerTokenSource(lambda: fetch_access_token(credentials), retry_backoff_max_ms=5000)

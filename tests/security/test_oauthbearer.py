@@ -232,3 +232,40 @@ def test_an_oauthbearer_inter_broker_login_needs_its_client_credentials(tmp_path
     security = inter_broker_security(BrokerConfig({
         **base, "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": jaas}))
     assert security.sasl_mechanism == "OAUTHBEARER" and security.bearer_token is not None
+
+
+def test_pykfk_logs_in_with_oidc_client_credentials(oauth_broker, issuer, tmp_path):
+    """The CLI's own OAUTHBEARER login (Kafka's client properties: the token endpoint and
+    OAuthBearerLoginModule's clientId/clientSecret/scope), and ``pykfk token oidc``
+    showing the principal brokers take from the token."""
+    import json
+    import subprocess
+
+    from tests.cli.conftest import PYKFK
+
+    def config(secret: str) -> str:
+        path = tmp_path / f"oidc-{secret}.properties"
+        path.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+            f"sasl.oauthbearer.token.endpoint.url={issuer.token_url}\n"
+            f"https.ca.location={issuer.ca_file}\n"
+            "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+            "OAuthBearerLoginCallbackHandler\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            f'clientId="producer-app" clientSecret="{secret}" scope="kafka";\n')
+        return str(path)
+
+    def pykfk(secret: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*PYKFK, "-b", f"127.0.0.1:{oauth_broker.ports['SASL_PLAINTEXT']}",
+                               "--command-config", config(secret), "-o", "json", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    shown = pykfk("p-secret", "token", "oidc")
+    assert shown.returncode == 0, shown.stderr
+    seen = json.loads(shown.stdout)
+    assert seen["principal"] == "User:producer-app" and seen["audience"] == ["kafka"] and seen["scopes"] == ["kafka"]
+    assert "token" not in seen
+    listed = pykfk("p-secret", "topic", "list")  # logged in as User:producer-app
+    assert listed.returncode == 0, listed.stderr
+    refused = pykfk("wrong", "topic", "list")
+    assert refused.returncode != 0 and "401" in refused.stderr and "Traceback" not in refused.stderr
