@@ -68,7 +68,7 @@ async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) ->
         if denied:
             return {"throttle_time_ms": 0, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     "error_message": f"Not authorized to describe topics {denied}.",
-                    "member_id": request.member_id or None, "member_epoch": 0, "heartbeat_interval_ms": 0}
+                    "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0}
         if request.subscribed_topic_regex:
             may_describe = _describer(ctx)
     return await api.consumer_group_heartbeat(
