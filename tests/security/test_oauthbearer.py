@@ -269,3 +269,27 @@ def test_pykfk_logs_in_with_oidc_client_credentials(oauth_broker, issuer, tmp_pa
     assert listed.returncode == 0, listed.stderr
     refused = pykfk("wrong", "topic", "list")
     assert refused.returncode != 0 and "401" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_bearer_session_is_renewed_on_its_connection(oauth_broker, issuer):
+    """KIP-368 with tokens: before its token ends a client logs in again on the same
+    connection with a new one, and is served past the first token's end; the new token
+    must be the same principal's."""
+    raw = RawClient("127.0.0.1", oauth_broker.ports["SASL_PLAINTEXT"])
+
+    def login(token: str) -> object:
+        assert raw.call(17, 1, {"mechanism": "OAUTHBEARER"}).error_code == ErrorCode.NONE
+        return raw.call(36, 1, {"auth_bytes": f"n,,\x01auth=Bearer {token}\x01\x01".encode()})
+
+    try:
+        now = int(time.time())
+        first = login(issuer.token("alice", exp=now + 1))
+        assert first.error_code == ErrorCode.NONE and 0 < first.session_lifetime_ms <= 2000  # exp + 1 s skew
+        renewed = login(issuer.token("alice"))
+        assert renewed.error_code == ErrorCode.NONE and renewed.session_lifetime_ms > 60_000
+        time.sleep(first.session_lifetime_ms / 1000 + 0.3)
+        assert raw.call(3, 1, {"topics": []}).brokers  # the first token has ended; the session has not
+        other = login(issuer.token("bob"))
+        assert other.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    finally:
+        raw.close()
