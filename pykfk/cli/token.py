@@ -155,12 +155,12 @@ def token_oidc(cli: CliContext, sub_claim: str, scope_claim: str, show_token: bo
     import jwt
 
     from pykfk.client.admin import read_properties
+    from pykfk.security.oauth import claim_scopes
     from pykfk.security.oauth_login import (
         TokenEndpointError,
         check_login_token,
         client_credentials_from_properties,
         fetch_access_token,
-        token_scopes,
     )
 
     if not cli.command_config:
@@ -180,7 +180,7 @@ def token_oidc(cli: CliContext, sub_claim: str, scope_claim: str, show_token: bo
     row: dict[str, Any] = {
         "principal": f"User:{login.principal}", "issuer": claims.get("iss", "-"),
         "audience": audience if isinstance(audience, list) else [audience] if audience else [],
-        "scopes": sorted(token_scopes(claims, scope_claim)), "expires": _when(login.expiry_ms)}
+        "scopes": sorted(claim_scopes(claims, scope_claim)), "expires": _when(login.expiry_ms)}
     if show_token:
         row["token"] = login.value
     table = [{**row, "audience": ",".join(row["audience"]), "scopes": ",".join(row["scopes"])}]

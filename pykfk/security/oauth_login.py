@@ -42,6 +42,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pykfk.security.oauth import TokenRejected, claim_scopes
+
 log = logging.getLogger("pykfk.security")
 
 SECURED_LOGIN_HANDLERS = (
@@ -138,31 +140,12 @@ def check_login_token(token: str, sub_claim: str = "sub", scope_claim: str = "sc
     if not isinstance(principal, str) or not principal.strip():
         raise TokenEndpointError(f"the access token has no {sub_claim!r} claim", retryable=False)
     try:
-        token_scopes(claims, scope_claim)
-    except ValueError as exc:
+        claim_scopes(claims, scope_claim)
+    except TokenRejected as exc:
         raise TokenEndpointError(str(exc), retryable=False) from None
     iat = claims.get("iat")
     start = int(iat * 1000) if isinstance(iat, (int, float)) and iat >= 0 else None
     return LoginToken(token, principal.strip(), int(exp * 1000), start)
-
-
-def token_scopes(claims: Mapping[str, Any], scope_claim: str) -> frozenset[str]:
-    """The scopes of a token as Kafka reads them: the claim is one scope (a string) or a
-    list of them, each non-blank and none twice; absent, no scope. Raises ValueError."""
-    raw = claims.get(scope_claim)
-    if raw is None:
-        return frozenset()
-    values = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else None
-    if values is None:
-        return frozenset()
-    seen: set[str] = set()
-    for value in values:
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"the {scope_claim!r} claim holds a blank or non-string scope")
-        if value.strip() in seen:
-            raise ValueError(f"the {scope_claim!r} claim holds {value.strip()!r} twice")
-        seen.add(value.strip())
-    return frozenset(seen)
 
 
 def unsecured_token(sub: str, lifetime_s: int, sub_claim: str = "sub", scope: list[str] | None = None,
