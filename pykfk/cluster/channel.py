@@ -224,6 +224,66 @@ class BrokerChannel:
                 transport.abort()
 
 
+# How to reach a broker: (host, port, socket timeout in seconds, security), None when it
+# has no address on the inter-broker listener.
+PeerAddress = tuple[str, int, float, "ChannelSecurity | None"]
+
+
+def peer_address(broker: Any, broker_id: int) -> PeerAddress | None:
+    """How ``broker`` (a running broker: its metadata and replica manager) reaches
+    ``broker_id`` on the inter-broker listener."""
+    found = broker.metadata.get_broker(broker_id)
+    settings = broker.replica_manager.settings
+    address = found.address(settings.listener) if found is not None else None
+    if address is None:
+        return None
+    return address[0], address[1], settings.socket_timeout_ms / 1000, settings.channel_security
+
+
+class PeerChannels:
+    """One channel to each other broker, one request at a time on each (requests queue
+    on the broker's lock); a channel whose request fails is closed, and the next request
+    opens a new one."""
+
+    def __init__(self, client_id: str, peer: Callable[[int], PeerAddress | None]):
+        self.client_id = client_id
+        self._peer = peer
+        self._channels: dict[int, BrokerChannel] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def request(self, broker_id: int, api_key: int, api_version: int, body: dict[str, Any], *,
+                      timeout_s: float | None = None) -> Any:
+        """The decoded response; ChannelError when ``broker_id`` cannot be reached or
+        did not answer."""
+        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._channel(broker_id).request(api_key, api_version, body, timeout_s=timeout_s)
+        except BaseException:
+            stale = self._channels.pop(broker_id, None)
+            if stale is not None:
+                stale.close()
+            raise
+
+    def _channel(self, broker_id: int) -> BrokerChannel:
+        found = self._peer(broker_id)
+        if found is None:
+            raise ChannelError(f"broker {broker_id} is not reachable")
+        host, port, timeout_s, security = found
+        channel = self._channels.get(broker_id)
+        if channel is None or (channel.host, channel.port) != (host, port):
+            if channel is not None:
+                channel.close()
+            channel = self._channels[broker_id] = BrokerChannel(host, port, client_id=self.client_id,
+                                                                timeout_s=timeout_s, security=security)
+        return channel
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+
 def _time_out(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_exception(asyncio.TimeoutError())

@@ -313,7 +313,7 @@ async def describe_groups(
     for entry in result["groups"]:
         if coordinator.consumer_groups.get(entry["group_id"]) is not None:
             # Kafka's answer for a consumer-protocol group: it is not a classic group.
-            entry.update(_not_classic(entry["group_id"], api_version))
+            entry.update(not_classic(entry["group_id"], api_version))
     if request.include_authorized_operations:
         for group in result["groups"]:
             if group["error_code"] == E.NONE:
@@ -328,7 +328,8 @@ async def delete_groups(
     return _body(typed.DeleteGroupsResponse, await coordinator.delete_groups(request.groups_names))
 
 
-def _not_classic(group_id: str, api_version: int) -> typed.DescribeGroupsResponseDescribedGroup:
+def not_classic(group_id: str, api_version: int) -> typed.DescribeGroupsResponseDescribedGroup:
+    """Kafka's DescribeGroups entry of a group of another protocol (consumer, share)."""
     found = api_version < 6
     return {"group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
             "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,

@@ -25,6 +25,7 @@ from pykfk.group.offsets import partition_for
 from pykfk.group.share.coordinator import (
     GROUP_CONFIG_DEFAULTS,
     GROUP_CONFIG_VALUES,
+    LOCK_DURATION,
     ShareCoordinator,
     coordinator_of,
 )
@@ -93,6 +94,11 @@ def acknowledge(part: SharePartition | None, member_id: str, batches: Iterable[W
     return part.acknowledge(member_id, wanted)
 
 
+# Bytes one share partition's read takes from its log at most (at least one batch):
+# what it answers is cut to the batches holding the records it acquires.
+MAX_READ_BYTES = 1 << 20
+
+
 @dataclass
 class ShareRead:
     records: bytes
@@ -111,11 +117,11 @@ def read_and_acquire(part: SharePartition, plog: Log, member_id: str, max_bytes:
     start = _first_to_deliver(part, limit)
     if start is None:
         return ShareRead(b"", [])
-    region = plog.read(start, max_bytes, max_offset=limit).file_region
+    region = plog.read(start, min(max_bytes, MAX_READ_BYTES), max_offset=limit).file_region
     if region is None or region.size <= 0:
         return ShareRead(b"", [])
     data = region.read()
-    end, size, skipped = _scan(data, plog, start, limit, read_committed)
+    end, size, skipped = _scan(data, plog, start, limit, read_committed, max_records)
     if end <= start:
         return ShareRead(b"", [])
     acquired = part.acquire(member_id, end, max_records, now, skipped)
@@ -132,12 +138,14 @@ def _first_to_deliver(part: SharePartition, limit: int) -> int | None:
     return None
 
 
-def _scan(data: bytes, plog: Log, start: int, limit: int, read_committed: bool
+def _scan(data: bytes, plog: Log, start: int, limit: int, read_committed: bool, max_records: int
           ) -> tuple[int, int, list[tuple[int, int]]]:
     """(offset after the last whole batch, its byte size, offset ranges never to deliver)
-    of batches read from ``start``: control batches, and under read_committed the
-    batches of aborted transactions (the consumers' rule: a producer's aborted
-    transaction starts at its first offset and ends at its next control batch)."""
+    of batches read from ``start``, up to the batch that reaches ``max_records`` offsets
+    (the answer carries only batches that can hold acquired records): control batches,
+    and under read_committed the batches of aborted transactions (the consumers' rule: a
+    producer's aborted transaction starts at its first offset and ends at its next
+    control batch)."""
     aborted = sorted(((t.first_offset, t.producer_id) for t in plog.aborted_transactions(start, limit)),
                      reverse=True) if read_committed else []
     in_aborted: set[int] = set()
@@ -159,19 +167,39 @@ def _scan(data: bytes, plog: Log, start: int, limit: int, read_committed: bool
             skipped.append((header.base_offset, header.last_offset))
         position += header.size
         end = header.last_offset + 1
+        if end - start >= max_records:
+            break
     return end, position, skipped
 
 
-# The group configs of share groups (GROUP resources, KIP-932), their parsers and defaults.
+def _lock_duration(raw: object) -> int:
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError("expected a positive number of milliseconds")
+    return int(text)
+
+
+# The group configs of share groups (GROUP resources, KIP-932), their parsers and defaults
+# (the lock duration's default is the broker's setting: ``group_config_defaults``).
 GROUP_CONFIG_KEYS: Mapping[str, ConfigKey] = {
-    name: ConfigKey(name, choice_parser(*sorted(GROUP_CONFIG_VALUES[name])), default, doc)
-    for name, default, doc in (
-        ("share.auto.offset.reset", GROUP_CONFIG_DEFAULTS["share.auto.offset.reset"],
-         "where a share group starts on a partition it has no state for: latest or earliest"),
-        ("share.isolation.level", GROUP_CONFIG_DEFAULTS["share.isolation.level"],
-         "read_committed hands out committed records only"),
-    )
+    **{name: ConfigKey(name, choice_parser(*sorted(GROUP_CONFIG_VALUES[name])), default, doc)
+       for name, default, doc in (
+           ("share.auto.offset.reset", GROUP_CONFIG_DEFAULTS["share.auto.offset.reset"],
+            "where a share group starts on a partition it has no state for: latest or earliest"),
+           ("share.isolation.level", GROUP_CONFIG_DEFAULTS["share.isolation.level"],
+            "read_committed hands out committed records only"),
+       )},
+    LOCK_DURATION: ConfigKey(LOCK_DURATION, _lock_duration, None,
+                             "how long a member holds the records it acquired (the broker's "
+                             "group.share.record.lock.duration.ms when unset)", "int"),
 }
+
+
+def group_config_defaults(ctx: RequestContext) -> dict[str, str]:
+    """What each group config is when a group does not set it."""
+    defaults = {name: str(key.default) for name, key in GROUP_CONFIG_KEYS.items()}
+    defaults[LOCK_DURATION] = str(ctx.broker.config["group.share.record.lock.duration.ms"])
+    return defaults
 
 
 async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mapping[str, str],
@@ -184,6 +212,13 @@ async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mappi
             GROUP_CONFIG_KEYS[name].parse(value)
         except ValueError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {exc}") from None
+    if LOCK_DURATION in configs:
+        low = ctx.broker.config["group.share.min.record.lock.duration.ms"]
+        high = ctx.broker.config["group.share.max.record.lock.duration.ms"]
+        if not low <= int(configs[LOCK_DURATION]) <= high:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{LOCK_DURATION} must be greater than or equal to group.share.min.record.lock.duration.ms"
+                             f" ({low}) and less than or equal to group.share.max.record.lock.duration.ms ({high})")
     if validate_only:
         return
     await load_group_configs(ctx)
@@ -193,11 +228,7 @@ async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mappi
                                         int(time.time() * 1000), ())]))
         await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, partition_for(group_id, info.partitions),
                                                 batch, -1, 30000)
-    coordinator = share_coordinator(ctx)
-    if configs:
-        coordinator.group_configs[group_id] = dict(configs)
-    else:
-        coordinator.group_configs.pop(group_id, None)
+    share_coordinator(ctx).set_group_configs(group_id, configs)
 
 
 def group_configs(ctx: RequestContext, group_id: str) -> dict[str, str]:
@@ -227,10 +258,7 @@ async def load_group_configs(ctx: RequestContext) -> None:
             group = decode_group_config_key(key)
             if group is None:
                 continue
-            if value:
-                coordinator.group_configs[group] = decode_group_config_value(value)
-            else:
-                coordinator.group_configs.pop(group, None)
+            coordinator.set_group_configs(group, decode_group_config_value(value) if value else {})
 
 
 # -- durable state: __share_group_state ----------------------------------------------------

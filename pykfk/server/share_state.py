@@ -17,7 +17,6 @@ DeleteShareGroupState (86) to the coordinator over the inter-broker channel.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -27,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pykfk._core.records import build_batch
-from pykfk.cluster.channel import BrokerChannel, ChannelError
+from pykfk.cluster.channel import ChannelError, PeerChannels, peer_address
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.share.state_records import (
     SHARE_STATE_TOPIC,
@@ -152,8 +151,7 @@ class ShareStatePersister:
     def __init__(self, broker: Any):
         self.broker = broker
         self.store = ShareStateStore(broker)
-        self._channels: dict[int, BrokerChannel] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._channels = PeerChannels(f"pykfk-share-state-{broker.broker_id}", lambda b: peer_address(broker, b))
 
     def _coordinator(self, key: ShareKey) -> int | None:
         number = _number(self.broker, key)
@@ -206,39 +204,15 @@ class ShareStatePersister:
         return codes[0] if codes else ErrorCode.UNKNOWN_SERVER_ERROR
 
     async def _request(self, broker_id: int, api_key: int, body: Mapping[str, Any]) -> Any:
-        """One request to ``broker_id`` (one at a time per channel); None when it cannot
-        be had (the channel is then dropped)."""
-        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        """One request to ``broker_id``; None when it cannot be had."""
         try:
-            async with lock:
-                channel = self._channel(broker_id)
-                return await channel.request(api_key, STATE_API_VERSION, dict(body), timeout_s=35)
+            return await self._channels.request(broker_id, api_key, STATE_API_VERSION, dict(body), timeout_s=35)
         except (ChannelError, KafkaError, OSError) as exc:
             log.info("share state request %d to broker %d failed: %s", api_key, broker_id, exc)
-            stale = self._channels.pop(broker_id, None)
-            if stale is not None:
-                stale.close()
             return None
 
-    def _channel(self, broker_id: int) -> BrokerChannel:
-        found = self.broker.metadata.get_broker(broker_id)
-        settings = self.broker.replica_manager.settings
-        address = found.address(settings.listener) if found is not None else None
-        if address is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {broker_id} is not reachable")
-        channel = self._channels.get(broker_id)
-        if channel is None or (channel.host, channel.port) != address:
-            if channel is not None:
-                channel.close()
-            channel = self._channels[broker_id] = BrokerChannel(
-                address[0], address[1], client_id=f"pykfk-share-state-{self.broker.broker_id}",
-                timeout_s=settings.socket_timeout_ms / 1000, security=settings.channel_security)
-        return channel
-
     def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        self._channels.close()
 
 
 _BY_BROKER: weakref.WeakKeyDictionary[object, ShareStatePersister] = weakref.WeakKeyDictionary()

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from pykfk.cluster.channel import BrokerChannel, ChannelError
+from pykfk.cluster.channel import ChannelError, PeerChannels, peer_address
 from pykfk.cluster.metadata import NO_LEADER
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.group.offsets import OFFSETS_TOPIC
@@ -86,9 +86,8 @@ class BrokerMarkerWriter:
     def __init__(self, broker: Any, timeout_ms: int):
         self.broker = broker
         self.timeout_ms = timeout_ms
-        self._channels: dict[int, BrokerChannel] = {}
         # A channel carries one request at a time; transactions ending together queue.
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._channels = PeerChannels(f"pykfk-txn-markers-{broker.broker_id}", lambda b: peer_address(broker, b))
 
     async def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                     partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -169,35 +168,8 @@ class BrokerMarkerWriter:
         return {**failed, **codes}
 
     async def _request(self, broker_id: int, api_key: int, api_version: int, body: dict[str, Any]) -> Any:
-        """One request on the channel to ``broker_id`` (one at a time per channel); a
-        failed channel is closed and dropped."""
-        lock = self._locks.setdefault(broker_id, asyncio.Lock())
-        try:
-            async with lock:
-                return await self._channel(broker_id).request(api_key, api_version, body,
-                                                              timeout_s=self.timeout_ms / 1000 + 5)
-        except (ChannelError, KafkaError, OSError):
-            stale = self._channels.pop(broker_id, None)
-            if stale is not None:
-                stale.close()
-            raise
-
-    def _channel(self, leader: int) -> BrokerChannel:
-        broker = self.broker.metadata.get_broker(leader)
-        settings = self.broker.replica_manager.settings
-        address = broker.address(settings.listener) if broker is not None else None
-        if address is None:
-            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {leader} is not reachable")
-        channel = self._channels.get(leader)
-        if channel is None or (channel.host, channel.port) != address:
-            if channel is not None:
-                channel.close()
-            channel = self._channels[leader] = BrokerChannel(
-                address[0], address[1], client_id=f"pykfk-txn-markers-{self.broker.broker_id}",
-                timeout_s=settings.socket_timeout_ms / 1000, security=settings.channel_security)
-        return channel
+        """One request on the channel to ``broker_id`` (one at a time per channel)."""
+        return await self._channels.request(broker_id, api_key, api_version, body, timeout_s=self.timeout_ms / 1000 + 5)
 
     def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        self._channels.close()

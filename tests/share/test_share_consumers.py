@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -289,6 +289,43 @@ def test_read_committed_share_groups_never_get_aborted_records(broker):
         acquired = answer.responses[0].partitions[0].acquired_records
         assert [(a.first_offset, a.last_offset) for a in acquired] == [(0, 2), (7, 7)]
         assert _fetch(client, "gt", "m-t", 1, topic_id).responses[0].partitions[0].acquired_records == []
+    finally:
+        client.close()
+
+
+def test_a_groups_own_lock_duration_and_how_describe_groups_shows_a_share_group(broker):
+    _queue(broker, "ql", "gl", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def set_lock(value: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.GROUP, "gl", incremental_configs=[
+            ConfigEntry("share.record.lock.duration.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(10)
+
+    with pytest.raises(KafkaException) as below_minimum:  # group.share.min.record.lock.duration.ms is 1000
+        set_lock("500")
+    assert below_minimum.value.args[0].code() == ErrorCode.INVALID_CONFIG
+    set_lock("1200")
+    described = {}
+    for group in ("gl", "other"):
+        resource = ConfigResource(ConfigResource.Type.GROUP, group)
+        described[group] = admin.describe_configs([resource])[resource].result(10)["share.record.lock.duration.ms"]
+    assert (described["gl"].value, described["other"].value) == ("1200", str(LOCK_MS))  # the broker's default
+    client = RawClient(broker.host, broker.port)
+    try:
+        _find_coordinator(client, "gl")
+        topic_id = _heartbeat(client, "gl", "m-l", 0, ["ql"]).assignment.topic_partitions[0].topic_id
+        first = _fetch(client, "gl", "m-l", 0, topic_id)
+        assert first.acquisition_lock_timeout_ms == 1200
+        assert [a.delivery_count for a in first.responses[0].partitions[0].acquired_records] == [1]
+        time.sleep(1.4)  # past the group's lock, well inside the broker's 3 s
+        again = _fetch(client, "gl", "m-l", 1, topic_id).responses[0].partitions[0].acquired_records
+        assert [(a.first_offset, a.delivery_count) for a in again] == [(0, 2)]
+        # DescribeGroups: a share group is not a classic group (Kafka's answer).
+        old = client.call(15, 5, {"groups": ["gl"]}).groups[0]
+        assert (old.error_code, old.group_state, list(old.members)) == (ErrorCode.NONE, "Dead", [])
+        new = client.call(15, 6, {"groups": ["gl"]}).groups[0]
+        assert (new.error_code, new.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group gl is not a classic group.")
     finally:
         client.close()
 

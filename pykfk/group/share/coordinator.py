@@ -29,6 +29,10 @@ GROUP_CONFIG_VALUES: Mapping[str, frozenset[str]] = {
     "share.isolation.level": frozenset({"read_uncommitted", "read_committed"}),
 }
 
+# A group's own acquisition lock duration (the broker's group.share.record.lock.duration.ms
+# when unset), between group.share.min.record.lock.duration.ms and .max.record.lock.duration.ms.
+LOCK_DURATION = "share.record.lock.duration.ms"
+
 PartitionKey = tuple[str, str, int]  # group, topic, partition
 # What a share partition's stored state gives: (start offset, state epoch, state batches).
 StoredState = tuple[int, int, Sequence[tuple[int, int, int, int]]]
@@ -260,6 +264,25 @@ class ShareCoordinator:
     def group_config(self, group_id: str, name: str) -> str:
         return self.group_configs.get(group_id, {}).get(name, GROUP_CONFIG_DEFAULTS[name])
 
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The group's acquisition lock duration: its ``share.record.lock.duration.ms``,
+        else the broker's ``group.share.record.lock.duration.ms``."""
+        given = self.group_configs.get(group_id, {}).get(LOCK_DURATION)
+        return int(given) if given is not None else self.settings.lock_duration_ms
+
+    def partition_settings(self, group_id: str) -> SharePartitionSettings:
+        return dataclasses.replace(self.settings.partition_settings, lock_duration_ms=self.lock_duration_ms(group_id))
+
+    def set_group_configs(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """A group's new configs (none: the defaults); later acquisitions use them."""
+        if configs:
+            self.group_configs[group_id] = dict(configs)
+        else:
+            self.group_configs.pop(group_id, None)
+        for (group, _topic, _p), part in self.partitions.items():
+            if group == group_id:
+                part.settings = self.partition_settings(group_id)
+
     def loaded(self, group_id: str, topic: str, partition: int, leader_epoch: int) -> SharePartition | None:
         """The group's state of a partition this broker leads at ``leader_epoch``; None
         when it was not loaded in this leadership (it is then loaded with ``load``)."""
@@ -274,10 +297,10 @@ class ShareCoordinator:
         where ``share.auto.offset.reset`` says."""
         if stored is not None:
             start, epoch, batches = stored
-            part = SharePartition.restored(start, epoch, batches, self.settings.partition_settings, leader_epoch)
+            part = SharePartition.restored(start, epoch, batches, self.partition_settings(group_id), leader_epoch)
         else:
             start = initial_start_offset(self.group_config(group_id, "share.auto.offset.reset"), log_start, log_end)
-            part = SharePartition(start, self.settings.partition_settings, 1, leader_epoch)
+            part = SharePartition(start, self.partition_settings(group_id), 1, leader_epoch)
         self.partitions[(group_id, topic, partition)] = part
         return part
 
@@ -302,8 +325,8 @@ class ShareCoordinator:
     def with_settings(self, settings: ShareSettings) -> None:
         """New broker settings (a dynamic config change): later acquisitions use them."""
         self.settings = settings
-        for part in self.partitions.values():
-            part.settings = dataclasses.replace(settings.partition_settings)
+        for (group, _topic, _p), part in self.partitions.items():
+            part.settings = self.partition_settings(group)
 
 
 _BY_BROKER: weakref.WeakKeyDictionary[object, ShareCoordinator] = weakref.WeakKeyDictionary()

@@ -141,11 +141,12 @@ def _cluster_default_configs(config: BrokerConfig, keys: set[str] | None) -> lis
 def _group_configs(ctx: RequestContext, group: str, keys: set[str] | None) -> list[typed.DescribeConfigsResourceResult]:
     """A share group's settings: the group's own (DYNAMIC_GROUP_CONFIG) or the default."""
     overrides = share_groups.group_configs(ctx, group)
+    defaults = share_groups.group_config_defaults(ctx)
     out: list[typed.DescribeConfigsResourceResult] = []
     for name, key in share_groups.GROUP_CONFIG_KEYS.items():
         if keys is None or name in keys:
             source = DYNAMIC_GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
-            value = overrides.get(name, key.default)
+            value = overrides.get(name, defaults[name])
             out.append(_entry(name, value, source, False, [_synonym(name, value, source)], key.kind, key.doc))
     return out
 

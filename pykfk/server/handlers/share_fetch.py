@@ -62,7 +62,7 @@ async def handle(ctx: RequestContext, request: typed.ShareFetchRequest) -> typed
     if not group_allowed(ctx, Operation.READ, group_id):
         return _top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator = share_coordinator(ctx)
-    lock_ms = coordinator.settings.lock_duration_ms
+    lock_ms = coordinator.lock_duration_ms(group_id)
     acks = [(t.topic_id, p.partition_index, p.acknowledgement_batches)
             for t in request.topics for p in t.partitions if p.acknowledgement_batches]
     if epoch == 0 and acks:
