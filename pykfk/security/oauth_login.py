@@ -204,7 +204,7 @@ class BearerTokenSource:
         self._backoff_max_ms = retry_backoff_max_ms
         self.extensions = dict(extensions or {})
         self.current: LoginToken | None = None
-        self._refresh_at_ms = 0
+        self.refresh_at_ms = 0
         self._retry_at = 0.0  # monotonic: no new attempt before (after a failed refresh)
         self._lock: asyncio.Lock | None = None
         self.fetches = 0
@@ -212,14 +212,14 @@ class BearerTokenSource:
     async def token(self) -> str:
         now_ms = int(time.time() * 1000)
         current = self.current
-        if current is not None and now_ms < self._refresh_at_ms:
+        if current is not None and now_ms < self.refresh_at_ms:
             return current.value
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
             current = self.current
             now_ms = int(time.time() * 1000)
-            if current is not None and now_ms < self._refresh_at_ms:
+            if current is not None and now_ms < self.refresh_at_ms:
                 return current.value  # another login fetched it meanwhile
             usable = current is not None and now_ms < current.expiry_ms
             if usable and time.monotonic() < self._retry_at:
@@ -237,7 +237,7 @@ class BearerTokenSource:
                 return current.value
             self.current = fresh
             fetched_ms = int(time.time() * 1000)
-            self._refresh_at_ms = refresh_time_ms(fetched_ms, fresh.start_ms, fresh.expiry_ms, self._refresh)
+            self.refresh_at_ms = refresh_time_ms(fetched_ms, fresh.start_ms, fresh.expiry_ms, self._refresh)
             return fresh.value
 
     async def _fetch_with_retries(self, give_up_early: bool) -> LoginToken:

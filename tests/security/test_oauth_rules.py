@@ -158,3 +158,42 @@ def test_unsecured_validator_options_from_the_listener_jaas(tmp_path):
             'unsecuredValidatorRequiredScope="kafka.read kafka.write" unsecuredValidatorPrincipalClaimName="client";'})
     validator = ListenerSecurity(config.listeners[0], config).bearer_validator
     assert validator.required_scope == ["kafka.read", "kafka.write"] and validator.sub_claim == "client"
+
+
+def test_a_login_token_is_refreshed_at_kafkas_time_and_kept_while_the_endpoint_fails():
+    from pykfk.security.oauth_login import (
+        BearerTokenSource,
+        RefreshSettings,
+        TokenEndpointError,
+        refresh_time_ms,
+        unsecured_token,
+    )
+
+    kafka = RefreshSettings()  # factor 0.8, jitter 0.05, min period 60 s, buffer 300 s
+    hour = 3_600_000
+    assert refresh_time_ms(0, 0, hour, kafka, lambda: 0.0) == int(0.8 * hour)
+    assert refresh_time_ms(0, 0, hour, kafka, lambda: 1.0) == int(0.85 * hour)
+    assert refresh_time_ms(0, 0, 500_000, kafka, lambda: 0.0) == 200_000  # not within the 300 s buffer
+    assert refresh_time_ms(0, -3_000_000, 600_000, kafka, lambda: 0.0) == 60_000  # not before the min period
+    assert refresh_time_ms(0, 0, 10_000, kafka, lambda: 0.0) == 8_000  # too short for both: 80 % of it
+
+    answers: list[object] = [unsecured_token("broker", 3), TokenEndpointError("503"), TokenEndpointError("503")]
+
+    def fetch() -> str:
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer)
+
+    async def run():
+        source = BearerTokenSource(fetch, retry_backoff_ms=10, retry_backoff_max_ms=50)
+        first = await source.token()
+        assert await source.token() == first and source.fetches == 1  # before its refresh time
+        assert source.current is not None and source.refresh_at_ms < source.current.expiry_ms
+        await asyncio.sleep(source.refresh_at_ms / 1000 - time.time() + 0.05)  # due, and the endpoint fails
+        assert await source.token() == first  # kept while it lasts
+        await asyncio.sleep(source.current.expiry_ms / 1000 - time.time() + 0.05)
+        with pytest.raises(TokenEndpointError):
+            await source.token()  # expired, and no new one
+
+    asyncio.run(run())
