@@ -216,9 +216,10 @@ def report(result: dict[str, Any], out: Path) -> None:
     for name, m in medians.items():
         if share is None:
             break
+        cpu = m["broker_cpu_us_per_record"]  # 0 when the run took less than one clock tick
+        cpu_ratio = f"{share['broker_cpu_us_per_record'] / cpu:8.2f}" if cpu else f"{'-':>8s}"
         print(f"{name:9s} {m['records_per_s']:10,.0f} {share['records_per_s'] / m['records_per_s']:8.2f} "
-              f"{m['broker_cpu_us_per_record']:11.2f} "
-              f"{share['broker_cpu_us_per_record'] / m['broker_cpu_us_per_record']:8.2f}")
+              f"{cpu:11.2f} {cpu_ratio}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2))
     _plot(medians, out / "share.png")
@@ -232,11 +233,13 @@ def _plot(medians: dict[str, dict[str, float]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     names = list(medians)
-    for ax, key, title in [(axes[0], "records_per_s", "records/s (log scale)"),
-                           (axes[1], "broker_cpu_us_per_record", "broker CPU per record, us (log scale)")]:
+    for ax, key, title in [(axes[0], "records_per_s", "records/s"),
+                           (axes[1], "broker_cpu_us_per_record", "broker CPU per record (us)")]:
         values = [medians[n][key] for n in names]
         ax.bar(names, values, color=["tab:blue", "tab:gray", "tab:orange"][:len(names)])
-        ax.set_yscale("log")
+        if all(values):
+            ax.set_yscale("log")
+            ax.set_ylabel("log scale")
         for x, value in enumerate(values):
             ax.annotate(f"{value:,.0f}" if value >= 100 else f"{value:.2f}", (x, value), ha="center", va="bottom")
         ax.set_title(title)
