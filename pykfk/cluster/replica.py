@@ -57,6 +57,7 @@ from pykfk.cluster.metadata import NO_LEADER, MetadataStore, PartitionState, Top
 from pykfk.cluster.throttle import UNLIMITED, ByteRateThrottle
 from pykfk.cluster.waiters import AppendWaiters
 from pykfk.errors import ErrorCode, KafkaError
+from pykfk.log.log import LATEST_TIMESTAMP
 from pykfk.log.partition_metadata import read_partition_metadata, write_partition_metadata
 from pykfk.metrics.stats import BrokerTopicStats, ReplicationStats
 
@@ -268,15 +269,17 @@ class Partition:
         return self.manager.min_insync_replicas_for(self.topic)
 
     def append_records(
-        self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False
+        self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False,
+        from_client: bool = False,
     ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
         """Append as leader (Kafka's ``appendRecords``). Returns the AppendInfo and, when
         acks=all must still wait for the ISR, a coroutine giving the final error code
         (None when the answer is known now: acks 0/1, or the high watermark already
         passed the batch, as it always does with no follower). Raises KafkaError with
         the produce error code, or a pykfk._core error for bad bytes.
-        ``require_single_batch``: Produce v3+ (exactly one batch, checked in the same
-        pass that validates the bytes)."""
+        ``require_single_batch``: Produce v3+ (exactly one magic-2 batch, checked in the
+        same pass that validates the bytes); ``from_client``: a producer's data, which
+        the log checks by the client rules (``pykfk.log.validation``)."""
         if self.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
@@ -284,7 +287,8 @@ class Partition:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                              f"min.insync.replicas={self.min_insync_replicas()}")
-        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch)
+        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch,
+                               from_client=from_client)
         stats = self.stats
         stats.bytes_in += len(records)
         # From the offsets (the record_count property costs a call); a duplicate's offsets
@@ -320,6 +324,12 @@ class Partition:
         if acks != -1:
             return ErrorCode.NONE
         return await self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
+
+    def transaction_to_verify(self, records: Any) -> tuple[int, int] | None:
+        """``(producer_id, producer_epoch)`` of a transactional batch whose transaction the
+        coordinator must confirm before the append (KIP-890), None when nothing needs
+        asking (``Log.transaction_to_verify``)."""
+        return self.log.transaction_to_verify(records)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, timeout_ms: int) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
@@ -418,6 +428,34 @@ class Partition:
             raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE,
                              f"{self.topic}-{self.partition}: high watermark {self.high_watermark} is behind "
                              f"the start {self.epoch_start_offset} of leader epoch {self.leader_epoch}")
+
+    def fetch_offset_for_timestamp(self, timestamp: int, read_committed: bool, client: bool,
+                                   current_leader_epoch: int = -1) -> tuple[int, int, int]:
+        """ListOffsets v1+ on the leader (Kafka's ``fetchOffsetForTimestamp``):
+        ``(timestamp, offset, leader_epoch)`` for ``timestamp`` (``Log.fetch_offset_by_timestamp``),
+        bounded by the last stable offset for ``read_committed``, else the high watermark.
+        A client (replica id -1) asking a new leader whose high watermark has not reached
+        the start of its epoch gets OFFSET_NOT_AVAILABLE for "latest" and for a lookup
+        that finds nothing below the limit (see ``check_high_watermark_known``): an answer
+        must never move backwards across a leader change; the client retries."""
+        self.check_leader_epoch(current_leader_epoch)
+        plog = self.log
+        limit = plog.last_stable_offset if read_committed else plog.high_watermark
+        found_timestamp, offset = plog.fetch_offset_by_timestamp(timestamp, limit)
+        if client and (timestamp == LATEST_TIMESTAMP or (timestamp >= 0 and offset < 0)):
+            self.check_high_watermark_known()
+        return found_timestamp, offset, self.epochs.epoch_for(offset) if offset >= 0 else -1
+
+    def legacy_offsets(self, timestamp: int, max_num_offsets: int, consumer: bool,
+                       current_leader_epoch: int = -1) -> list[int]:
+        """ListOffsets v0 (``Log.legacy_offsets_before``); a consumer is told the high
+        watermark in place of anything past it."""
+        self.check_leader_epoch(current_leader_epoch)
+        offsets = self.log.legacy_offsets_before(timestamp, max_num_offsets)
+        high_watermark = self.log.high_watermark
+        if consumer and offsets and offsets[0] > high_watermark:
+            return [high_watermark] + [o for o in offsets if o <= high_watermark]
+        return offsets
 
     def follower_fetched(self, replica_id: int, fetch_offset: int) -> None:
         remote = self.remote.get(replica_id)

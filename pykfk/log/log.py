@@ -39,7 +39,6 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from pykfk._core import records as core_records
-from pykfk._core.errors import InvalidRecordError
 from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
 from pykfk.errors import ErrorCode, KafkaError
@@ -61,7 +60,15 @@ from pykfk.log.transactions import (
     marker_batch,
     read_marker,
 )
-from pykfk.log.validation import check_timestamps, needs_recompression, recompress
+from pykfk.log.validation import (
+    check_client_batches,
+    check_keys,
+    check_timestamps,
+    client_records,
+    needs_recompression,
+    recompress,
+    transactional_producer,
+)
 from pykfk.metrics.stats import FlushStats
 
 logger = logging.getLogger("pykfk.log")
@@ -74,9 +81,15 @@ DELETE_DIR_SUFFIX = "-delete"
 SWAP_SUFFIX = ".swap"
 SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
-# ListOffsets special timestamps (Kafka ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST).
+# ListOffsets special timestamps (Kafka ListOffsetsRequest): the log end (or the limit
+# a lookup is given), the log start, the record with the largest timestamp (KIP-734,
+# v7+), the first local offset (KIP-405, v8+: every segment is local here, so the log
+# start) and the last offset in tiered storage (KIP-1005, v9+: none here, so -1).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 # Index entries store offsets relative to the segment base as int32.
 INT32_MAX = 2**31 - 1
@@ -738,7 +751,8 @@ class Log:
     # -- append ----------------------------------------------------------------------------
 
     def append(self, records: Any, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               now_ms: int | None = None, require_single_batch: bool = False) -> AppendInfo:
+               now_ms: int | None = None, require_single_batch: bool = False,
+               from_client: bool = False) -> AppendInfo:
         """Appends whole magic-2 batches (a Produce payload; legacy magic 0/1 message sets
         are converted first).
 
@@ -746,20 +760,26 @@ class Log:
         way Kafka's LogValidator does and writes offsets from the log end offset and
         ``leader_epoch`` into them in place (LogAppendTime and its CRC too, for topics
         that use it), and idempotent producers are checked; the segment write is the
-        second and last time the bytes are touched. ``require_single_batch`` (Produce v3+)
-        refuses anything but one batch. Without ``assign_offsets`` (a follower) the
-        batches keep their offsets, which must start at or after the log end offset and
-        increase. Raises pykfk._core errors for bad bytes (CorruptBatchError,
-        InvalidRecordError, RecordTooLargeError) and KafkaError for producer-state
-        violations and RECORD_LIST_TOO_LARGE.
+        second and last time the bytes are touched. ``from_client``: the data came from
+        a producer, and the client rules of ``pykfk.log.validation`` apply (no control
+        batches, no producer batch without sequence numbers, no empty data).
+        ``require_single_batch`` (Produce v3+) refuses anything but one magic-2 batch.
+        Without ``assign_offsets`` (a follower) the batches keep their offsets, which
+        must start at or after the log end offset and increase. Raises pykfk._core
+        errors for bad bytes (CorruptBatchError, InvalidRecordError, RecordTooLargeError)
+        and KafkaError for rule and producer-state violations and RECORD_LIST_TOO_LARGE
+        (``validation.InvalidRecords`` when single records break a rule).
         """
-        buf = records if type(records) is memoryview else memoryview(records)
-        if not assign_offsets:
-            return self._append_as_follower(buf, now_ms)
-        if len(buf) > 16 and core_records.is_legacy(buf):
-            buf = memoryview(core_records.convert_legacy(buf))
-        elif buf.readonly:
-            buf = memoryview(bytearray(buf))  # offsets are written in place
+        if from_client:
+            buf = client_records(records, require_single_batch)
+        else:
+            buf = records if type(records) is memoryview else memoryview(records)
+            if not assign_offsets:
+                return self._append_as_follower(buf, now_ms)
+            if len(buf) > 16 and core_records.is_legacy(buf):
+                buf = memoryview(core_records.convert_legacy(buf))
+            elif buf.readonly:
+                buf = memoryview(bytearray(buf))  # offsets are written in place
         config = self._config
         log_append_time = self._log_append_time
         # The clock only when the batches get it; a roll decision reads it if it needs it.
@@ -775,6 +795,8 @@ class Log:
                 max_batches=1 if require_single_batch else 0)
             if not headers:
                 return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
+            if from_client:
+                check_client_batches(headers)
             if self._timestamp_window is not None:
                 check_timestamps(buf, headers, self._timestamp_window, time_ms() if now is None else now)
             if self._stored_codec is not None and needs_recompression(headers, self._stored_codec):
@@ -783,7 +805,7 @@ class Log:
                     buf, first_offset, leader_epoch, config.max_message_bytes, decompress=False,
                     log_append_time_ms=now if log_append_time and now is not None else -1)
             if self._compacts:
-                _check_keys(buf, headers)
+                check_keys(buf)
             if len(buf) > config.segment_bytes:
                 self._check_size(len(buf))
             producers = (self.producer_state.prepare_append(headers, check=True)
@@ -1023,6 +1045,70 @@ class Log:
                 if offset is not None:
                     return max(offset, self._log_start_offset)
         return None
+
+    def fetch_offset_by_timestamp(self, timestamp: int, limit: int) -> tuple[int, int]:
+        """ListOffsets v1+ (Kafka's ``fetchOffsetByTimestamp``): ``(timestamp, offset)`` of
+        the first record at or after ``timestamp`` below ``limit`` (the high watermark or
+        the last stable offset), that record's own timestamp answered (the time index
+        finds its batch, the batch is read); (-1, -1) when no record is that late. The
+        special timestamps: latest (-1) gives ``limit``, earliest (-2) and earliest local
+        (-4) the log start offset, -3 the record with the largest timestamp, -5 (latest
+        tiered) -1. INVALID_REQUEST for another negative value."""
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, limit
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return -1, self._log_start_offset
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_record()
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
+        if timestamp < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unsupported special timestamp {timestamp}")
+        found = self.offset_for_timestamp(timestamp)
+        if found is None or found >= limit:
+            return -1, -1
+        return self._first_record_at_or_after(found, timestamp, limit)
+
+    def _max_timestamp_record(self) -> tuple[int, int]:
+        """The record with the largest timestamp (the first such one), found through the
+        segments' largest timestamps and then inside its batch; (-1, -1) for an empty log."""
+        best = None
+        for segment in self._view.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return -1, -1
+        offset = best.offset_for_timestamp(best.max_timestamp)
+        if offset is None:
+            return -1, -1
+        return self._first_record_at_or_after(max(offset, self._log_start_offset), best.max_timestamp,
+                                              self._log_end_offset)
+
+    def _first_record_at_or_after(self, offset: int, timestamp: int, limit: int) -> tuple[int, int]:
+        """The index finds the batch; Kafka answers with the first *record* whose timestamp
+        is >= the target, and that record's own timestamp, so look inside the batch."""
+        region = self.read(offset, 1, max_offset=limit).file_region
+        if region is None or region.size == 0:
+            return timestamp, offset
+        for record in core_records.iter_records(region.read()):
+            if record.offset >= offset and record.timestamp >= timestamp:
+                return record.timestamp, record.offset
+        return timestamp, offset
+
+    def transaction_to_verify(self, records: Any) -> tuple[int, int] | None:
+        """KIP-890 verification of a client's data: ``(producer_id, producer_epoch)`` of a
+        transactional batch at the start of ``records`` whose transaction this log does
+        not yet hold open at that epoch (the coordinator must confirm the partition was
+        added to it); None when there is nothing to ask (not transactional, or checked
+        at the transaction's first batch here)."""
+        producer = transactional_producer(records)
+        if producer is None:
+            return None
+        state = self.producer_state
+        entry = state.producers.get(producer[0])
+        if producer[0] in state.ongoing and entry is not None and entry.producer_epoch == producer[1]:
+            return None
+        return producer
 
     def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
         """ListOffsets v0 (the seeds' getOffsetsBefore): up to ``max_num_offsets`` offsets,
@@ -1427,29 +1513,6 @@ class Log:
             os.rename(self.dir, target)
             self.dir = target
             return target
-
-
-def _check_keys(buf: memoryview, headers: list[Any]) -> None:
-    """Kafka's LogValidator rule for compacted topics: every record needs a key (the
-    cleaner keeps records by key); a keyless one fails the batch with INVALID_RECORD.
-    Costs a decode of the records (compressed ones decompressed), on compacted topics only."""
-    decoded = core_records.decode_records(buf)
-    key_lengths = decoded.key_lengths
-    if -1 not in key_lengths:
-        return
-    i = key_lengths.index(-1)
-    bad = decoded.batches[decoded.batch_index[i]]
-    # decode_records numbers records from the batches' base offsets (not yet assigned):
-    # find the batch's position by walking the headers.
-    position = 0
-    for h in headers:
-        if h is bad or (h.base_offset == bad.base_offset and h.crc == bad.crc):
-            break
-        position += h.size
-    raise InvalidRecordError(
-        f"compacted topic cannot accept a record without a key (record {i} of the request, "
-        f"offset delta {decoded.offsets[i] - bad.base_offset} in its batch)",
-        "record.key", position, position + BATCH_HEADER_SIZE)
 
 
 def _mtime_ms(segment: Segment) -> int:

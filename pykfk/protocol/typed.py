@@ -165,7 +165,7 @@ class FetchResponse(TypedDict, total=False):
     node_endpoints: Sequence[FetchResponseNodeEndpoint]  # v16+, tag 0 v16+
 
 
-# -- ListOffsets (key 2, v0-8, flexible 6+)
+# -- ListOffsets (key 2, v0-10, flexible 6+)
 
 
 class ListOffsetsPartition(Protocol):
@@ -184,6 +184,7 @@ class ListOffsetsRequest(Protocol):
     replica_id: int  # v0+
     isolation_level: int  # v2+
     topics: Sequence[ListOffsetsTopic]  # v0+
+    timeout_ms: int  # v10+
 
 
 class ListOffsetsPartitionResponse(TypedDict, total=False):

@@ -8,12 +8,13 @@ import time
 import pytest
 
 from pykfk._core import records
-from pykfk._core.errors import InvalidRecordError
+from pykfk.errors import ErrorCode
 from pykfk.log.checkpoints import read_offset_checkpoint
 from pykfk.log.cleaner import CLEANER_CHECKPOINT, DELETE_HORIZON_FLAG, LogCleaner
 from pykfk.log.config import LogConfig
 from pykfk.log.log import Log
 from pykfk.log.transactions import ABORT, marker_type
+from pykfk.log.validation import InvalidRecords
 from tests.log.helpers import region_bytes
 
 NOW = 1_700_000_000_000
@@ -249,9 +250,13 @@ def _positions(data):
 
 
 def test_compacted_topic_refuses_records_without_key(log):
-    with pytest.raises(InvalidRecordError) as err:
-        log.append(bytearray(records.build_batch([(b"k", b"v", NOW, []), (None, b"v", NOW, [])])))
-    assert err.value.field == "record.key"
+    keys = [None if i % 3 == 1 else b"k%d" % i for i in range(7)]
+    with pytest.raises(InvalidRecords) as err:
+        log.append(bytearray(records.build_batch([(key, b"v", NOW, []) for key in keys])))
+    # Every keyless record is named by its index in the batch (KIP-467), not only the first.
+    assert err.value.code == ErrorCode.INVALID_RECORD
+    assert [index for index, _message in err.value.record_errors] == [1, 4]
+    assert "without a key" in err.value.record_errors[0][1]
     assert log.log_end_offset == 0
     # A delete-policy log takes them.
     plain = Log(str(log.dir) + "x-0", LogConfig())

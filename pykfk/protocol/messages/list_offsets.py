@@ -4,7 +4,8 @@ v0 returns a list of old-style offsets (max_num_offsets); v1 returns one offset 
 timestamp; v2 adds isolation_level and throttle_time_ms; v3 same as v2; v4 adds
 current_leader_epoch and leader_epoch; v5 same as v4; v6 first flexible version; v7 allows
 timestamp -3, the record with the largest timestamp (KIP-734); v8 allows -4, the earliest
-local offset (KIP-405).
+local offset (KIP-405); v9 allows -5, the last tiered offset (KIP-1005); v10 adds the
+request's timeout_ms for lookups in remote storage (KIP-1075).
 """
 
 from ..schema import ApiSpec, Field
@@ -12,7 +13,7 @@ from ..schema import ApiSpec, Field
 SPEC = ApiSpec(
     2,
     "ListOffsets",
-    versions="0-8",
+    versions="0-10",
     flexible="6+",
     request=[
         Field("replica_id", "int32"),
@@ -34,6 +35,7 @@ SPEC = ApiSpec(
                 ),
             ],
         ),
+        Field("timeout_ms", "int32", "10+", default=0),
     ],
     response=[
         Field("throttle_time_ms", "int32", "2+"),

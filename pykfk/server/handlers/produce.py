@@ -10,7 +10,12 @@ NOT_ENOUGH_REPLICAS_AFTER_APPEND (``pykfk.cluster.replica``). acks=0 gets no res
 
 From v3 a partition's data must be exactly one magic-2 batch (Kafka's
 ProduceRequest.validateRecords); v0-2 may carry legacy magic 0/1 message sets, which are
-validated with CRC-32 and converted to v2 batches before the append.
+validated with CRC-32 and converted to v2 batches. Every check of the data is the log's
+(``Log.append(from_client=True)``, ``pykfk.log.validation``): this handler only routes.
+A partition whose data is refused gets the error code and, from v8 (KIP-467), the
+``error_message`` and, when single records broke a rule (a keyless record on a compacted
+topic, a timestamp outside the topic's window), ``record_errors`` naming each by its
+index in the batch.
 
 Requests are decoded by the compiled walk ``pykfk._core.wire.decode_produce`` into
 ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])`` and answered
@@ -22,16 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
-from pykfk._core import records as core_records
 from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.log.log import AppendInfo
+from pykfk.log.validation import InvalidRecords
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import PRODUCER_BYTE_RATE
@@ -46,19 +50,11 @@ VERSIONS = (0, 9)
 log = logging.getLogger("pykfk.server")
 
 _VALID_ACKS = (-1, 0, 1)
-# Position of the low byte of a v2 batch's int16 attributes (big-endian, at byte 21).
-_ATTRIBUTES_LOW_BYTE = core_records.BATCH_FIELD_OFFSETS["attributes"] + 1
-# Sign bytes (the first, big-endian) of the batch's producer id and base sequence.
-_PRODUCER_ID_SIGN = core_records.BATCH_FIELD_OFFSETS["producer_id"]
-_BASE_SEQUENCE_SIGN = core_records.BATCH_FIELD_OFFSETS["base_sequence"]
-_PRODUCER = struct.Struct(">qh")  # producer_id, producer_epoch
-_ATTR_CONTROL = core_records.ATTR_CONTROL
-# Kafka's LogValidator refuses control records from clients with INVALID_RECORD.
-_CONTROL_REFUSED = "clients may not write control batches (transaction markers)"
 _NONE = ErrorCode.NONE
+# Refusals by the log's record validation: answered with their message (Kafka's
+# RecordValidationException); other errors with the code alone.
+_VALIDATION_ERRORS = (ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP)
 
-# Record data: a view of the request frame, a copy of it, or a converted legacy set.
-Records = memoryview | bytearray | bytes
 # The compiled decoder's walk (pykfk._core.wire.decode_produce), in place of the
 # generic decoder's typed.ProduceRequest: (transactional_id, acks, timeout_ms, topics).
 ProduceRequest = tuple[str | None, int, int, list[tuple[str, list[tuple[int, memoryview | None]]]]]
@@ -78,76 +74,25 @@ def encode_response(version: int, correlation_id: int, body: typed.ProduceRespon
     return [encode_produce_response(version, correlation_id, body)]
 
 
-def _checked_records(records: Records | None, version: int) -> Records:
-    """What the log's single validating pass cannot tell: no data at all, (v3+) a legacy
-    message set, which is INVALID_RECORD there, not a corrupt batch, and control batches
-    (transaction markers), which only the broker writes. All read a byte or two; v0-2
-    legacy message sets are converted to a v2 batch here."""
-    if records is None or len(records) == 0:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
-    if version >= 3:
-        if len(records) < 17:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record data is shorter than a batch header")
-        if core_records.is_legacy(records):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "Produce v3+ requires magic 2 record batches")
-        # One batch (the log refuses more). Its attributes' low byte holds the control
-        # bit; only a coordinator writes producer batches without sequence numbers. One
-        # condition, ordered so that a plain producer's batch (producer id -1) reads two bytes.
-        if len(records) > _BASE_SEQUENCE_SIGN and (
-                records[_ATTRIBUTES_LOW_BYTE] & _ATTR_CONTROL
-                or (records[_PRODUCER_ID_SIGN] < 0x80 and records[_BASE_SEQUENCE_SIGN] >= 0x80)):
-            raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED if records[_ATTRIBUTES_LOW_BYTE] & _ATTR_CONTROL
-                             else "a batch with a producer id needs a base sequence")
-    elif core_records.is_legacy(records):
-        records = core_records.convert_legacy(records)
-    elif _has_control_batch(records):
-        raise KafkaError(ErrorCode.INVALID_RECORD, _CONTROL_REFUSED)
-    return records
-
-
-def _has_control_batch(records: Records) -> bool:
-    """Any control batch among the whole magic-2 batches of a v0-2 request (several may
-    come in one; rare enough to read each header). Bad framing is left to the log."""
-    try:
-        _count, complete = core_records.scan_batches(records)
-        position = 0
-        while position < complete:
-            header = core_records.parse_batch_header(records, position)
-            if header.is_control:
-                return True
-            position += header.size
-    except (CoreError, ValueError):
-        return False
-    return False
-
-
 # _check_transaction's answer when the transactional id's coordinator is another broker.
 _ASK_COORDINATOR = -1
 # A deferred partition: its topic, index, records (copied), response entry, producer id and epoch.
 Deferred = tuple[str, int, bytearray, PartitionResponse, int, int]
 
 
-def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Partition, records: Records | None) -> int:
+def _check_transaction(ctx: RequestContext, transactional_id: str, leader: Partition,
+                       producer: tuple[int, int]) -> int:
     """A transactional batch must belong to its producer's open transaction, with the
     partition added to it (Kafka's KIP-890 verification): NONE, INVALID_TXN_STATE,
     INVALID_PRODUCER_EPOCH or INVALID_PRODUCER_ID_MAPPING, or _ASK_COORDINATOR when the
-    id's coordinator is another broker. A transaction the partition already holds at
-    this epoch needs no asking (it was checked at its first batch)."""
-    if records is None or len(records) < core_records.BATCH_HEADER_SIZE \
-            or not records[_ATTRIBUTES_LOW_BYTE] & core_records.ATTR_TRANSACTIONAL:
-        return _NONE
+    id's coordinator is another broker. ``producer``: the batch's producer id and epoch,
+    as ``Partition.transaction_to_verify`` gave them."""
     coordinator = ctx.broker.transaction_coordinator
     if coordinator is None:
         return _NONE
-    producer_id, producer_epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_SIGN)
-    state = leader.log.producer_state
-    entry = state.producers.get(producer_id)
-    if producer_id in state.ongoing and entry is not None and entry.producer_epoch == producer_epoch:
-        return _NONE
     if ctx.api_version >= 12 or not coordinator.is_coordinator(transactional_id):
         return _ASK_COORDINATOR  # v12+ (transaction version 2): the coordinator adds the partition
-    return int(coordinator.verify_partition(transactional_id, producer_id, producer_epoch,
-                                            (leader.topic, leader.partition)))
+    return int(coordinator.verify_partition(transactional_id, *producer, (leader.topic, leader.partition)))
 
 
 def _success(info: AppendInfo, partition: int) -> PartitionResponse:
@@ -163,6 +108,21 @@ def _success(info: AppendInfo, partition: int) -> PartitionResponse:
 def _error(code: int, partition: int) -> PartitionResponse:
     return {"index": partition, "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
             "log_start_offset": -1}
+
+
+def _refused(exc: KafkaError | CoreError, partition: int) -> PartitionResponse:
+    """A partition whose append failed: the code and, when the log's validation refused
+    the records (INVALID_RECORD, INVALID_TIMESTAMP; v8+, KIP-467), the message, with
+    each offending record's index in its batch when single records broke a rule, so a
+    client fails exactly those. Other errors carry no message, as from Kafka."""
+    code = exc.code if isinstance(exc, KafkaError) else error_for_core_exception(exc)
+    result = _error(code, partition)
+    if code in _VALIDATION_ERRORS:
+        result["error_message"] = exc.message if isinstance(exc, KafkaError) else str(exc)
+    if isinstance(exc, InvalidRecords):
+        result["record_errors"] = [{"batch_index": index, "batch_index_error_message": message}
+                                   for index, message in exc.record_errors]
+    return result
 
 
 def handle(ctx: RequestContext, request: ProduceRequest
@@ -195,33 +155,29 @@ def handle(ctx: RequestContext, request: ProduceRequest
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
                 leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
                 if transactional_id is not None:
-                    code = _check_transaction(ctx, transactional_id, leader, records)
+                    producer = leader.transaction_to_verify(records)
+                    code = _NONE if producer is None else _check_transaction(ctx, transactional_id, leader, producer)
                     if code == _ASK_COORDINATOR:
                         # Appended once the coordinator answers; the frame may be reused.
-                        assert records is not None  # null records need no coordinator
+                        assert records is not None and producer is not None  # null records need no coordinator
                         deferred = deferred or []
                         result = _error(_NONE, index)
-                        deferred.append((name, index, bytearray(records), result,
-                                         *_PRODUCER.unpack_from(records, _PRODUCER_ID_SIGN)))
+                        deferred.append((name, index, bytearray(records), result, *producer))
                         results.append(result)
                         continue
                     if code != _NONE:
                         raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
-                info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
-                                                   require_single_batch=version >= 3)
+                info, wait = leader.append_records(records, acks, timeout_ms, require_single_batch=version >= 3,
+                                                   from_client=True)
                 result = _success(info, index)
                 if wait is not None:
                     pending = pending or []
                     pending.append((result, wait))
                 results.append(result)
-            except KafkaError as exc:
-                results.append(_error(exc.code, index))
+            except (KafkaError, CoreError) as exc:
+                results.append(_refused(exc, index))
                 replicas.topic_stats.for_topic(name).failed_produce_requests += 1
-                log.debug("produce to %s-%d failed: %s", name, index, exc)
-            except CoreError as exc:
-                results.append(_error(error_for_core_exception(exc), index))
-                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
-                log.debug("produce to %s-%d rejected: %s", name, index, exc)
+                log.debug("produce to %s-%d refused: %s", name, index, exc)
             except Exception:
                 log.exception("produce to %s-%d failed", name, index)
                 results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
@@ -257,15 +213,13 @@ async def _verified_appends(ctx: RequestContext, transactional_id: str, deferred
                 if code != _NONE:
                     raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
                 leader = ctx.broker.replica_manager.leader_partition(name, index)
-                info, wait = leader.append_records(_checked_records(records, version), acks, timeout_ms,
-                                                   require_single_batch=version >= 3)
+                info, wait = leader.append_records(records, acks, timeout_ms, require_single_batch=version >= 3,
+                                                   from_client=True)
                 result.update(_success(info, index))
                 if wait is not None:
                     pending.append((result, wait))
-            except KafkaError as exc:
-                result.update(_error(exc.code, index))
-            except CoreError as exc:
-                result.update(_error(error_for_core_exception(exc), index))
+            except (KafkaError, CoreError) as exc:
+                result.update(_refused(exc, index))
     if pending:
         return await _after_replication(body, pending)
     return _answer(acks, body)
