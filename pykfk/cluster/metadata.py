@@ -158,7 +158,8 @@ class UnknownTopicError(Exception):
 # (KIP-714; names: the subscription's).
 BROKER_ENTITIES = "brokers"
 CLIENT_METRICS_ENTITIES = "client-metrics"
-ENTITY_TYPES = (BROKER_ENTITIES, CLIENT_METRICS_ENTITIES)
+GROUP_ENTITIES = "groups"  # share groups' configs (GROUP resources, KIP-932)
+ENTITY_TYPES = (BROKER_ENTITIES, CLIENT_METRICS_ENTITIES, GROUP_ENTITIES)
 DEFAULT_ENTITY = "<default>"  # Kafka's name of an entity type's default
 
 

@@ -155,17 +155,6 @@ SHARE_SNAPSHOT_VALUE = Schema("ShareSnapshotValue", [
     ]),
 ])
 
-# pykfk's own record in the same topic (Kafka keeps group configs in its metadata log): a
-# share group's configs, key type 100.
-SHARE_GROUP_CONFIG_KEY = Schema("ShareGroupConfigKey", [Field("group_id", "string")])
-
-SHARE_GROUP_CONFIG_VALUE = Schema("ShareGroupConfigValue", [
-    Field("configs", "[]GroupConfig", fields=[
-        Field("name", "string"),
-        Field("value", "string"),
-    ]),
-])
-
 # -- the consumer protocol's member metadata (JoinGroup / SyncGroup bytes) --------------------
 
 CONSUMER_PROTOCOL_SUBSCRIPTION = Schema("ConsumerProtocolSubscription", [
@@ -193,7 +182,6 @@ FLEXIBLE_FROM: dict[str, int] = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE.name: 0,
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE.name: 0,
     SHARE_SNAPSHOT_VALUE.name: 0,
-    SHARE_GROUP_CONFIG_VALUE.name: 0,
 }
 
 

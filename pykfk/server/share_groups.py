@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,12 +15,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pykfk._core.errors import CorruptBatchError
-from pykfk._core.records import build_batch, parse_batch_header
-from pykfk.cluster.metadata import TopicExistsError
+from pykfk._core.records import parse_batch_header
+from pykfk.cluster.metadata import GROUP_ENTITIES, TopicExistsError
 from pykfk.cluster.replica import Partition
 from pykfk.config import ConfigKey, choice_parser
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.group.offsets import partition_for
 from pykfk.group.share.coordinator import (
     GROUP_CONFIG_DEFAULTS,
     GROUP_CONFIG_VALUES,
@@ -34,12 +32,7 @@ from pykfk.group.share.state_records import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_CONFIG,
     ShareSnapshot,
-    decode_group_config_key,
-    decode_group_config_value,
-    group_config_key,
-    group_config_value,
 )
-from pykfk.group.storage import LogOffsetsLog
 from pykfk.log.log import Log
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
@@ -205,8 +198,9 @@ def group_config_defaults(ctx: RequestContext) -> dict[str, str]:
 async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mapping[str, str],
                               validate_only: bool) -> None:
     """New settings of a group (what IncrementalAlterConfigs or AlterConfigs made of the
-    current ones): INVALID_CONFIG for a bad value, nothing stored then; stored in
-    ``__share_group_state`` (the group's partition) before they apply."""
+    current ones): INVALID_CONFIG for a bad value, nothing stored then; kept in the
+    cluster metadata (GROUP entities, as Kafka keeps group configs), so every broker
+    leading a partition the group reads has them."""
     for name, value in configs.items():
         try:
             GROUP_CONFIG_KEYS[name].parse(value)
@@ -221,44 +215,39 @@ async def alter_group_configs(ctx: RequestContext, group_id: str, configs: Mappi
                              f" ({low}) and less than or equal to group.share.max.record.lock.duration.ms ({high})")
     if validate_only:
         return
+    await ctx.broker.metadata.alter_entity_configs(GROUP_ENTITIES, group_id, dict(configs))
     await load_group_configs(ctx)
-    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
-    if info is not None:
-        batch = bytearray(build_batch([(group_config_key(group_id), group_config_value(dict(configs)),
-                                        int(time.time() * 1000), ())]))
-        await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, partition_for(group_id, info.partitions),
-                                                batch, -1, 30000)
-    share_coordinator(ctx).set_group_configs(group_id, configs)
 
 
 def group_configs(ctx: RequestContext, group_id: str) -> dict[str, str]:
-    return dict(share_coordinator(ctx).group_configs.get(group_id, {}))
+    return dict(ctx.broker.metadata.entity_configs(GROUP_ENTITIES).get(group_id, {}))
 
 
-_CONFIGS_LOADED: weakref.WeakSet[object] = weakref.WeakSet()
+def configured_groups(ctx: RequestContext) -> list[str]:
+    """The groups with configs of their own."""
+    return sorted(ctx.broker.metadata.entity_configs(GROUP_ENTITIES))
+
+
+_STATE_TOPIC_READY: weakref.WeakSet[object] = weakref.WeakSet()
+# The GROUP entity snapshot each broker's share coordinator was last given.
+_CONFIGS_SEEN: weakref.WeakKeyDictionary[object, Mapping[str, Mapping[str, str]]] = weakref.WeakKeyDictionary()
 
 
 async def load_group_configs(ctx: RequestContext) -> None:
-    """Once per broker: the share groups' configs stored in the state partitions this
-    broker leads (creating the topic on the way)."""
-    if ctx.broker in _CONFIGS_LOADED:
+    """The share groups' configs from the cluster metadata, given to this broker's share
+    coordinator when they changed (a snapshot compared by identity: nothing to do
+    otherwise); ``__share_group_state`` created on the way."""
+    if ctx.broker not in _STATE_TOPIC_READY and await ensure_state_topic(ctx):
+        _STATE_TOPIC_READY.add(ctx.broker)
+    current = ctx.broker.metadata.entity_configs(GROUP_ENTITIES)
+    if _CONFIGS_SEEN.get(ctx.broker) is current:
         return
-    if not await ensure_state_topic(ctx):
-        return
-    info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
-    mine = [n for n in range(info.partitions if info is not None else 0) if _led_here(ctx, n)]
-    try:
-        logs = [ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, n).log for n in mine]
-    except KafkaError:
-        return  # led here but not loaded yet: the next request loads them
-    _CONFIGS_LOADED.add(ctx.broker)
     coordinator = share_coordinator(ctx)
-    for state_log in logs:
-        for key, value in LogOffsetsLog(state_log).read_all():
-            group = decode_group_config_key(key)
-            if group is None:
-                continue
-            coordinator.set_group_configs(group, decode_group_config_value(value) if value else {})
+    for group in set(current) | set(coordinator.group_configs):
+        wanted = dict(current.get(group, {}))
+        if coordinator.group_configs.get(group, {}) != wanted:
+            coordinator.set_group_configs(group, wanted)
+    _CONFIGS_SEEN[ctx.broker] = current
 
 
 # -- durable state: __share_group_state ----------------------------------------------------
@@ -293,11 +282,6 @@ def _leads_or_elsewhere(ctx: RequestContext, number: int) -> bool:
             ctx.broker.replica_manager.leader_partition(SHARE_STATE_TOPIC, number))
     except KafkaError:
         return False
-
-
-def _led_here(ctx: RequestContext, number: int) -> bool:
-    state = ctx.broker.metadata.partition_state(SHARE_STATE_TOPIC, number)
-    return state is not None and state.leader == ctx.broker.broker_id
 
 
 def held_state(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str, topic: str, partition: int
@@ -403,13 +387,10 @@ async def delete_group(ctx: RequestContext, group_id: str) -> int:
         code = await forget(ctx, group_id, ids.id_of(topic), partition)
         if code != ErrorCode.NONE:
             return code
-    if coordinator.group_configs.pop(group_id, None) is not None:
-        info = ctx.broker.metadata.get_topic(SHARE_STATE_TOPIC)
-        if info is not None:
-            batch = bytearray(build_batch([(group_config_key(group_id), None, int(time.time() * 1000), ())]))
-            try:
-                await ctx.broker.replica_manager.append(SHARE_STATE_TOPIC, partition_for(group_id, info.partitions),
-                                                        batch, -1, 30000)
-            except KafkaError as exc:
-                return exc.code
+    if group_configs(ctx, group_id):
+        try:
+            await ctx.broker.metadata.alter_entity_configs(GROUP_ENTITIES, group_id, {})
+        except KafkaError as exc:
+            return exc.code
+        coordinator.set_group_configs(group_id, {})
     return ErrorCode.NONE

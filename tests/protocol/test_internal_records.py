@@ -49,15 +49,13 @@ GOLDEN = {
     'assignment': '0000000000020001610000000100000001000162000000020000000000000002ffffffff',
     'assignment_user_data': '000000000000000000027564',
     # __share_group_state: Kafka's ShareSnapshotKey (type 0) and ShareSnapshotValue v0
-    # (flexible: compact array, a tag section per struct); pykfk's group-config record.
+    # (flexible: compact array, a tag section per struct).
     'share_snapshot_key': '00000001671234567812345678123456781234567800000001',
     'share_snapshot_value': '0000'  # value version 0
                             '0000' '00000003' '00000007' '0000000000000028'  # snapshot, state, leader epochs, start
                             '03' '0000000000000028' '0000000000000029' '00' '0002' '00'  # 2 batches, 40-41 AVAILABLE x2
                             '000000000000002a' '000000000000002a' '04' '0001' '00'  # 42 ARCHIVED x1
                             '00',
-    'share_group_config_key': '00640003677270',
-    'share_group_config_value': '0000021873686172652e6175746f2e6f66667365742e7265736574096561726c696573740000',
 }
 
 
@@ -180,16 +178,8 @@ def test_share_state_records_as_written_and_read() -> None:
     assert sr.decode_snapshot_key(golden("share_snapshot_key")) == ("g", topic, 1)
     assert sr.snapshot_value(snapshot) == golden("share_snapshot_value")
     assert sr.decode_snapshot(golden("share_snapshot_value")) == snapshot
-    assert sr.group_config_key("grp") == golden("share_group_config_key")
-    assert sr.decode_group_config_key(golden("share_group_config_key")) == "grp"
-    assert sr.decode_snapshot_key(golden("share_group_config_key")) is None
-    assert sr.decode_group_config_key(golden("share_snapshot_key")) is None
-    configs = {"share.auto.offset.reset": "earliest"}
-    assert sr.group_config_value(configs) == golden("share_group_config_value")
-    assert sr.decode_group_config_value(golden("share_group_config_value")) == configs
-    assert sr.group_config_value({}) is None  # a tombstone
+    assert sr.decode_snapshot_key(b"\x00\x01" + golden("share_snapshot_key")[2:]) is None  # another key type
     # Cut short, trailing bytes or an unknown version: ignored, as a newer broker's records.
     for bad in (golden("share_snapshot_value")[:-1], golden("share_snapshot_value") + b"\x00",
                 b"\x00\x01" + golden("share_snapshot_value")[2:]):
         assert sr.decode_snapshot(bad) is None
-    assert sr.decode_group_config_value(golden("share_group_config_value")[:-3]) == {}

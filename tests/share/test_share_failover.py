@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from pykfk.errors import ErrorCode
 from pykfk.testing import RawClient, wait_until
@@ -111,17 +112,20 @@ def test_leader_and_share_coordinator_kills_redeliver_only_unacknowledged_record
     create_topic_on(cluster, STATE_TOPIC, {0: [0, 1, 2]}, **{"cleanup.policy": "compact"})
     create_topic_on(cluster, TOPIC, {0: [1, 2, 0]}, **{"min.insync.replicas": "2"})
     assert (cluster.leader(TOPIC, 0), cluster.leader(STATE_TOPIC, 0)) == (1, 0)
+    # The group config, set through any broker, reaches the partition's leader.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    earliest = ConfigResource(ConfigResource.Type.GROUP, GROUP, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([earliest])[earliest].result(20)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(RECORDS):
+        producer.produce(TOPIC, value=b"%d" % i)
+        if i % 5 == 4:
+            producer.flush(10)  # several batches
+    assert producer.flush(20) == 0
     queue = Queue(cluster.bootstrap)
     holder = None
     try:
-        # The group's state starts at the (empty) log's end, 0: stored before records come.
-        wait_until(lambda: (queue.poll(), _start_offset(cluster))[1] == 0, 30, "the share group's state")
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
-        for i in range(RECORDS):
-            producer.produce(TOPIC, value=b"%d" % i)
-            if i % 5 == 4:
-                producer.flush(10)  # several batches
-        assert producer.flush(20) == 0
         cluster.wait_for_full_isr(STATE_TOPIC, 1)
 
         queue.until(20, 30)
@@ -151,6 +155,7 @@ def test_leader_and_share_coordinator_kills_redeliver_only_unacknowledged_record
         assert queue.accepted == set(range(RECORDS)), sorted(set(range(RECORDS)) - queue.accepted)
         assert not before_coordinator_kill & set(queue.delivered[seen_before:]), "accepted records came again"
         assert set(held) <= queue.accepted  # what the holder kept came to the others
+        wait_until(lambda: _start_offset(cluster) == RECORDS, 20, "the start offset past every record")
     finally:
         if holder is not None:
             holder.kill()

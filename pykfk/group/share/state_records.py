@@ -2,13 +2,12 @@
 (group, topic id, partition), holding what Kafka's share coordinator keeps in a
 ShareSnapshotValue: the state epoch, the leader epoch of the share-partition leader that
 wrote it, the share-partition start offset and the state batches (first and last
-offset, delivery state, delivery count) of the in-flight records; and pykfk's record of
-a share group's configs. The topic is compacted, so the latest record of each key is
-what stays.
+offset, delivery state, delivery count) of the in-flight records. The topic is
+compacted, so the latest record of each key is what stays.
 
 The layouts are declared in ``pykfk/protocol/internal.py`` (Kafka's ShareSnapshotKey,
-key type 0, and ShareSnapshotValue v0; the group-config record, key type 100) and read
-and written by its codec; this module maps them to the share coordinator's forms.
+key type 0, and ShareSnapshotValue v0) and read and written by its codec; this module
+maps them to the share coordinator's forms.
 """
 
 from __future__ import annotations
@@ -24,8 +23,6 @@ SHARE_STATE_TOPIC = "__share_group_state"
 SHARE_STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 SNAPSHOT_KEY_TYPE = 0
 SNAPSHOT_VALUE_VERSION = 0
-GROUP_CONFIG_KEY_TYPE = 100
-GROUP_CONFIG_VALUE_VERSION = 0
 
 StateBatch = tuple[int, int, int, int]  # first offset, last offset, delivery state, delivery count
 
@@ -80,37 +77,3 @@ def decode_snapshot(value: bytes) -> ShareSnapshot | None:
         return None
     batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in found.state_batches]
     return ShareSnapshot(found.state_epoch, found.start_offset, batches, found.leader_epoch)
-
-
-def group_config_key(group_id: str) -> bytes:
-    return internal.encode(internal.SHARE_GROUP_CONFIG_KEY, 0, {"group_id": group_id}, prefix=GROUP_CONFIG_KEY_TYPE)
-
-
-def decode_group_config_key(key: bytes) -> str | None:
-    """The group of a group-config key, None for any other key."""
-    try:
-        if internal.read_prefix(key, "key type") != GROUP_CONFIG_KEY_TYPE:
-            return None
-        return str(internal.decode(internal.SHARE_GROUP_CONFIG_KEY, 0, key).group_id)
-    except internal.InternalRecordError:
-        return None
-
-
-def group_config_value(configs: dict[str, str]) -> bytes | None:
-    """The value of a group's configs; None (a tombstone) when it has none."""
-    if not configs:
-        return None
-    return internal.encode(internal.SHARE_GROUP_CONFIG_VALUE, GROUP_CONFIG_VALUE_VERSION,
-                           {"configs": [{"name": k, "value": v} for k, v in sorted(configs.items())]},
-                           prefix=GROUP_CONFIG_VALUE_VERSION)
-
-
-def decode_group_config_value(value: bytes) -> dict[str, str]:
-    """A group's configs; empty for a value this broker cannot read."""
-    try:
-        if internal.read_prefix(value, "value version") != GROUP_CONFIG_VALUE_VERSION:
-            return {}
-        found = internal.decode(internal.SHARE_GROUP_CONFIG_VALUE, GROUP_CONFIG_VALUE_VERSION, value)
-    except internal.InternalRecordError:
-        return {}
-    return {c.name: c.value for c in found.configs}

@@ -26,7 +26,7 @@ def _names(ctx: RequestContext, resource_type: int) -> list[str]:
     if resource_type in (BROKER, BROKER_LOGGER):
         return [str(b.node_id) for b in sorted(ctx.broker.metadata.brokers(), key=lambda b: b.node_id)]
     if resource_type == GROUP:
-        return sorted(share_groups.share_coordinator(ctx).group_configs)
+        return share_groups.configured_groups(ctx)
     return sorted(telemetry.broker_telemetry(ctx.broker).configs)
 
 
