@@ -66,8 +66,7 @@ def cli(log_level: str) -> None:
 @click.option("--max-seconds", type=float, default=None, help="Stop after this long (tests, benchmarks).")
 def run(config_file: str, settings: Sequence[str], max_seconds: float | None) -> None:
     """Mirror until SIGTERM or Ctrl-C; several processes with one config share the work."""
-    from confluent_kafka import KafkaException
-
+    from pykfk.mirror.health import CLIENT_ERRORS
     from pykfk.mirror.runner import Mirror, MirrorError, install_signal_handlers
 
     config = _load(config_file, settings)
@@ -75,7 +74,7 @@ def run(config_file: str, settings: Sequence[str], max_seconds: float | None) ->
     install_signal_handlers(mirror)
     try:
         stats = mirror.run(max_seconds)
-    except (MirrorError, KafkaException) as exc:
+    except (MirrorError, *CLIENT_ERRORS) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     click.echo(f"copied {stats.records} records ({stats.bytes} bytes); "

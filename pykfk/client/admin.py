@@ -20,6 +20,7 @@ Errors surface as ``KafkaError`` (the cluster answered with an error code) or
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import ssl
 import struct
@@ -117,6 +118,7 @@ class ClientSecurity:
     # SCRAM extensions (tokenauth: a delegation token login), from ``sasl.*``.
     oauth: Any = None
     sasl_extensions: tuple[tuple[str, str], ...] = ()
+    ssl_verify: bool = True
 
     @property
     def uses_tls(self) -> bool:
@@ -132,11 +134,8 @@ class ClientSecurity:
         Raises ValueError naming a property that is unusable."""
         from pykfk.security.jaas import JaasError, parse_jaas
         from pykfk.security.sasl import client_login_settings
-        from pykfk.security.sasl import CLIENT_MECHANISMS
 
-        protocol = props.get("security.protocol", "PLAINTEXT").upper()
-        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ValueError(f"security.protocol: unknown protocol {protocol!r}")
+        protocol = _protocol(props)
         username = password = ""
         if props.get("sasl.jaas.config"):
             try:
@@ -146,10 +145,7 @@ class ClientSecurity:
             username, password = options.get("username", ""), options.get("password", "")
         username = props.get("sasl.username", username)
         password = props.get("sasl.password", password)
-        mechanism = props.get("sasl.mechanism", "PLAIN").upper()
-        if protocol in ("SASL_PLAINTEXT", "SASL_SSL") and mechanism not in CLIENT_MECHANISMS:
-            raise ValueError(f"sasl.mechanism: {mechanism} is not one pykfk logs in with "
-                             f"({', '.join(CLIENT_MECHANISMS)})")
+        mechanism = _mechanism(protocol, "sasl.mechanism", props.get("sasl.mechanism", "PLAIN"))
         for store in ("ssl.truststore.type", "ssl.keystore.type"):
             if props.get(store, "PEM").upper() != "PEM":
                 raise ValueError(f"{store}: only PEM files are supported")
@@ -167,12 +163,79 @@ class ClientSecurity:
             **(client_login_settings(props, mechanism) if protocol.startswith("SASL") else {}),
         )
 
+    @classmethod
+    def from_librdkafka(cls, settings: Mapping[str, object]) -> ClientSecurity:
+        """From librdkafka settings, as confluent-kafka's clients take them (the mirror's
+        ``source.*`` / ``target.*``): ``security.protocol``, ``sasl.mechanism(s)``
+        (librdkafka's default GSSAPI included), ``sasl.username``/``password``,
+        ``ssl.ca.location`` (a file, a directory or ``probe``), ``ssl.certificate.location``,
+        ``ssl.key.location``/``password``, ``ssl.endpoint.identification.algorithm``
+        (``https``, librdkafka's default, or ``none``) and
+        ``enable.ssl.certificate.verification``. Raises ValueError naming a setting this
+        client cannot honour (PKCS#12 key stores, PEM strings, other SASL mechanisms)."""
+        props = {k: str(v) for k, v in settings.items()}
+        protocol = _protocol(props)
+        for key, instead in _LIBRDKAFKA_UNSUPPORTED.items():
+            if props.get(key) and protocol != "PLAINTEXT":
+                raise ValueError(f"{key}: not supported by pykfk's admin client; {instead}")
+        mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI"
+        name = "sasl.mechanism" if "sasl.mechanism" in props else "sasl.mechanisms"
+        cafile = props.get("ssl.ca.location") or None
+        verify = props.get("enable.ssl.certificate.verification", "true").lower()
+        algorithm = props.get("ssl.endpoint.identification.algorithm", "https").lower()
+        if algorithm not in ("https", "none"):
+            raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r} is neither https nor none")
+        return cls(
+            protocol=protocol,
+            sasl_mechanism=_mechanism(protocol, name, mechanism),
+            sasl_username=props.get("sasl.username", ""),
+            sasl_password=props.get("sasl.password", ""),
+            ssl_cafile=None if cafile == "probe" else cafile,
+            ssl_certfile=props.get("ssl.certificate.location") or None,
+            ssl_keyfile=props.get("ssl.key.location") or None,
+            ssl_key_password=props.get("ssl.key.password") or None,
+            ssl_check_hostname=algorithm == "https",
+            ssl_verify=verify not in ("false", "0"),
+        )
+
     def tls_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ssl_cafile)
-        context.check_hostname = self.ssl_check_hostname
+        directory = self.ssl_cafile is not None and os.path.isdir(self.ssl_cafile)
+        context = ssl.create_default_context(cafile=None if directory else self.ssl_cafile,
+                                             capath=self.ssl_cafile if directory else None)
+        context.check_hostname = self.ssl_check_hostname and self.ssl_verify
+        if not self.ssl_verify:
+            context.verify_mode = ssl.CERT_NONE
         if self.ssl_certfile:
             context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password)
         return context
+
+
+# librdkafka settings pykfk's admin client has no equivalent for, and what to use instead.
+_LIBRDKAFKA_UNSUPPORTED = {
+    "ssl.keystore.location": "give the certificate and key as PEM files "
+                             "(ssl.certificate.location, ssl.key.location)",
+    "ssl.ca.pem": "give the CA certificates as a PEM file (ssl.ca.location)",
+    "ssl.certificate.pem": "give the certificate as a PEM file (ssl.certificate.location)",
+    "ssl.key.pem": "give the key as a PEM file (ssl.key.location)",
+}
+
+
+def _protocol(props: Mapping[str, str]) -> str:
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise ValueError(f"security.protocol: unknown protocol {protocol!r}")
+    return protocol
+
+
+def _mechanism(protocol: str, key: str, mechanism: str) -> str:
+    """The SASL mechanism, checked when the protocol logs in with SASL."""
+    from pykfk.security.sasl import CLIENT_MECHANISMS
+
+    mechanism = mechanism.strip().upper()
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL") and mechanism not in CLIENT_MECHANISMS:
+        raise ValueError(f"{key}: {mechanism} is not one pykfk logs in with "
+                         f"({', '.join(CLIENT_MECHANISMS)})")
+    return mechanism
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -486,6 +549,28 @@ class AdminClient:
     def topic(self, name: str) -> TopicInfo:
         return self.retrying(lambda: self.describe_topics([name])[0])
 
+    def partition_counts(self) -> dict[str, int]:
+        """topic -> partition count of every topic the cluster lists without an error
+        (one being created or deleted is left out until it settles)."""
+        return {t.name: len(t.partitions) for t in self.metadata(None).topics if not t.error_code}
+
+    def probe(self, timeout: float) -> None:
+        """Does a bootstrap server answer on a new connection within ``timeout``
+        seconds? ConnectionError_ (or the login's KafkaError) when none does; the
+        client's own connections are left as they are."""
+        failures = []
+        for host, port in self.bootstrap:
+            conn = AdminConnection(host, port, security=self.security, client_id=self.client_id,
+                                   connect_timeout=timeout, request_timeout=timeout)
+            try:
+                conn.connect()
+                return
+            except ConnectionError_ as exc:
+                failures.append(str(exc.message))
+            finally:
+                conn.close()
+        raise ConnectionError_("no bootstrap server answered (" + "; ".join(failures) + ")")
+
     def describe_cluster(self) -> dict[str, Any]:
         """Cluster id, controller and brokers (DescribeCluster when served, else Metadata)."""
         conn = self.any_broker()
@@ -730,15 +815,26 @@ class AdminClient:
             self._coordinators[group] = node
         return self.broker(node)
 
-    def list_groups(self) -> list[dict[str, str]]:
-        """Every group of every broker (each coordinator knows only its own)."""
+    def list_groups(self, *, answered_only: bool = False) -> list[dict[str, str]]:
+        """Every group of every broker (each coordinator knows only its own). With
+        ``answered_only`` the groups of the brokers that answered (Kafka's
+        ListConsumerGroupsResult.valid); the first failure is raised when none did."""
         self.metadata([])
         groups: dict[str, dict[str, str]] = {}
+        failures: list[KafkaError] = []
         for node_id in sorted(self.brokers):
-            answer = self.call(self.broker(node_id), 16, {})
-            check(answer.error_code, f"groups of broker {node_id}")
+            try:
+                answer = self.call(self.broker(node_id), 16, {})
+                check(answer.error_code, f"groups of broker {node_id}")
+            except KafkaError as exc:
+                if not answered_only:
+                    raise
+                failures.append(exc)
+                continue
             for g in answer.groups:
                 groups[g.group_id] = {"group": g.group_id, "protocol_type": g.protocol_type}
+        if failures and len(failures) == len(self.brokers):
+            raise failures[0]
         return [groups[g] for g in sorted(groups)]
 
     def describe_group(self, group: str) -> GroupDescription:

@@ -21,10 +21,11 @@ import logging
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka import KafkaError, Message, Producer
 
+from pykfk.client.admin import AdminClient
+from pykfk.errors import ErrorCode
+from pykfk.errors import KafkaError as AdminError
 from pykfk.mirror.config import MirrorConfig
 from pykfk.mirror.health import ClusterState, client_settings
 from pykfk.mirror.progress import AuditRange
@@ -45,12 +46,12 @@ class MirrorAudit:
     def __init__(self, config: MirrorConfig, state: ClusterState):
         assert config.audit_bootstrap
         self.config = config
+        self._bootstrap: str = config.audit_bootstrap
         self.state = state
         # pykfk.audit is imported by name: its module brings pykfk's own producer, which
         # the mirror's type checking leaves out.
         self._record_class: Any = importlib.import_module("pykfk.audit").AuditRecord
         common = {"bootstrap.servers": config.audit_bootstrap, **client_settings(state)}
-        self._admin_config = common
         self._producer = Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
         self._topic_ready = False
         # partition -> range end -> records of the range not acknowledged yet
@@ -98,14 +99,12 @@ class MirrorAudit:
             return True
         if not self.state.ready():
             return False
-        admin = AdminClient(self._admin_config)
         try:
-            admin.create_topics([NewTopic(self.config.audit_topic, 1, -1)])[self.config.audit_topic].result(
-                ADMIN_TIMEOUT_S)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
-                self.state.failed(str(error.str() if isinstance(error, KafkaError) else exc))
+            with AdminClient(self._bootstrap, timeout=ADMIN_TIMEOUT_S, client_id="pykfk-mirror") as admin:
+                admin.create_topic(self.config.audit_topic, 1, -1, {})
+        except AdminError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                self.state.failed(str(exc))
                 return False
         self._topic_ready = True
         self.state.ok()

@@ -27,10 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer
 
+from pykfk.client.admin import AdminClient
+from pykfk.errors import KafkaError
 from pykfk.mirror.config import ClientConfig, MirrorConfig
+from pykfk.mirror.errors import MirrorError
 from pykfk.mirror.progress import OffsetSyncs, read_compacted
 
 __all__ = ["Checkpoint", "Checkpointer", "apply_checkpoints", "read_checkpoints"]
@@ -75,20 +77,17 @@ class Checkpointer:
         self.last: dict[tuple[str, str, int], int] = {}  # what was written, to skip repeats
 
     def groups(self) -> list[str]:
-        listing = self.admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result(ADMIN_TIMEOUT_S)
+        """The source's groups to translate (of the brokers that answered)."""
+        names = (g["group"] for g in self.admin.list_groups(answered_only=True))
         return sorted(
-            g.group_id for g in listing.valid
-            if re.fullmatch(self.config.groups_regex, g.group_id)
-            and not re.fullmatch(self.config.groups_exclude, g.group_id)
-            and g.group_id != self.config.group_id
+            name for name in names
+            if re.fullmatch(self.config.groups_regex, name)
+            and not re.fullmatch(self.config.groups_exclude, name)
+            and name != self.config.group_id
         )
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
-        request = [ConsumerGroupTopicPartitions(group)]
-        answer = self.admin.list_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
-        result = answer[group].result(ADMIN_TIMEOUT_S)
-        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
-                if tp.error is None and tp.offset >= 0}
+        return self.admin.committed_offsets(group)
 
     def emit(self, producer: Any, syncs: dict[tuple[str, int], OffsetSyncs],
              remote_topic: Callable[[str], str]) -> int:
@@ -132,12 +131,10 @@ def apply_checkpoints(config: MirrorConfig, group: str, *, execute: bool) -> lis
     checkpoints = [c for (g, _, _), c in sorted(read_checkpoints(
         config.target.client("consumer"), config.checkpoints_topic).items()) if g == group]
     if execute and checkpoints:
-        admin = AdminClient(config.target.client("admin"))
-        offsets = [TopicPartition(c.downstream_topic, c.partition, c.downstream_offset) for c in checkpoints]
-        request = [ConsumerGroupTopicPartitions(group, offsets)]
-        result = admin.alter_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT_S)
-        answer = result[group].result(ADMIN_TIMEOUT_S)
-        failed = [tp for tp in answer.topic_partitions if tp.error is not None]
-        if failed:
-            raise RuntimeError(f"committing offsets of {group}: {failed}")
+        offsets = {(c.downstream_topic, c.partition): c.downstream_offset for c in checkpoints}
+        with config.target.admin_client(ADMIN_TIMEOUT_S) as admin:
+            try:
+                admin.commit_offsets(group, offsets)
+            except KafkaError as exc:
+                raise MirrorError(f"committing offsets of {group}: {exc}") from None
     return checkpoints

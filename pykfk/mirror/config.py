@@ -4,7 +4,9 @@ Keys follow MirrorMaker 2 where one exists (``source.alias``, ``topics``,
 ``replication.policy``, ``sync.topic.configs.enabled``, ``groups``...); settings of the
 underlying Kafka clients pass through by prefix: ``source.<librdkafka key>`` applies to
 every client of the source cluster, ``target.<key>`` to the target's, and
-``source.consumer.<key>`` / ``target.producer.<key>`` to one client only.
+``source.consumer.<key>`` / ``target.producer.<key>`` to one client only. The admin work
+(topics, settings, group offsets) goes through pykfk's own admin client, which takes the
+security settings of the same keys (``ClientSecurity.from_librdkafka``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pykfk.client.admin import AdminClient, ClientSecurity
 from pykfk.config import parse_properties
 from pykfk.metrics.address import parse_listener
 
@@ -44,6 +47,14 @@ class ClusterSettings:
     def client(self, kind: str) -> ClientConfig:
         extra = {"consumer": self.consumer, "producer": self.producer, "admin": self.admin}[kind]
         return {**self.common, **extra}
+
+    def admin_client(self, timeout: float) -> AdminClient:
+        """pykfk's admin client for this cluster (its ``admin`` settings), each call
+        bounded by ``timeout`` seconds. Connects on first use."""
+        settings = self.client("admin")
+        return AdminClient(str(settings["bootstrap.servers"]), timeout=timeout,
+                           client_id=str(settings.get("client.id", "pykfk-mirror")),
+                           security=ClientSecurity.from_librdkafka(settings))
 
 
 @dataclass
@@ -194,6 +205,11 @@ def _cluster(raw: dict[str, str], side: str, alias: str) -> ClusterSettings:
         raise ConfigError(f"{side}.{key} is set by the mirror itself")
     for key in OWNED_PRODUCER_KEYS & (settings.producer.keys() | settings.common.keys()):
         raise ConfigError(f"{side}.{key} is set by the mirror itself (idempotent, acks=all, its own transactional ids)")
+    try:
+        ClientSecurity.from_librdkafka(settings.client("admin"))
+    except ValueError as exc:
+        prefix = f"{side}.admin." if str(exc).split(":")[0] in settings.admin else f"{side}."
+        raise ConfigError(f"{prefix}{exc}") from None
     return settings
 
 

@@ -20,8 +20,10 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-__all__ = ["CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings", "flush_while_answered",
-           "metadata_pending", "retry_metadata_pending", "unreachable"]
+from pykfk.errors import KafkaError as AdminError
+
+__all__ = ["CLIENT_ERRORS", "CLIENT_LOGGER", "ClusterState", "TargetUnavailable", "client_settings",
+           "flush_while_answered", "metadata_pending", "retry_metadata_pending", "unreachable"]
 
 log = logging.getLogger("pykfk.mirror")
 
@@ -72,6 +74,12 @@ class TargetUnavailable(Exception):
     """The target did not answer in time; what was being written is tried again later."""
 
 
+# What a client call raises when a cluster did not answer or refused: confluent-kafka's
+# producers and consumers (the copy) and pykfk's admin client (topics, settings, groups:
+# pykfk.errors.KafkaError, ConnectionError_ among them). ``unreachable`` tells which.
+CLIENT_ERRORS: tuple[type[Exception], ...] = (KafkaException, AdminError, TimeoutError)
+
+
 def flush_while_answered(producer: Any, slice_s: float, limit_s: float) -> int:
     """``producer.flush`` for as long as the cluster keeps acknowledging (some records
     each ``slice_s``), at most ``limit_s``: a busy target is waited for, one that stopped
@@ -90,6 +98,10 @@ def unreachable(exc: BaseException) -> bool:
     (a partition or its leader momentarily unknown)?"""
     if isinstance(exc, (TargetUnavailable, TimeoutError)):
         return True
+    if isinstance(exc, AdminError):
+        # No connection, no answer in time, or a leader, coordinator or topic not
+        # known yet: Kafka's retriable codes (an authorization or login failure is not).
+        return exc.retriable
     if isinstance(exc, KafkaException):
         error = exc.args[0] if exc.args else None
         if isinstance(error, KafkaError):

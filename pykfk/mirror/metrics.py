@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
@@ -20,18 +20,34 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from pykfk.mirror.runner import Mirror
+from pykfk.mirror.config import MirrorConfig
+from pykfk.mirror.naming import ReplicationPolicy
+from pykfk.mirror.stats import MirrorStats
+from pykfk.mirror.transactions import PartitionTransactions
 
-__all__ = ["MirrorCollector", "MirrorMetricsServer"]
+__all__ = ["MirrorCollector", "MirrorMetricsServer", "MirrorView"]
 
 log = logging.getLogger("pykfk.mirror")
+
+
+class MirrorView(Protocol):
+    """What the endpoint reads of a mirror process (runner.Mirror is one)."""
+
+    config: MirrorConfig
+    policy: ReplicationPolicy
+    stats: MirrorStats
+    rates: tuple[float, float]
+    transactions: PartitionTransactions | None
+
+    def lag_by_partition(self) -> dict[tuple[str, int], int]: ...
+
+    def owned_partitions(self) -> int: ...
 
 
 class MirrorCollector(Collector):
     """The metrics of one Mirror, collected when scraped."""
 
-    def __init__(self, mirror: Mirror):
+    def __init__(self, mirror: MirrorView):
         self.mirror = mirror
 
     def collect(self) -> Iterator[Metric]:
@@ -102,7 +118,7 @@ class MirrorMetricsServer:
     """``GET /metrics`` (any path answers the same) on ``host:port`` from a daemon thread;
     port 0 picks a free one (``port`` is the bound one after ``start``)."""
 
-    def __init__(self, mirror: Mirror, host: str, port: int):
+    def __init__(self, mirror: MirrorView, host: str, port: int):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(MirrorCollector(mirror))
         ProcessCollector(registry=self.registry)

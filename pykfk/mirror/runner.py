@@ -34,7 +34,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,6 +54,7 @@ from pykfk.mirror.checkpoints import Checkpointer
 from pykfk.mirror.config import ClientConfig, MirrorConfig
 from pykfk.mirror.errors import MirrorError
 from pykfk.mirror.health import (
+    CLIENT_ERRORS,
     ClusterState,
     TargetUnavailable,
     client_settings,
@@ -69,6 +70,7 @@ from pykfk.mirror.progress import (
     ProgressEntry,
     ProgressStore,
 )
+from pykfk.mirror.stats import MirrorStats
 from pykfk.mirror.topics import TopicSync
 from pykfk.mirror.transactions import PartitionTransactions, TransactionAborted
 
@@ -122,18 +124,6 @@ class _Route:
     partitions: int
 
 
-@dataclass
-class MirrorStats:
-    records: int = 0
-    bytes: int = 0
-    skipped_cycles: int = 0
-    progress_writes: int = 0
-    checkpoints: int = 0
-    # source topic -> [records, bytes] copied; replaced, never resized in place, so the
-    # metrics thread can iterate a reference it took
-    by_topic: dict[str, list[int]] = field(default_factory=dict)
-
-
 class Mirror:
     """Copies the configured topics from ``config.source`` to ``config.target``.
 
@@ -148,8 +138,7 @@ class Mirror:
                                         config.target.alias, config.separator)
         self.source_state = ClusterState("source", str(config.source.common["bootstrap.servers"]), self._status)
         self.target_state = ClusterState("target", str(config.target.common["bootstrap.servers"]), self._status)
-        self.topic_sync = TopicSync(config, self.policy, client_settings(self.source_state),
-                                    client_settings(self.target_state))
+        self.topic_sync = TopicSync(config, self.policy)
         self.checkpointer = Checkpointer(config, self.topic_sync.source_admin)
         self.audit: MirrorAudit | None = None
         if config.audit_bootstrap:
@@ -254,8 +243,8 @@ class Mirror:
         if self.source_state.down:
             return
         try:
-            self.topic_sync.source_admin.list_topics(timeout=SOURCE_PROBE_TIMEOUT_S)
-        except KafkaException:
+            self.topic_sync.source_admin.probe(SOURCE_PROBE_TIMEOUT_S)
+        except CLIENT_ERRORS:
             self.source_state.failed(reason or "")
 
     def _on_source_error(self, consumer_number: int, error: KafkaError) -> None:
@@ -346,7 +335,7 @@ class Mirror:
         except TargetUnavailable as exc:
             self.target_state.failed(str(exc))
             return
-        except (KafkaException, TimeoutError) as exc:
+        except CLIENT_ERRORS as exc:
             if not unreachable(exc):
                 raise
             self.target_state.failed(_describe(exc))
@@ -410,7 +399,7 @@ class Mirror:
                 call()
                 state.ok()
                 return
-            except (KafkaException, TimeoutError) as exc:
+            except CLIENT_ERRORS as exc:
                 if not unreachable(exc):
                     raise
                 state.failed(_describe(exc))
@@ -439,6 +428,7 @@ class Mirror:
             if self.audit is not None:
                 self.audit.close()
             self.progress.close()
+            self.topic_sync.close()
             if self._metrics is not None:
                 self._metrics.stop()
 
@@ -450,7 +440,7 @@ class Mirror:
             return
         try:
             self._refresh_topics_once()
-        except (KafkaException, TimeoutError) as exc:
+        except CLIENT_ERRORS as exc:
             if not unreachable(exc):
                 raise
             # Whichever did not answer: the source's listing comes first.
@@ -485,18 +475,17 @@ class Mirror:
     def _new_route(self, topic: str) -> _Route:
         """A topic or partition the target may not have yet: sync that topic now."""
         try:
-            metadata = self.topic_sync.source_admin.list_topics(topic, timeout=ANSWER_TIMEOUT_S).topics[topic]
-        except (KafkaException, TimeoutError) as exc:
+            source_count = self.topic_sync.source_partition_count(topic)
+        except CLIENT_ERRORS as exc:
             if not unreachable(exc):
                 raise
             self.source_state.failed(_describe(exc))
             raise TargetUnavailable(f"the source's partitions of {topic}: {_describe(exc)}") from None
-        source_count = len(metadata.partitions)
         remote = self.policy.remote_topic(topic)
         try:
             self.topic_sync.refresh_target()
             self.topic_sync.sync_topic(topic, source_count)
-        except (KafkaException, TimeoutError) as exc:
+        except CLIENT_ERRORS as exc:
             if not unreachable(exc):
                 raise
             raise TargetUnavailable(f"the target's partitions of {remote}: {_describe(exc)}") from None

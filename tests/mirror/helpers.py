@@ -21,6 +21,28 @@ from pykfk.testing import wait_until  # noqa: F401 - tests/pipeline imports it f
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# ``python -m pykfk.mirror`` where making a confluent-kafka AdminClient ends the process:
+# the mirror's admin work (topics, settings, group offsets) goes through pykfk's own
+# admin client, and every end-to-end test of the mirror fails if it went back to that one.
+_MIRROR_MAIN = """
+import os, runpy, sys
+import confluent_kafka.admin
+
+class Refused:
+    def __init__(self, *args, **kwargs):
+        sys.stderr.write("confluent_kafka.admin.AdminClient made by the mirror\\n")
+        sys.stderr.flush()
+        os._exit(70)
+
+confluent_kafka.admin.AdminClient = Refused
+runpy.run_module("pykfk.mirror", run_name="__main__")
+"""
+
+
+def mirror_command(*args: str) -> list[str]:
+    """The argv of ``pykfk-mirror ARGS...`` run as a user runs it (see _MIRROR_MAIN)."""
+    return [sys.executable, "-c", _MIRROR_MAIN, *args]
+
 
 def write_config(path: Path, source: tuple[str, str], target: tuple[str, str], **settings: Any) -> Path:
     """A YAML mirror configuration: ``source``/``target`` are (alias, bootstrap)."""
@@ -53,7 +75,7 @@ class MirrorProcess:
     def start(self) -> MirrorProcess:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pykfk.mirror", "run", str(self.config), *self.extra],
+                mirror_command("run", str(self.config), *self.extra),
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
             )
         self.starts += 1

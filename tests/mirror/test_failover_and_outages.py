@@ -36,6 +36,7 @@ from tests.mirror.helpers import (
     create_topic,
     end_offsets,
     last_value,
+    mirror_command,
     read_partition,
     write_config,
 )
@@ -87,8 +88,7 @@ def _fail_over(config: Path, source: str, target: str, committed: dict[int, int]
                    for p, o in committed.items())
 
     wait_until(checkpointed, 30, "checkpoints of every partition")
-    result = subprocess.run([sys.executable, "-m", "pykfk.mirror", "failover", str(config), "--group", group,
-                             "--execute", "-o", "json"], check=False, capture_output=True, text=True, timeout=60,
+    result = subprocess.run(mirror_command("failover", str(config), "--group", group, "--execute", "-o", "json"), check=False, capture_output=True, text=True, timeout=60,
                             cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     applied = {row["partition"]: row["downstream_offset"] for row in json.loads(result.stdout)}

@@ -15,6 +15,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
+from pykfk.client.admin import AdminClient as PykfkAdmin
 from pykfk.mirror.topics import describe_topic_configs
 from pykfk.testing import wait_until
 from tests.mirror.helpers import (
@@ -96,7 +97,7 @@ def test_a_setting_changed_in_the_source_reaches_the_remote_topic(standalone_fac
     create_topic(source, "orders", 2, retention_ms=86400000)
     config = write_config(tmp_path / "a-b.yaml", ("a", source), ("b", target), topics="orders")
     mirror = MirrorProcess(config).start()
-    target_admin = AdminClient({"bootstrap.servers": target})
+    target_admin = PykfkAdmin(target)
     try:
         wait_until(lambda: topic_partitions(target, "a.orders") == 2, 60, "a.orders created")
         assert describe_topic_configs(target_admin, "a.orders")["retention.ms"] == "86400000"
@@ -108,4 +109,5 @@ def test_a_setting_changed_in_the_source_reaches_the_remote_topic(standalone_fac
         wait_until(lambda: describe_topic_configs(target_admin, "a.orders").get("cleanup.policy") == "compact",
                    30, "the new cleanup.policy in a.orders")
     finally:
+        target_admin.close()
         assert mirror.stop() == 0, mirror.tail()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from pykfk.client.admin import AdminClient as PykfkAdmin
 from pykfk.mirror.checkpoints import read_checkpoints
 from pykfk.mirror.config import load_config
 from pykfk.mirror.topics import describe_topic_configs
@@ -27,6 +27,7 @@ from tests.mirror.helpers import (
     create_topic,
     end_offsets,
     last_value,
+    mirror_command,
     offsets_used,
     read_partition,
     topic_partitions,
@@ -77,8 +78,7 @@ def _fail_over(config: Path, source: str, target: str, topic: str, remote: str, 
                    and found[(group, topic, p)].upstream_offset == o for p, o in committed.items())
 
     wait_until(checkpointed, 60, f"checkpoints of {group}")
-    result = subprocess.run([sys.executable, "-m", "pykfk.mirror", "failover", str(config), "--group", group,
-                             "--execute", "-o", "json"], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run(mirror_command("failover", str(config), "--group", group, "--execute", "-o", "json"), check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     applied = {row["partition"]: row["downstream_offset"] for row in json.loads(result.stdout)}
     assert set(applied) == set(committed)
@@ -142,10 +142,10 @@ def test_standalone_to_cluster_exactly_once_with_two_processes_killed(standalone
         duplicates, replays = _verify_copy(source, target, "orders", "east.orders", PARTITIONS)
         assert (duplicates, replays) == (0, 0)
         _verify_copy(source, target, "payments", "east.payments", 2)
-        target_admin = AdminClient({"bootstrap.servers": target})
-        configs = describe_topic_configs(target_admin, "east.payments")
-        assert configs["retention.ms"] == "3600000" and configs["segment.bytes"] == "1048576"
-        assert describe_topic_configs(target_admin, "east.orders")["max.message.bytes"] == "500000"
+        with PykfkAdmin(target) as target_admin:
+            configs = describe_topic_configs(target_admin, "east.payments")
+            assert configs["retention.ms"] == "3600000" and configs["segment.bytes"] == "1048576"
+            assert describe_topic_configs(target_admin, "east.orders")["max.message.bytes"] == "500000"
 
         _fail_over(config, source, target, "orders", "east.orders", PARTITIONS, "billing",
                    reread_bound=DUPLICATES_PER_KILL)
@@ -192,7 +192,8 @@ def test_cluster_to_standalone_follows_partitions_and_survives_kills(standalone_
             assert (duplicates, replays) == (0, 0)
         else:
             assert duplicates <= 2 * (1000 + 500 - 1) and replays <= 2
-        assert describe_topic_configs(AdminClient({"bootstrap.servers": target}), remote)["retention.ms"] == "86400000"
+        with PykfkAdmin(target) as target_admin:
+            assert describe_topic_configs(target_admin, remote)["retention.ms"] == "86400000"
         _fail_over(config, source, target, topic, remote, 6, f"analytics-{topic}", reread_bound=1500)
     finally:
         if mirror.alive():

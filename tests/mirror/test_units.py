@@ -49,6 +49,10 @@ def test_properties_and_yaml_files_give_the_same_configuration(tmp_path: Path) -
     ({"topics": "a", "source.isolation.level": "read_uncommitted"}, "set by the mirror"),
     ({"topics": "a", "exactly.once": "maybe"}, "exactly.once must be true or false"),
     ({"topics": "a", "metrics.listener": "127.0.0.1:9405"}, "metrics.listener"),
+    # librdkafka's default mechanism, which pykfk's admin client does not log in with
+    ({"topics": "a", "source.security.protocol": "SASL_SSL"}, "source.sasl.mechanisms: GSSAPI"),
+    ({"topics": "a", "target.security.protocol": "SSL", "target.ssl.key.pem": "x"}, "target.ssl.key.pem"),
+    ({"topics": "a", "source.admin.security.protocol": "TLS"}, "source.admin.security.protocol: unknown"),
 ])
 def test_bad_settings_are_named(extra: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -201,3 +205,30 @@ def test_a_partition_unknown_for_longer_pauses_the_mirror_instead_of_stopping_it
     finally:
         mirror.progress.ends = real_ends
         mirror.close()
+
+
+def test_admin_errors_count_as_unanswered_only_when_kafka_would_retry() -> None:
+    from pykfk.client.connection import ConnectionError_
+    from pykfk.errors import ErrorCode
+    from pykfk.errors import KafkaError as AdminError
+
+    assert unreachable(ConnectionError_("cannot connect to 127.0.0.1:1: refused"))
+    assert unreachable(AdminError(ErrorCode.LEADER_NOT_AVAILABLE, "topic 'a'"))
+    assert not unreachable(AdminError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "topic 'a'"))
+    assert not unreachable(AdminError(ErrorCode.SASL_AUTHENTICATION_FAILED, "login"))
+
+
+def test_the_mirror_makes_no_confluent_kafka_admin_client() -> None:
+    """Its admin work goes through pykfk/client/admin.py (the end-to-end tests run the
+    mirror where making confluent-kafka's AdminClient ends the process, helpers.py)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[2] / "pykfk" / "mirror"
+    found = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("confluent_kafka.admin"):
+                found.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.Import) and any(a.name.startswith("confluent_kafka.admin") for a in node.names):
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, found
