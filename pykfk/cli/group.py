@@ -285,7 +285,9 @@ def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_date
 
 
 @group_group.command("reset-offsets")
-@click.argument("group", shell_complete=complete_groups)
+@click.argument("group", shell_complete=complete_groups, required=False)
+@click.option("--all-groups", is_flag=True,
+              help="Every consumer group of the cluster (those with active members are left as they are).")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC[:PARTITIONS]",
               help="A topic, or some of its partitions (orders:0,2-3). Repeatable.")
 @click.option("--all-topics", is_flag=True, help="Every topic the group has offsets for.")
@@ -300,26 +302,55 @@ def _strategy(to_earliest: bool, to_latest: bool, to_offset: int | None, to_date
 @click.option("--execute", is_flag=True, help="Apply; without it nothing changes (dry run).")
 @admin_command
 @pass_cli
-def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topics: bool,
-                  to_earliest: bool, to_latest: bool, to_offset: int | None,
+def reset_offsets(cli: CliContext, group: str | None, all_groups: bool, topics: tuple[str, ...],
+                  all_topics: bool, to_earliest: bool, to_latest: bool, to_offset: int | None,
                   to_datetime: str | None, shift_by: int | None, from_file: str | None,
                   execute: bool) -> None:
-    """Move GROUP's committed offsets. A dry run unless --execute; the group must have no
-    active members to apply."""
+    """Move GROUP's (or --all-groups') committed offsets. A dry run unless --execute; a
+    group must have no active members to apply."""
+    if (group is None) != all_groups:
+        raise click.UsageError("name a GROUP or give --all-groups")
     strategy = _strategy(to_earliest, to_latest, to_offset, to_datetime, shift_by, from_file)
+    from_plan = strategy[0] == "file" and not topics and not all_topics
+    if not from_plan and bool(topics) == all_topics:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
+    admin = cli.admin()
+    if group is not None:
+        result = _reset_group(admin, group, topics, all_topics, strategy, execute)
+        assert result is not None
+        _show_reset([result], cli.json, execute, by_group=False)
+        return
+    results, refused = [], []
+    for name in (g["group"] for g in admin.list_groups() if g["protocol_type"] != "share"):
+        try:
+            result = _reset_group(admin, name, topics, all_topics, strategy, execute, every_group=True)
+        except CliError as exc:
+            refused.append(exc.message)  # Kafka reports the group and goes on with the next
+            continue
+        if result is not None:
+            results.append(result)
+    _show_reset(results, cli.json, execute, by_group=True)
+    if refused:
+        raise CliError("; ".join(refused))
+
+
+def _reset_group(admin: AdminClient, group: str, topics: tuple[str, ...], all_topics: bool,
+                 strategy: tuple[str, Any], execute: bool, *,
+                 every_group: bool = False) -> dict[str, Any] | None:
+    """The reset of one group (applied with ``execute``); None when ``every_group`` and
+    it has nothing to reset (no committed offsets, or none in the plan)."""
     if strategy[0] == "file" and not topics and not all_topics:
         chosen = sorted(strategy[1])
-    elif bool(topics) == all_topics:
-        raise click.UsageError("give --topic (repeatable) or --all-topics")
+    elif every_group and all_topics:
+        chosen = sorted(admin.committed_offsets(group))
     else:
-        chosen = None
-    admin = cli.admin()
-    if chosen is None:
         chosen = _chosen_partitions(admin, group, topics, all_topics)
     if strategy[0] == "file":
         absent = [tp for tp in chosen if tp not in strategy[1]]
         if absent:
             raise CliError(f"{absent[0][0]}-{absent[0][1]} is not in --from-file")
+    if not chosen:
+        return None
     committed = admin.committed_offsets(group)
     targets, warnings = _targets(admin, chosen, committed, strategy)
     for warning in warnings:
@@ -333,25 +364,40 @@ def reset_offsets(cli: CliContext, group: str, topics: tuple[str, ...], all_topi
         admin.commit_offsets(group, targets)
     rows = [{"topic": t, "partition": p, "current_offset": committed.get((t, p)),
              "new_offset": targets[(t, p)]} for t, p in chosen]
-    if cli.json:
-        emit_json({"group": group, "executed": execute, "offsets": rows, "warnings": warnings})
+    return {"group": group, "executed": execute, "offsets": rows, "warnings": warnings}
+
+
+def _show_reset(results: list[dict[str, Any]], as_json: bool, execute: bool, *, by_group: bool) -> None:
+    """One group's reset as Kafka's columns; with --all-groups a GROUP column first (JSON:
+    the list of every group's object)."""
+    if as_json:
+        emit_json(results if by_group else results[0])
     else:
-        emit_table(rows, ["topic", "partition", "current_offset", "new_offset"],
-                   ["topic", "partition", "current", "new"])
-        if not execute:
-            note("dry run: nothing changed (add --execute to apply)")
+        columns = ["topic", "partition", "current_offset", "new_offset"]
+        headers = ["topic", "partition", "current", "new"]
+        rows = [{"group": r["group"], **row} for r in results for row in r["offsets"]]
+        if by_group:
+            columns, headers = ["group", *columns], ["group", *headers]
+        emit_table(rows, columns, headers)
+    if not execute:
+        note("dry run: nothing changed (add --execute to apply)")
 
 
 # --------------------------------------------------------------------------- delete
 
 
 @group_group.command("delete")
-@click.argument("groups", shell_complete=complete_groups, nargs=-1, required=True)
+@click.argument("groups", shell_complete=complete_groups, nargs=-1)
+@click.option("--all-groups", is_flag=True, help="Every group of the cluster.")
 @admin_command
 @pass_cli
-def delete(cli: CliContext, groups: tuple[str, ...]) -> None:
-    """Delete GROUPS (they must have no active members)."""
-    results = cli.admin().delete_groups(list(groups))
+def delete(cli: CliContext, groups: tuple[str, ...], all_groups: bool) -> None:
+    """Delete GROUPS (or --all-groups); a group with active members is not deleted."""
+    if bool(groups) == all_groups:
+        raise click.UsageError("name groups or give --all-groups")
+    admin = cli.admin()
+    names = [g["group"] for g in admin.list_groups()] if all_groups else list(groups)
+    results = admin.delete_groups(names) if names else {}
     rows = [{"group": g, "deleted": e is None, "error": e} for g, e in results.items()]
     emit(cli, rows, rows, ["group", "deleted", "error"])
     failed = [f"{g} ({e})" for g, e in results.items() if e]

@@ -174,3 +174,51 @@ def test_delete_offsets_of_one_topic(pykfk: Pykfk, broker: BrokerProcess, group_
     rows = {r["partition"]: r for r in
             pykfk.ok("group", "describe", group, "-o", "json").json()["offsets"]}
     assert sorted(rows) == [1]
+
+
+def test_all_groups_reset_and_delete_as_kafka_consumer_groups_does(pykfk: Pykfk, broker: BrokerProcess,
+                                                                   group_topic: str) -> None:
+    """``--all-groups`` (kafka-consumer-groups.sh's): every idle group is reset, a group
+    with members is named and left alone; delete takes every group it may."""
+    idle = [f"idle-{i}-{group_topic}" for i in range(2)]
+    for n, group in enumerate(idle):
+        consumer = _consumer(broker.bootstrap, group)
+        consumer.commit(offsets=[TopicPartition(group_topic, p, 10 + n) for p in range(PARTITIONS)],
+                        asynchronous=False)
+        consumer.close()
+    busy = f"busy-{group_topic}"
+    member = _consumer(broker.bootstrap, busy)
+    member.subscribe([group_topic])
+    try:
+        _wait_for_assignment(member, PARTITIONS)
+        member.commit(offsets=[TopicPartition(group_topic, p, 15) for p in range(PARTITIONS)], asynchronous=False)
+
+        dry = pykfk.ok("group", "reset-offsets", "--all-groups", "--all-topics", "--to-earliest")
+        header, *lines = dry.out.splitlines()
+        assert header.split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT", "NEW"]
+        assert {line.split()[0] for line in lines} >= {*idle, busy}
+        assert "dry run" in dry.err
+
+        applied = pykfk("group", "reset-offsets", "--all-groups", "--all-topics", "--to-earliest",
+                        "--execute", "-o", "json")
+        assert applied.code == 1 and busy in applied.err and "stop its consumers first" in applied.err
+        by_group = {r["group"]: r for r in applied.json()}
+        assert busy not in by_group
+        for group in idle:
+            assert by_group[group]["executed"] is True
+            assert _committed(broker.bootstrap, group, group_topic) == dict.fromkeys(range(PARTITIONS), 0)
+        assert _committed(broker.bootstrap, busy, group_topic) == dict.fromkeys(range(PARTITIONS), 15)
+
+        usage = pykfk("group", "reset-offsets", "--all-topics", "--to-earliest")
+        assert usage.code == 2 and "--all-groups" in usage.err
+
+        deleted = pykfk("group", "delete", "--all-groups", "-o", "json")
+        assert deleted.code == 1 and busy in deleted.err
+        rows = {r["group"]: r for r in deleted.json()}
+        assert all(rows[g]["deleted"] for g in idle) and rows[busy]["error"] == "NON_EMPTY_GROUP"
+        assert [g["group"] for g in pykfk.ok("group", "list", "-o", "json").json()] == [busy]
+    finally:
+        member.close()
+    assert pykfk.ok("group", "delete", "--all-groups", "-o", "json").json() == [
+        {"group": busy, "deleted": True, "error": None}]
+    assert pykfk.ok("group", "list", "-o", "json").json() == []
