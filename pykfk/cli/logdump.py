@@ -136,7 +136,8 @@ def _walk_batches(data: Any, report: SegmentReport, records: bool,
                                    f"previous batch's next offset {next_offset}")
         if records and not batch["problem"] and _overlaps(base_offset, batch["last_offset"],
                                                           report.offsets):
-            batch["records"] = _records(data, pos, batch_size, value_encoding, report.offsets)
+            batch["records"] = _records(data, pos, batch_size, value_encoding, report.offsets,
+                                        batch["timestamp_type"])
         report.batches.append(batch)
         next_offset = max(next_offset, batch["last_offset"] + 1)
         pos += batch_size
@@ -174,8 +175,10 @@ def _describe_batch(data: Any, pos: int, batch_size: int, base_offset: int) -> d
 
 
 def _records(data: Any, pos: int, batch_size: int, value_encoding: str,
-             offsets: OffsetRange) -> list[dict[str, Any]]:
-    return [{"offset": r.offset, "timestamp": r.timestamp,
+             offsets: OffsetRange, timestamp_type: str) -> list[dict[str, Any]]:
+    """The records of one batch; ``timestamp_type`` is the batch's (with LogAppendTime
+    every record carries the batch's max timestamp, as Kafka's clients read it)."""
+    return [{"offset": r.offset, "timestamp": r.timestamp, "timestamp_type": timestamp_type,
              "key_size": -1 if r.key is None else len(r.key),
              "value_size": -1 if r.value is None else len(r.value),
              "key": decode_field(r.key, value_encoding),
@@ -357,9 +360,9 @@ def _print_report(report: SegmentReport, records: bool, payload: bool) -> None:
                  "max_timestamp": format_time_ms(b.get("max_timestamp", -1)),
                  "valid": b.get("valid", False)} for b in shown]
         emit_table(rows, ["position", "base_offset", "last_offset", "count", "size", "crc",
-                          "compression", "max_timestamp", "valid"],
+                          "compression", "timestamp_type", "max_timestamp", "valid"],
                    ["position", "base offset", "last offset", "count", "size", "crc",
-                    "codec", "max timestamp", "valid"])
+                    "codec", "timestamp type", "max timestamp", "valid"])
         if records:
             for b in shown:
                 for r in b.get("records", []):
@@ -374,10 +377,11 @@ def _print_report(report: SegmentReport, records: bool, payload: bool) -> None:
 
 
 def record_line(record: dict[str, Any], payload: bool) -> str:
-    """kafka-dump-log's record line: ``| offset: 5 CreateTime: ... keySize: 3 ...``;
-    with the payload, the key, the value and the headers as key=value pairs."""
+    """kafka-dump-log's record line: ``| offset: 5 CreateTime: 1714521600000 keySize: 3
+    ...`` (``LogAppendTime:`` for a batch the broker stamped); with the payload, the key,
+    the value and the headers as key=value pairs."""
     header_keys = ",".join(k for k, _v in record["headers"])
-    line = (f"| offset: {record['offset']} timestamp: {record['timestamp']} "
+    line = (f"| offset: {record['offset']} {record['timestamp_type']}: {record['timestamp']} "
             f"keySize: {record['key_size']} valueSize: {record['value_size']} "
             f"headerKeys: [{header_keys}]")
     if payload:

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -135,14 +136,14 @@ def test_print_data_log_with_headers_and_an_offset_range(pykfk: Pykfk, broker: B
                     "--end-offset", "4").out
     record_lines = [line for line in text.splitlines() if line.startswith("| offset:")]
     assert record_lines == [
-        f"| offset: {i} timestamp: {1000 + i} keySize: 2 valueSize: 2 headerKeys: [trace,src] "
+        f"| offset: {i} CreateTime: {1000 + i} keySize: 2 valueSize: 2 headerKeys: [trace,src] "
         f"key: k{i} payload: v{i} headers: [trace=t-{i},src=import]" for i in (3, 4)]
     # Only the batches holding offsets 3-4 are listed (2-3 and 4-5); all are checked.
     assert re.findall(r"^\d+\s+(\d+)\s+(\d+)\s+2\s", text, re.MULTILINE) == [("2", "3"), ("4", "5")]
 
     deep = pykfk.ok("log", "dump", partition, "--deep-iteration", "--end-offset", "0").out
     assert [line for line in deep.splitlines() if line.startswith("|")] == [
-        "| offset: 0 timestamp: 1000 keySize: 2 valueSize: 2 headerKeys: [trace,src]"]
+        "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 2 headerKeys: [trace,src]"]
 
     report = pykfk.ok("log", "dump", partition, "-r", "--start-offset", "5", "-o", "json").json()
     [log] = [f for f in report["files"] if f["kind"] == "log"]
@@ -150,6 +151,35 @@ def test_print_data_log_with_headers_and_an_offset_range(pykfk: Pykfk, broker: B
         [["trace", "t-5"], ["src", "import"]]]
     backwards = pykfk("log", "dump", partition, "--start-offset", "4", "--end-offset", "3")
     assert backwards.code == 2 and "--end-offset" in backwards.err
+
+
+def test_timestamps_are_labelled_create_time_or_log_append_time(pykfk: Pykfk, broker: BrokerProcess,
+                                                                topic_name: str) -> None:
+    """As kafka-dump-log.sh: ``CreateTime: T`` for the producer's time, ``LogAppendTime: T``
+    for a topic whose broker stamps the batches (every record then carries that time)."""
+    stamped = f"{topic_name}-append"
+    pykfk.ok("topic", "create", topic_name, "-p", "1")
+    pykfk.ok("topic", "create", stamped, "-p", "1", "-c", "message.timestamp.type=LogAppendTime")
+    records = "".join(json.dumps({"value": f"v{i}", "timestamp": 1000 + i}) + "\n" for i in range(3))
+    before = int(time.time() * 1000)
+    for topic in (topic_name, stamped):
+        pykfk.ok("produce", topic, "--input-format", "json", input=records)
+    after = int(time.time() * 1000)
+
+    created = pykfk.ok("log", "dump", str(Path(broker.log_dir) / f"{topic_name}-0"), "--deep-iteration").out
+    assert re.findall(r"^\| offset: (\d) (\w+): (\d+) ", created, re.MULTILINE) == [
+        (str(i), "CreateTime", str(1000 + i)) for i in range(3)]
+    assert re.search(r"^\d+\s+0\s+2\s+3\s+\d+\s+\S+\s+none\s+CreateTime\s", created, re.MULTILINE), created
+
+    appended = pykfk.ok("log", "dump", str(Path(broker.log_dir) / f"{stamped}-0"), "--deep-iteration").out
+    lines = re.findall(r"^\| offset: (\d) (\w+): (\d+) ", appended, re.MULTILINE)
+    assert [(o, kind) for o, kind, _ in lines] == [(str(i), "LogAppendTime") for i in range(3)]
+    assert len({t for _, _, t in lines}) == 1 and before <= int(lines[0][2]) <= after, lines
+    assert re.search(r"\snone\s+LogAppendTime\s", appended), appended
+    report = pykfk.ok("log", "dump", str(Path(broker.log_dir) / f"{stamped}-0"), "-r", "-o", "json").json()
+    [log] = [f for f in report["files"] if f["kind"] == "log"]
+    assert {(b["timestamp_type"], r["timestamp_type"]) for b in log["batches"] for r in b["records"]} == {
+        ("LogAppendTime", "LogAppendTime")}
 
 
 def test_large_segment_shows_progress_on_a_terminal(tmp_path: Path) -> None:
