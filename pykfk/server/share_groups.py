@@ -297,19 +297,28 @@ def held_state(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str
 
 
 async def load_partition(ctx: RequestContext, coordinator: ShareCoordinator, group_id: str, topic: str,
-                         topic_id: uuid.UUID, partition: int, leader: Partition) -> SharePartition | None:
+                         topic_id: uuid.UUID, partition: int, leader: Partition, recheck: bool = False
+                         ) -> SharePartition | None:
     """The group's state of a partition this broker leads, loaded from its share
     coordinator when this leadership has not loaded it yet (a new state is stored at
-    once, so a failover does not move its start). None while the coordinator cannot
-    answer: nothing is handed out then (no state is better than a wrong one)."""
+    once, so a failover does not move its start). ``recheck`` (a new share session) asks
+    the coordinator again: a state an AlterShareGroupOffsets or DeleteShareGroupOffsets
+    replaced while the group had no members is loaded anew. None while the coordinator
+    cannot answer: nothing is handed out then (no state is better than a wrong one)."""
     part = coordinator.loaded(group_id, topic, partition, leader.leader_epoch)
-    if part is not None:
+    if part is not None and not recheck:
         return part
     epoch = leader.leader_epoch
     code, stored = await persister_of(ctx.broker).read((group_id, topic_id, partition), epoch)
     if code != ErrorCode.NONE:
         log.info("share state of %s %s-%d not read: error %d", group_id, topic, partition, code)
-        return None
+        return part
+    if part is not None:
+        if part is not coordinator.loaded(group_id, topic, partition, leader.leader_epoch):
+            return coordinator.loaded(group_id, topic, partition, leader.leader_epoch)  # replaced meanwhile
+        if stored is not None and stored.state_epoch <= part.state_epoch:
+            return part
+        coordinator.drop(part)
     if leader.leader_epoch != epoch or coordinator.loaded(group_id, topic, partition, epoch) is not None:
         return coordinator.loaded(group_id, topic, partition, leader.leader_epoch)  # loaded meanwhile
     plog = leader.log

@@ -234,6 +234,11 @@ def test_hostile_share_requests_get_kafkas_error_codes(broker):
         altered = client.call(91, 0, alter_to_0)
         assert altered.error_code == ErrorCode.NONE and altered.responses[0].partitions[0].error_code == 0
         assert start_offsets()[0] == (0, 0)
+        # The partition's leader takes the altered state at the group's next share session.
+        _heartbeat(client, "gh", "m-again", 0, ["qh"])
+        again = _fetch(client, "gh", "m-again", 0, topic_id).responses[0].partitions[0].acquired_records
+        assert again and again[0].first_offset == 0 and again[0].delivery_count == 1
+        assert _heartbeat(client, "gh", "m-again", -1).member_epoch == -1
         deleted = client.call(92, 0, {"group_id": "gh", "topics": [{"topic_name": "qh"}]})
         assert deleted.error_code == ErrorCode.NONE and deleted.responses[0].error_code == 0
         assert start_offsets()[0] == (-1, 0)

@@ -42,9 +42,8 @@ async def handle(ctx: RequestContext, request: typed.AlterShareGroupOffsetsReque
             elif part.start_offset < 0:
                 code = ErrorCode.INVALID_REQUEST
             else:
-                # The partition's leader loads the new state (its own is fenced by the
-                # new state epoch); here, it is dropped at once.
-                coordinator.partitions.pop((group_id, name, part.partition_index), None)
+                # A new state epoch: the partition's leader loads it at the group's next
+                # share session (or when a write of its older state is fenced).
                 code = await store_start(ctx, group_id, topic_id, part.partition_index, part.start_offset)
             rows.append({"partition_index": part.partition_index, "error_code": code, "error_message": None})
         responses.append({"topic_name": name, "topic_id": topic_id, "partitions": rows})

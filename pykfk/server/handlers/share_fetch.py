@@ -121,7 +121,8 @@ async def _fetch(ctx: RequestContext, request: typed.ShareFetchRequest, coordina
         if name not in denied:
             with contextlib.suppress(KafkaError):
                 leader = ctx.broker.replica_manager.leader_partition(name, index)
-                await load_partition(ctx, coordinator, group_id, name, ids.id_of(name), index, leader)
+                await load_partition(ctx, coordinator, group_id, name, ids.id_of(name), index, leader,
+                                     recheck=request.share_session_epoch == 0)
     for _attempt in range(10_000):
         if _read_pass(ctx, request, coordinator, keys, denied, answers, settled) or ctx.broker.stopping:
             break
