@@ -19,7 +19,7 @@ RecordsChunk = bytes | bytearray | memoryview | FileRegion
 RecordsData = RecordsChunk | Sequence[RecordsChunk] | None
 
 
-# -- Produce (key 0, v0-9, flexible 9+)
+# -- Produce (key 0, v0-13, flexible 9+)
 
 
 class ProduceRequestPartitionProduceData(Protocol):
@@ -28,7 +28,8 @@ class ProduceRequestPartitionProduceData(Protocol):
 
 
 class ProduceRequestTopicProduceData(Protocol):
-    name: str  # v0+
+    name: str  # v0-12
+    topic_id: uuid.UUID  # v13+, default UUID('00000000-0000-0000-0000-000000000000')
     partition_data: Sequence[ProduceRequestPartitionProduceData]  # v0+
 
 
@@ -44,6 +45,11 @@ class ProduceResponseBatchIndexAndErrorMessage(TypedDict, total=False):
     batch_index_error_message: str | None  # v8+, nullable v8+, default None
 
 
+class ProduceResponseLeaderIdAndEpoch(TypedDict, total=False):
+    leader_id: int  # v10+, default -1
+    leader_epoch: int  # v10+, default -1
+
+
 class ProduceResponsePartitionProduceResponse(TypedDict, total=False):
     index: int  # v0+
     error_code: int  # v0+
@@ -52,16 +58,26 @@ class ProduceResponsePartitionProduceResponse(TypedDict, total=False):
     log_start_offset: int  # v5+, default -1
     record_errors: Sequence[ProduceResponseBatchIndexAndErrorMessage]  # v8+
     error_message: str | None  # v8+, nullable v8+, default None
+    current_leader: ProduceResponseLeaderIdAndEpoch | None  # v10+, tag 0 v10+
 
 
 class ProduceResponseTopicProduceResponse(TypedDict, total=False):
-    name: str  # v0+
+    name: str  # v0-12
+    topic_id: uuid.UUID  # v13+, default UUID('00000000-0000-0000-0000-000000000000')
     partition_responses: Sequence[ProduceResponsePartitionProduceResponse]  # v0+
+
+
+class ProduceResponseNodeEndpoint(TypedDict, total=False):
+    node_id: int  # v10+
+    host: str  # v10+
+    port: int  # v10+
+    rack: str | None  # v10+, nullable v10+, default None
 
 
 class ProduceResponse(TypedDict, total=False):
     responses: Sequence[ProduceResponseTopicProduceResponse]  # v0+
     throttle_time_ms: int  # v1+
+    node_endpoints: Sequence[ProduceResponseNodeEndpoint]  # v10+, tag 0 v10+
 
 
 # -- Fetch (key 1, v0-18, flexible 12+)

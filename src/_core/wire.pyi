@@ -1,5 +1,5 @@
 """Produce and Fetch fast paths: compiled ProduceRequest walk and ProduceResponse
-encoder (v0-v9), compiled FetchResponse encoder (v0-v18).
+encoder (v0-v13), compiled FetchResponse encoder (v0-v18).
 
 Each returns exactly what the generic codec (``pykfk.protocol``) returns for the same
 input; the differential tests in ``tests/protocol/test_fast_path_wire.py`` and
@@ -18,6 +18,8 @@ ZERO_UUID: UUID
 PRODUCE_MIN_VERSION: int
 PRODUCE_MAX_VERSION: int
 PRODUCE_FLEXIBLE_FROM: int
+PRODUCE_LEADER_HINTS_FROM: int
+PRODUCE_TOPIC_IDS_FROM: int
 
 def decode_request_header(frame: Buffer, flexible: bool) -> tuple[str | None, int]:
     """``(client_id, body_offset)`` of the request header at the start of ``frame`` (no
@@ -26,14 +28,15 @@ def decode_request_header(frame: Buffer, flexible: bool) -> tuple[str | None, in
 
 def decode_produce(
     frame: Buffer, offset: int, version: int
-) -> tuple[str | None, int, int, list[tuple[str, list[tuple[int, memoryview | None]]]]]:
+) -> tuple[str | None, int, int, list[tuple[str | UUID, list[tuple[int, memoryview | None]]]]]:
     """The ProduceRequest body of ``frame`` (no size prefix) from ``offset`` to its end:
-    ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``.
+    ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``, ``topic``
+    the name (v0-12) or the topic id (v13+).
 
     ``records`` are memoryview slices of ``frame`` (no copy; writable when the frame is),
     None where the request carries null records. ProtocolError for bytes that do not
     decode at ``version`` (truncation, bad lengths or counts, invalid UTF-8, trailing
-    bytes); ValueError for a version outside 0-9 or an offset outside the frame.
+    bytes); ValueError for a version outside 0-13 or an offset outside the frame.
     """
 
 def encode_produce_response(version: int, correlation_id: int, body: Any) -> bytes:

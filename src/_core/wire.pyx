@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Produce and Fetch fast paths (apache/kafka ProduceRequest.json / ProduceResponse.json,
-v0-v9; FetchRequest.json / FetchResponse.json, v0-v18): compiled walks of Produce and
+v0-v13; FetchRequest.json / FetchResponse.json, v0-v18): compiled walks of Produce and
 Fetch request bodies and compiled Produce and Fetch response encoders.
 
 Each gives exactly what the generic table-driven codec (pykfk.protocol.codec) gives for the
@@ -38,8 +38,12 @@ cdef object INT64_MAX = 2**63 - 1
 # Versions this module walks (ProduceRequest.json "validVersions" as declared in
 # pykfk.protocol.messages.produce) and the first flexible one (KIP-482).
 PRODUCE_MIN_VERSION = 0
-PRODUCE_MAX_VERSION = 9
+PRODUCE_MAX_VERSION = 13
 PRODUCE_FLEXIBLE_FROM = 9
+# Produce v10+ answers carry the tagged current_leader and node_endpoints (KIP-951);
+# v13+ names topics by id (KIP-516).
+PRODUCE_LEADER_HINTS_FROM = 10
+PRODUCE_TOPIC_IDS_FROM = 13
 
 
 # ---------------------------------------------------------------------------------------
@@ -50,7 +54,8 @@ PRODUCE_FLEXIBLE_FROM = 9
 #     acks               int16
 #     timeout_ms         int32
 #     topic_data         array of
-#       name             string
+#       name             string                     v0-12
+#       topic_id         uuid (16 bytes)            v13+
 #       partition_data   array of
 #         index          int32
 #         records        nullable records           (a view of the frame, never copied)
@@ -60,7 +65,7 @@ PRODUCE_FLEXIBLE_FROM = 9
 #
 #   classic (v0-v8): string int16 length (-1 null), records int32 length (-1 null),
 #                    array int32 count
-#   compact (v9):    string/records uvarint length+1 (0 null), array uvarint count+1
+#   compact (v9+):   string/records uvarint length+1 (0 null), array uvarint count+1
 #   tagged fields:   uvarint count, then (uvarint tag, uvarint size, size bytes) each;
 #                    Produce declares no tags, so every one is skipped (as Kafka does)
 
@@ -205,13 +210,14 @@ def decode_request_header(frame, bint flexible):
 
 def decode_produce(frame, Py_ssize_t offset, int version):
     """Decode the ProduceRequest body of ``frame`` (a request without its size prefix;
-    the body runs from ``offset`` to the end) at ``version`` (0-9).
+    the body runs from ``offset`` to the end) at ``version`` (0-13).
 
     Returns ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])``
-    where ``records`` is a memoryview slice of ``frame`` (None for null records) and
-    ``transactional_id`` is None before v3. Raises ProtocolError for bytes that do not
+    where ``records`` is a memoryview slice of ``frame`` (None for null records),
+    ``topic`` the name (v0-12) or the topic id as a UUID (v13+) and
+    ``transactional_id`` None before v3. Raises ProtocolError for bytes that do not
     decode (truncated, bad lengths or counts, invalid UTF-8, trailing bytes) and
-    UnsupportedVersionError-free ValueError for a version outside 0-9. The frame's
+    UnsupportedVersionError-free ValueError for a version outside 0-13. The frame's
     buffer export is released before returning; the returned views keep it alive.
     """
     if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
@@ -239,10 +245,11 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
     c.pos = offset
     c.end = size
     cdef bint compact = version >= PRODUCE_FLEXIBLE_FROM
+    cdef bint topic_ids = version >= PRODUCE_TOPIC_IDS_FROM
     # Least bytes of one topic / one partition entry (bounds counts before any loop):
-    # classic name 2 + count 4 / index 4 + length 4; compact name 1 + count 1 + tags 1 /
-    # index 4 + length 1 + tags 1.
-    cdef Py_ssize_t topic_min = 3 if compact else 6
+    # classic name 2 + count 4 / index 4 + length 4; compact name 1 (an id 16) + count 1
+    # + tags 1 / index 4 + length 1 + tags 1.
+    cdef Py_ssize_t topic_min = (18 if topic_ids else 3) if compact else 6
     cdef Py_ssize_t partition_min = 6 if compact else 8
     cdef Py_ssize_t n_topics, n_partitions, t, p
     cdef int32_t index
@@ -255,7 +262,7 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
     n_topics = _count(&c, compact, topic_min)
     topics = []
     for t in range(n_topics):
-        name = _string(&c, compact, False)
+        name = _uuid(&c) if topic_ids else _string(&c, compact, False)
         n_partitions = _count(&c, compact, partition_min)
         partitions = []
         for p in range(n_partitions):
@@ -290,7 +297,8 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
 #   frame: int32 size, int32 correlation_id, [tagged fields: one 0 byte]  v9+ (header v1)
 #   ProduceResponse body
 #     responses                 array of
-#       name                    string
+#       name                    string                v0-12
+#       topic_id                uuid (16 bytes)       v13+
 #       partition_responses     array of
 #         index                 int32
 #         error_code            int16
@@ -302,11 +310,14 @@ cdef object _walk_produce(object view, const uint8_t* data, Py_ssize_t offset, P
 #           batch_index_error_message  nullable string
 #           [tagged fields]                            v9+
 #         error_message         nullable string       v8+
-#         [tagged fields]                              v9+
+#         [tagged fields]       current_leader 0      v10+ (leader_id int32, leader_epoch
+#                                                     int32, tags; when not None)
 #       [tagged fields]                                v9+
 #     throttle_time_ms          int32                 v1+ (default 0)
-#     [tagged fields]                                  v9+
-# No tagged field is declared for v0-v9, so every tagged section is the single byte 0.
+#     [tagged fields]           node_endpoints 0      v10+ (node_id int32, host string,
+#                                                     port int32, rack nullable string,
+#                                                     tags; when not empty)
+# Every other tagged section is the single byte 0.
 
 cdef int _put_string(_Out* o, object value, bint compact, bint nullable) except -1:
     cdef bytes raw
@@ -403,8 +414,45 @@ cdef int _encode_partition(_Out* o, object part, int version, bint compact) exce
             if compact:
                 _put_be(o, 0, 1)
         _put_string(o, _get(part, "error_message", None), compact, True)
-    if compact:
+    leader = _get(part, "current_leader", None) if version >= PRODUCE_LEADER_HINTS_FROM else None
+    if leader is not None:
+        # One tagged field: tag 0, 9 bytes (two int32s and the struct's empty tags).
+        _put_be(o, 1, 1)
         _put_be(o, 0, 1)
+        _put_be(o, 9, 1)
+        _put_int(o, _get(leader, "leader_id", -1), 4)
+        _put_int(o, _get(leader, "leader_epoch", -1), 4)
+        _put_be(o, 0, 1)
+    elif compact:
+        _put_be(o, 0, 1)
+    return 0
+
+
+cdef int _put_node_endpoints(_Out* o, object endpoints) except -1:
+    """The response's tagged section with node_endpoints (tag 0) as its one field."""
+    cdef _Out inner
+    inner.data = NULL
+    try:
+        inner.cap = 64
+        inner.len = 0
+        inner.data = <uint8_t*>PyMem_Malloc(<size_t>inner.cap)
+        if inner.data == NULL:
+            raise MemoryError()
+        _put_count(&inner, len(endpoints), True)
+        for node in endpoints:
+            _put_int(&inner, _get(node, "node_id", 0), 4)
+            _put_string(&inner, _get(node, "host", ""), True, False)
+            _put_int(&inner, _get(node, "port", 0), 4)
+            _put_string(&inner, _get(node, "rack", None), True, True)
+            _put_be(&inner, 0, 1)
+        _put_be(o, 1, 1)
+        _put_be(o, 0, 1)
+        _put_uvarint(o, <uint64_t>inner.len)
+        _reserve(o, inner.len)
+        memcpy(o.data + o.len, inner.data, <size_t>inner.len)
+        o.len += inner.len
+    finally:
+        PyMem_Free(inner.data)
     return 0
 
 
@@ -414,7 +462,7 @@ def encode_produce_response(int version, int32_t correlation_id, body):
 
     ``body`` is a mapping like the generic encoder's (``responses``, ``throttle_time_ms``;
     missing keys take the declared defaults). Raises ValueError for a version outside
-    0-9 or a value that does not fit its field (OverflowError for out-of-range ints)."""
+    0-13 or a value that does not fit its field (OverflowError for out-of-range ints)."""
     if version < PRODUCE_MIN_VERSION or version > PRODUCE_MAX_VERSION:
         raise ValueError(f"Produce v{version} is outside {PRODUCE_MIN_VERSION}-{PRODUCE_MAX_VERSION}")
     cdef bint compact = version >= PRODUCE_FLEXIBLE_FROM
@@ -428,7 +476,10 @@ def encode_produce_response(int version, int32_t correlation_id, body):
             raise ValueError("None for a non-nullable array")
         _put_count(&o, len(responses), compact)
         for topic in responses:
-            _put_string(&o, _get(topic, "name", ""), compact, False)
+            if version >= PRODUCE_TOPIC_IDS_FROM:
+                _put_uuid(&o, _get(topic, "topic_id", ZERO_UUID))
+            else:
+                _put_string(&o, _get(topic, "name", ""), compact, False)
             parts = _get(topic, "partition_responses", ())
             if parts is None:
                 raise ValueError("None for a non-nullable array")
@@ -439,7 +490,10 @@ def encode_produce_response(int version, int32_t correlation_id, body):
                 _put_be(&o, 0, 1)
         if version >= 1:
             _put_int(&o, _get(body, "throttle_time_ms", 0), 4)
-        if compact:
+        endpoints = _get(body, "node_endpoints", ()) if version >= PRODUCE_LEADER_HINTS_FROM else ()
+        if endpoints:
+            _put_node_endpoints(&o, endpoints)
+        elif compact:
             _put_be(&o, 0, 1)
         _close_frame(&o, o.len - 4)
         return PyBytes_FromStringAndSize(<char*>o.data, o.len)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import struct
+import uuid
 
 import pytest
 
@@ -54,7 +55,8 @@ def _generic(body: memoryview, version: int) -> tuple:
         req.transactional_id,
         req.acks,
         req.timeout_ms,
-        [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in req.topic_data],
+        [(t.topic_id if version >= 13 else t.name, [(p.index, p.records) for p in t.partition_data])
+         for t in req.topic_data],
     )
 
 
@@ -240,6 +242,32 @@ RESPONSES = [
         "throttle_time_ms": 250,
     },
     {"responses": []},
+    # v10+ (KIP-951): a partition's current leader and the leaders' endpoints, tagged;
+    # v13+ names topics by id.
+    {
+        "responses": [
+            {
+                "name": "moved",
+                "topic_id": uuid.UUID("3f2a6c1e-8d4b-4e0a-9c7b-5a1d2e3f4a5b"),
+                "partition_responses": [
+                    {"index": 0, "error_code": 6, "base_offset": -1,
+                     "current_leader": {"leader_id": 2, "leader_epoch": 17}},
+                    {"index": 1, "error_code": 6, "base_offset": -1, "current_leader": None},
+                    {"index": 2, "error_code": 0, "base_offset": 5},
+                ],
+            }
+        ],
+        "throttle_time_ms": 3,
+        "node_endpoints": [
+            {"node_id": 2, "host": "broker-2.example", "port": 9093, "rack": "r1"},
+            {"node_id": 3, "host": "b3", "port": 1},
+        ],
+    },
+    {
+        "responses": [{"name": "t", "topic_id": uuid.UUID(int=7), "partition_responses": [
+            {"index": 0, "error_code": 0, "base_offset": 1, "current_leader": {}}]}],
+        "node_endpoints": [],
+    },
 ]
 
 
@@ -268,7 +296,7 @@ def test_response_values_out_of_range_are_refused() -> None:
     with pytest.raises((ValueError, OverflowError)):
         wire.encode_produce_response(7, 1, bad)
     with pytest.raises(ValueError):
-        wire.encode_produce_response(10, 1, RESPONSES[0])
+        wire.encode_produce_response(14, 1, RESPONSES[0])
 
 
 # ---------------------------------------------------------------- request header

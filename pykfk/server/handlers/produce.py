@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
@@ -40,12 +41,17 @@ from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
 from pykfk.security.quotas import PRODUCER_BYTE_RATE
 from pykfk.server.dispatch import CloseConnection, RequestContext
+from pykfk.server.handlers.metadata import topic_ids
 
 if TYPE_CHECKING:
     from pykfk.cluster.replica import Partition
 
 API_KEY = 0
-VERSIONS = (0, 9)
+VERSIONS = (0, 13)
+# v10+: a partition answered NOT_LEADER_OR_FOLLOWER names its leader (KIP-951); v13+
+# names topics by id (KIP-516).
+_LEADER_HINTS_FROM = 10
+_TOPIC_IDS_FROM = 13
 
 log = logging.getLogger("pykfk.server")
 
@@ -57,7 +63,8 @@ _VALIDATION_ERRORS = (ErrorCode.INVALID_RECORD, ErrorCode.INVALID_TIMESTAMP)
 
 # The compiled decoder's walk (pykfk._core.wire.decode_produce), in place of the
 # generic decoder's typed.ProduceRequest: (transactional_id, acks, timeout_ms, topics).
-ProduceRequest = tuple[str | None, int, int, list[tuple[str, list[tuple[int, memoryview | None]]]]]
+# Topics by name (v0-12) or by id (v13+).
+ProduceRequest = tuple[str | None, int, int, list[tuple[str | uuid.UUID, list[tuple[int, memoryview | None]]]]]
 PartitionResponse = typed.ProduceResponsePartitionProduceResponse
 # A partition whose acks=all answer is still pending: its response entry and the wait.
 Pending = tuple[PartitionResponse, Coroutine[None, None, ErrorCode]]
@@ -125,6 +132,39 @@ def _refused(exc: KafkaError | CoreError, partition: int) -> PartitionResponse:
     return result
 
 
+def _named(ctx: RequestContext, topic_id: uuid.UUID, partitions: list[tuple[int, memoryview | None]],
+           responses: list[typed.ProduceResponseTopicProduceResponse]) -> str | None:
+    """The name of the topic a v13+ request names by id; None (its partitions answered
+    UNKNOWN_TOPIC_ID) when no topic has that id."""
+    name = topic_ids(ctx.broker.metadata).name_of(topic_id)
+    if name is None:
+        responses.append({"name": "", "topic_id": topic_id, "partition_responses": [
+            _error(ErrorCode.UNKNOWN_TOPIC_ID, index) for index, _records in partitions]})
+    return name
+
+
+def _leader_hints(ctx: RequestContext, body: typed.ProduceResponse,
+                  moved: list[tuple[str, PartitionResponse]]) -> None:
+    """KIP-951 (v10+): each partition answered NOT_LEADER_OR_FOLLOWER carries the
+    leader and epoch the metadata knows, and the response the address of those leaders
+    on the listener the client came in on, so the client sends there without a
+    Metadata round trip first. A partition without a known leader carries none."""
+    store = ctx.broker.metadata
+    leaders: set[int] = set()
+    for name, result in moved:
+        state = store.partition_state(name, result["index"])
+        if state is not None and state.leader >= 0:
+            result["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+            leaders.add(state.leader)
+    endpoints: list[typed.ProduceResponseNodeEndpoint] = []
+    for broker in store.brokers():
+        address = broker.address(ctx.session.listener_name) if broker.node_id in leaders else None
+        if address is not None:
+            endpoints.append({"node_id": broker.node_id, "host": address[0], "port": address[1], "rack": broker.rack})
+    if endpoints:
+        body["node_endpoints"] = endpoints
+
+
 def handle(ctx: RequestContext, request: ProduceRequest
            ) -> typed.ProduceResponse | None | Coroutine[None, None, typed.ProduceResponse | None]:
     """The response body now, or a coroutine giving it when acks=all must wait."""
@@ -136,12 +176,23 @@ def handle(ctx: RequestContext, request: ProduceRequest
     by_topic: dict[str, list[PartitionResponse]] = {}
     pending: list[Pending] | None = None
     deferred: list[Deferred] | None = None
+    moved: list[tuple[str, PartitionResponse]] | None = None
     authorizer = ctx.broker.authorizer
-    for name, partitions in topics:
+    for topic, partitions in topics:
+        if isinstance(topic, str):
+            name = topic
+        else:
+            known = _named(ctx, topic, partitions, responses)
+            if known is None:
+                continue
+            name, topic_id = known, topic
         results = by_topic.get(name)
         if results is None:
             results = by_topic[name] = []
-            responses.append({"name": name, "partition_responses": results})
+            entry: typed.ProduceResponseTopicProduceResponse = {"name": name, "partition_responses": results}
+            if version >= _TOPIC_IDS_FROM:
+                entry["topic_id"] = topic_id
+            responses.append(entry)
         denied = authorizer is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
         for index, records in partitions:
             if not valid_acks or denied:
@@ -175,14 +226,20 @@ def handle(ctx: RequestContext, request: ProduceRequest
                     pending.append((result, wait))
                 results.append(result)
             except (KafkaError, CoreError) as exc:
-                results.append(_refused(exc, index))
+                result = _refused(exc, index)
+                results.append(result)
                 replicas.topic_stats.for_topic(name).failed_produce_requests += 1
                 log.debug("produce to %s-%d refused: %s", name, index, exc)
+                if result["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= _LEADER_HINTS_FROM:
+                    moved = moved or []
+                    moved.append((name, result))
             except Exception:
                 log.exception("produce to %s-%d failed", name, index)
                 results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
                 replicas.topic_stats.for_topic(name).failed_produce_requests += 1
     body: typed.ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
+    if moved is not None:
+        _leader_hints(ctx, body, moved)
     if ctx.broker.quotas.active:
         body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
             len(records) for _name, partitions in topics for _index, records in partitions if records is not None))
