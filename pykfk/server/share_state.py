@@ -22,8 +22,8 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from pykfk._core.records import build_batch
 from pykfk.cluster.channel import ChannelError, PeerChannels, peer_address
@@ -137,6 +137,29 @@ class ShareStateStore:
         else:
             snapshots[key] = snapshot
         return ErrorCode.NONE
+
+
+class _TopicData(Protocol):
+    topic_id: uuid.UUID
+
+    @property
+    def partitions(self) -> Sequence[Any]: ...
+
+
+async def each_partition(group_id: str, topics: Sequence[_TopicData], allowed: bool,
+                         act: Callable[[ShareKey, Any], Awaitable[int]]) -> list[tuple[uuid.UUID, list[tuple[int, int]]]]:
+    """What a state API (Initialize, Write, Delete) answers: per topic id, (partition,
+    error code) of ``act`` on each partition of the request, CLUSTER_AUTHORIZATION_FAILED
+    for all without ClusterAction."""
+    out: list[tuple[uuid.UUID, list[tuple[int, int]]]] = []
+    for topic in topics:
+        rows: list[tuple[int, int]] = []
+        for part in topic.partitions:
+            code = (await act((group_id, topic.topic_id, part.partition), part) if allowed
+                    else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            rows.append((part.partition, code))
+        out.append((topic.topic_id, rows))
+    return out
 
 
 def _batches(snapshot: ShareSnapshot) -> list[dict[str, int]]:

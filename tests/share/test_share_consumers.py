@@ -335,6 +335,46 @@ def test_a_groups_own_lock_duration_and_how_describe_groups_shows_a_share_group(
         client.close()
 
 
+def test_the_share_state_apis_of_the_share_coordinator(broker):
+    """InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState and
+    DeleteShareGroupState (83-86) as another broker sends them; stale writers are fenced."""
+    topic_id, key = uuid.uuid4(), {"group_id": "g-state"}
+    client = RawClient(broker.host, broker.port)
+    try:
+        client.call(90, 0, {"groups": [{"group_id": "g-state", "topics": None}]})  # the state topic, made on first use
+
+        def read(leader_epoch: int = 3):
+            body = {**key, "topics": [{"topic_id": topic_id, "partitions": [{"partition": 0,
+                                                                              "leader_epoch": leader_epoch}]}]}
+            return client.call(84, 0, body).results[0].partitions[0]
+
+        def write(state_epoch: int, leader_epoch: int, start: int, batches=()) -> int:
+            body = {**key, "topics": [{"topic_id": topic_id, "partitions": [{
+                "partition": 0, "state_epoch": state_epoch, "leader_epoch": leader_epoch, "start_offset": start,
+                "state_batches": [{"first_offset": f, "last_offset": last, "delivery_state": s, "delivery_count": c}
+                                  for f, last, s, c in batches]}]}]}
+            return client.call(85, 0, body).results[0].partitions[0].error_code
+
+        assert (read().error_code, read().start_offset) == (ErrorCode.NONE, -1)  # no state yet
+        init = {**key, "topics": [{"topic_id": topic_id, "partitions": [
+            {"partition": 0, "state_epoch": 1, "start_offset": 10}]}]}
+        assert client.call(83, 0, init).results[0].partitions[0].error_code == ErrorCode.NONE
+        assert write(1, 3, 12, [(12, 13, 2, 1), (14, 20, 0, 2)]) == ErrorCode.NONE
+        found = read()
+        assert (found.state_epoch, found.start_offset) == (1, 12)
+        assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in found.state_batches] == [
+            (12, 13, 2, 1), (14, 20, 0, 2)]
+        assert write(1, 2, 15) == ErrorCode.FENCED_LEADER_EPOCH  # a leader that lost the partition
+        assert write(0, 3, 15) == ErrorCode.FENCED_STATE_EPOCH  # a state from before an offsets change
+        assert read(leader_epoch=2).error_code == ErrorCode.FENCED_LEADER_EPOCH
+        assert write(1, 3, -1) == ErrorCode.INVALID_REQUEST
+        delete = {**key, "topics": [{"topic_id": topic_id, "partitions": [{"partition": 0}]}]}
+        assert client.call(86, 0, delete).results[0].partitions[0].error_code == ErrorCode.NONE
+        assert read().start_offset == -1
+    finally:
+        client.close()
+
+
 def test_a_broker_restart_redelivers_only_unacknowledged_records(broker):
     """Runs last in this module: it restarts the module's broker."""
     _queue(broker, "qs", "gs", 12)

@@ -5,11 +5,12 @@ does not lead the state partition; ClusterAction on the cluster."""
 
 from __future__ import annotations
 
-from pykfk.errors import ErrorCode
+from typing import Any
+
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation
 from pykfk.server.dispatch import RequestContext
-from pykfk.server.share_state import persister_of
+from pykfk.server.share_state import ShareKey, each_partition, persister_of
 
 API_KEY = 86
 VERSIONS = (0, 0)
@@ -17,15 +18,13 @@ VERSIONS = (0, 0)
 
 async def handle(ctx: RequestContext, request: typed.DeleteShareGroupStateRequest
                  ) -> typed.DeleteShareGroupStateResponse:
-    allowed = ctx.allowed_on_cluster(Operation.CLUSTER_ACTION)
     store = persister_of(ctx.broker).store
-    results: list[typed.DeleteShareGroupStateResponseDeleteStateResult] = []
-    for topic in request.topics:
-        rows: list[typed.DeleteShareGroupStateResponsePartitionResult] = []
-        for part in topic.partitions:
-            code: int = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-            if allowed:
-                code = await store.write((request.group_id, topic.topic_id, part.partition), None)
-            rows.append({"partition": part.partition, "error_code": code, "error_message": None})
-        results.append({"topic_id": topic.topic_id, "partitions": rows})
-    return {"results": results}
+
+    async def delete(key: ShareKey, _part: Any) -> int:
+        return await store.write(key, None)
+
+    answers = await each_partition(request.group_id, request.topics,
+                                   ctx.allowed_on_cluster(Operation.CLUSTER_ACTION), delete)
+    return {"results": [{"topic_id": topic_id, "partitions": [
+        {"partition": p, "error_code": code, "error_message": None} for p, code in rows]}
+        for topic_id, rows in answers]}
