@@ -33,7 +33,7 @@ from pykfk.config import BROKER_KEYS, BrokerConfig, ConfigError, format_config_v
 from pykfk.errors import KafkaError
 from pykfk.log import LogConfig, LogManager
 from pykfk.metrics.stats import RequestStats
-from pykfk.server import log_dir_moves
+from pykfk.server import log_dir_moves, share_state
 from pykfk.server.loop_stalls import LoopStallMonitor
 
 if TYPE_CHECKING:
@@ -219,6 +219,7 @@ class Broker:
             # can still send them; pending offset writes finish before the logs close.
             await self._group_coordinator.shutdown()
         await self._stop_transaction_coordinator()
+        share_state.close_persister(self)
         if self.servers:
             await asyncio.gather(*(server.shutdown() for server in self.servers))
         await log_dir_moves.stop_moves(self)

@@ -247,3 +247,10 @@ def persister_of(broker: object) -> ShareStatePersister:
     if found is None:
         found = _BY_BROKER[broker] = ShareStatePersister(broker)
     return found
+
+
+def close_persister(broker: object) -> None:
+    """Close the broker's channels to share coordinators (a stopping broker)."""
+    found = _BY_BROKER.pop(broker, None)
+    if found is not None:
+        found.close()
