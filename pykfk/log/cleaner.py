@@ -76,8 +76,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pykfk._core import records as core_records
 from pykfk._core.crc import crc32c
 from pykfk._core.segment import Segment
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.log.checkpoints import CheckpointError, read_offset_checkpoint, write_offset_checkpoint
-from pykfk.log.log import INT32_MAX, LOG_SUFFIX, Log, segment_file_name, time_ms
+from pykfk.log.log import INT32_MAX, LOG_SUFFIX, Log, segment_file_name
 from pykfk.log.transactions import ABORT, marker_type
 
 logger = logging.getLogger("pykfk.log.cleaner")
@@ -332,7 +333,8 @@ class LogCleaner:
     """Compacts the logs with cleanup.policy=compact. ``dedupe_buffer_size``
     (log.cleaner.dedupe.buffer.size) bounds the offset map of one cleaning."""
 
-    def __init__(self, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE):
+    def __init__(self, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE, clock: Clock = SYSTEM_CLOCK):
+        self.clock = clock
         if dedupe_buffer_size < OFFSET_MAP_ENTRY_BYTES:
             raise ValueError(f"dedupe_buffer_size must be at least {OFFSET_MAP_ENTRY_BYTES}")
         self.max_map_entries = dedupe_buffer_size // OFFSET_MAP_ENTRY_BYTES
@@ -357,7 +359,7 @@ class LogCleaner:
     def clean_logs(self, logs: Iterable[Log], now_ms: int | None = None) -> list[CleanStats]:
         """One pass: cleans every compacted log whose dirty ratio reaches its
         min.cleanable.dirty.ratio, the filthiest first. Blocking."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         by_dir: dict[str, list[Log]] = {}
         for log in logs:
             if log.config.compacts:
@@ -440,7 +442,7 @@ class LogCleaner:
     def clean_log(self, log: Log, now_ms: int | None = None, *, force: bool = False) -> CleanStats | None:
         """Cleans one log now (ignoring min.cleanable.dirty.ratio with ``force``) and moves
         its checkpoint; None when nothing was cleanable."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         log_dir = os.path.dirname(log.dir)
         checkpoint = self.read_checkpoint(log_dir)
         tp = (log.topic, log.partition)

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection
 from operator import attrgetter
@@ -41,6 +40,7 @@ from typing import Any, Protocol
 from pykfk._core import records as core_records
 from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.checkpoints import fsync_dir, write_atomic
 from pykfk.log.config import NEVER, LogConfig
@@ -107,7 +107,9 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
 def time_ms() -> int:
-    return int(time.time() * 1000)
+    """The system clock's wall-clock milliseconds (for callers without a log at hand;
+    a log reads its own ``clock``)."""
+    return SYSTEM_CLOCK.time_ms()
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -160,6 +162,7 @@ _NEW_SEGMENTS = _NewSegments()
 # Per-batch fields read in one C-level pass (map) instead of a Python loop per batch.
 _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
+_ATTR_CONTROL = core_records.ATTR_CONTROL
 _RECORDS_COUNT = attrgetter("records_count")
 
 
@@ -300,8 +303,12 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         new: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self.dir = os.path.abspath(dir)
+        # Every read of time (segment ages, flush.ms, LogAppendTime, retention, delete
+        # delays) goes through it; a test gives a ManualClock.
+        self.clock = clock
         self.topic, self.partition = parse_partition_dir(os.path.basename(self.dir))
         self.config = config
         self.scheduler = scheduler
@@ -322,7 +329,7 @@ class Log:
         self._log_end_offset = 0
         self._recovery_point = max(0, recovery_point)
         self._high_watermark: int | None = None
-        self._last_flush_ms = time_ms()
+        self._last_flush_ms = self.clock.time_ms()
         self.producer_state = ProducerStateManager()
         self.aborted_txns = AbortedTransactions(self.dir)
         if not (new and self._start_new()):
@@ -435,7 +442,7 @@ class Log:
 
     def flush_due(self, now_ms: int | None = None) -> bool:
         """True when flush.ms has passed since the last flush and data is unflushed."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         return (self.unflushed_messages > 0
                 and now - self._last_flush_ms >= self.config.flush_interval_ms)
 
@@ -621,7 +628,7 @@ class Log:
                       index_interval_bytes=self.config.index_interval_bytes,
                       max_index_bytes=self.config.max_index_bytes,
                       preallocate=self.config.preallocate, new=new_dir)
-        self._created_ms[base_offset] = time_ms() if now_ms is None else now_ms
+        self._created_ms[base_offset] = self.clock.time_ms() if now_ms is None else now_ms
         if seg.size == 0 and self.scheduler is not None:
             _NEW_SEGMENTS.add(seg, self.scheduler)
         return seg
@@ -687,7 +694,7 @@ class Log:
             active = self._view.segments[-1]
             if active.size == 0:
                 return active
-            start = time.monotonic()
+            start = self.clock.monotonic()
             new_base = max(self._log_end_offset, base_offset or 0)
             try:
                 self._take_producer_snapshot(new_base)
@@ -699,7 +706,7 @@ class Log:
             OFFSET_MOVES.count += 1
             self._seal(active)
             logger.info("%s Rolled new log segment at offset %d (%s) in %.1f ms",
-                        self._prefix(), new_base, reason, (time.monotonic() - start) * 1000)
+                        self._prefix(), new_base, reason, (self.clock.monotonic() - start) * 1000)
         # Kafka flushes the finished segment right after a roll, off the append path, so
         # the recovery point moves forward segment by segment.
         if self.scheduler is not None:
@@ -723,7 +730,7 @@ class Log:
         max_timestamp = -1
         if first_ts >= 0:
             if log_append_time:
-                max_timestamp = time_ms() if now_ms is None else now_ms
+                max_timestamp = self.clock.time_ms() if now_ms is None else now_ms
             elif len(headers) == 1:
                 max_timestamp = headers[0].max_timestamp
             else:
@@ -732,7 +739,7 @@ class Log:
             waited = max_timestamp - first_ts
         else:
             if now_ms is None:
-                now_ms = time_ms()
+                now_ms = self.clock.time_ms()
             waited = now_ms - self._created_ms.get(seg.base_offset, now_ms)
         if waited > config.max_segment_ms - (self._roll_jitter_ms(seg) if config.segment_jitter_ms else 0):
             return "segment.ms" if waited > config.segment_ms else "max.compaction.lag.ms"
@@ -783,7 +790,7 @@ class Log:
         config = self._config
         log_append_time = self._log_append_time
         # The clock only when the batches get it; a roll decision reads it if it needs it.
-        now = time_ms() if now_ms is None and log_append_time else now_ms
+        now = self.clock.time_ms() if now_ms is None and log_append_time else now_ms
         with self._lock:
             if not self._writable:
                 self._check_open()
@@ -796,9 +803,11 @@ class Log:
             if not headers:
                 return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
             if from_client:
-                check_client_batches(headers)
+                for header in headers:  # the client rules' batch checks, inline (once a batch)
+                    if header.attributes & _ATTR_CONTROL or (header.base_sequence < 0 <= header.producer_id):
+                        check_client_batches(headers)  # raises, with the rule broken
             if self._timestamp_window is not None:
-                check_timestamps(buf, headers, self._timestamp_window, time_ms() if now is None else now)
+                check_timestamps(buf, headers, self._timestamp_window, self.clock.time_ms() if now is None else now)
             if self._stored_codec is not None and needs_recompression(headers, self._stored_codec):
                 buf = memoryview(recompress(buf, headers, self._stored_codec, config.compression_level))
                 headers = core_records.validate_and_assign(
@@ -860,7 +869,7 @@ class Log:
         the high watermark follows the log end); an abort is added to the
         aborted-transactions index.
         Raises KafkaError(INVALID_PRODUCER_EPOCH) for an epoch older than the producer's."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         with self._lock:
             self.producer_state.check_marker(producer_id, producer_epoch)
         batch = bytearray(marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now))
@@ -1122,7 +1131,7 @@ class Log:
             log_start, log_end = self._log_start_offset, self._log_end_offset
         points = [(max(seg.base_offset, log_start), _mtime_ms(seg)) for seg in segments]
         if segments and segments[-1].size > 0:
-            points.append((log_end, time_ms()))
+            points.append((log_end, self.clock.time_ms()))
         if timestamp == LATEST_TIMESTAMP:
             start = len(points) - 1
         elif timestamp == EARLIEST_TIMESTAMP:
@@ -1148,7 +1157,7 @@ class Log:
                 start = self._recovery_point
                 view = self._view
             if end > start:
-                began = time.perf_counter()
+                began = self.clock.monotonic()
                 segs = view.segments
                 try:
                     for i, seg in enumerate(segs):
@@ -1163,11 +1172,11 @@ class Log:
                     self.go_offline(f"fsync of {self.name} failed: {exc}")
                     raise self._io_failed(exc, "fsync") from None
                 if self.flush_stats is not None:
-                    self.flush_stats.observe(time.perf_counter() - began)
+                    self.flush_stats.observe(self.clock.monotonic() - began)
             with self._lock:
                 self._recovery_point = max(self._recovery_point, min(end, self._log_end_offset))
                 OFFSET_MOVES.count += 1
-                self._last_flush_ms = time_ms()
+                self._last_flush_ms = self.clock.time_ms()
                 self._seal_inactive()
 
     def _seal_inactive(self) -> None:
@@ -1290,7 +1299,7 @@ class Log:
         """Deletes the oldest segments that retention.ms, retention.bytes or the log start
         offset allow (never the active one, never data at or past the high watermark) and
         moves the log start offset. Returns the number of segments deleted. Blocking."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         with self._lock:
             if self._closed:
                 return 0
@@ -1339,7 +1348,7 @@ class Log:
             self.scheduler.schedule(self.config.file_delete_delay_ms, self.sweep_deleted_segments)
 
     def _rename_for_delete(self, segments: list[Segment]) -> None:
-        deadline = time_ms() + self.config.file_delete_delay_ms
+        deadline = self.clock.time_ms() + self.config.file_delete_delay_ms
         for seg in segments:
             paths = []
             for suffix in SEGMENT_FILE_SUFFIXES:
@@ -1356,7 +1365,7 @@ class Log:
     def sweep_deleted_segments(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Closes and unlinks removed segments whose delay is over (all with ``force``).
         Returns how many went."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         with self._lock:
             due = [p for p in self._pending_deletes if force or p.deadline_ms <= now]
             if not due:

@@ -45,11 +45,11 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -73,7 +73,6 @@ from pykfk.log.log import (
     OFFSET_MOVES,
     Log,
     parse_partition_dir,
-    time_ms,
 )
 from pykfk.log.naming import topic_name_error
 
@@ -257,6 +256,7 @@ class LogManager:
         alert_free_bytes: int = 0,  # log.dir.free.bytes.alert
         dir_check_interval_ms: int = 1000,  # log.dir.check.interval.ms
         floor_exempt_topics: tuple[str, ...] = (),  # written below the floor (internal topics)
+        clock: Clock = SYSTEM_CLOCK,
     ):
         if not log_dirs:
             raise ValueError("at least one log dir is required")
@@ -264,6 +264,7 @@ class LogManager:
         if len(set(self.log_dirs)) != len(self.log_dirs):
             raise ValueError(f"duplicate entries in log dirs {log_dirs}")
         self.default_config = default_config
+        self.clock = clock  # every read of time, the logs' too
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.config_for = config_for or (lambda topic: self.default_config)
@@ -272,7 +273,7 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.cleaner_backoff_ms = cleaner_backoff_ms
-        self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size)
+        self.cleaner = (LogCleaner(dedupe_buffer_size=cleaner_dedupe_buffer_size, clock=clock)
                         if cleaner_enable else None)
         self._logs: dict[TopicPartition, Log] = {}
         # Partitions whose log is in a dir that could not be loaded at start.
@@ -324,7 +325,7 @@ class LogManager:
         those of a dir that was not shut down cleanly. Blocking."""
         if self._opened:
             return
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             for log_dir in self.log_dirs:
                 try:
@@ -344,7 +345,7 @@ class LogManager:
             raise
         self._opened = True
         logger.info("Loaded %d logs from %d log dirs in %.0f ms", len(self._logs),
-                    len(self.log_dirs), (time.monotonic() - started) * 1000)
+                    len(self.log_dirs), (self.clock.monotonic() - started) * 1000)
 
     def _open_dir(self, log_dir: str) -> None:
         for log in self._load_dir(log_dir):
@@ -415,7 +416,7 @@ class LogManager:
             yield Log(path, self.config_for(topic),
                       recovery_point=starts_from.get(tp, 0),
                       log_start_offset=log_starts.get(tp, 0),
-                      clean_shutdown=clean, scheduler=self._scheduler)
+                      clean_shutdown=clean, scheduler=self._scheduler, clock=self.clock)
             logger.info("Loaded log %s-%d (%d/%d, %d%%) in %s", topic, partition, i, len(names),
                         i * 100 // len(names), log_dir)
         # From here on a crash must trigger recovery.
@@ -573,7 +574,7 @@ class LogManager:
             existed = os.path.exists(path)
             try:
                 log = Log(path, config or self.config_for(topic), scheduler=self._scheduler,
-                          clean_shutdown=True, new=True)
+                          clean_shutdown=True, new=True, clock=self.clock)
             except OSError as exc:
                 self.report_dir_error(log_dir, exc)
                 if not existed:  # no half-made partition left behind
@@ -611,7 +612,7 @@ class LogManager:
         log.rename_for_delete()
         delay = log.config.file_delete_delay_ms
         with self._lock:
-            self._pending_log_deletes.append((time_ms() + delay, log))
+            self._pending_log_deletes.append((self.clock.time_ms() + delay, log))
         self._scheduler.schedule(delay, self._sweep_deleted_logs)
         logger.info("Scheduled deletion of log %s-%d (%s)", topic, partition, log.dir)
         return True
@@ -695,14 +696,14 @@ class LogManager:
             _fsync_dir(log_dir)
             try:
                 moved = Log(target, log.config, recovery_point=recovery_point, log_start_offset=start,
-                            clean_shutdown=False, scheduler=self._scheduler)
+                            clean_shutdown=False, scheduler=self._scheduler, clock=self.clock)
             except BaseException:
                 shutil.rmtree(target, ignore_errors=True)  # the log stays where it was
                 raise
             self._logs.pop(tp)
             self._dir_counts[os.path.dirname(log.dir)] -= 1
             log.rename_for_delete()
-            self._pending_log_deletes.append((time_ms() + log.config.file_delete_delay_ms, log))
+            self._pending_log_deletes.append((self.clock.time_ms() + log.config.file_delete_delay_ms, log))
             self._high_watermark_checkpoints[tp] = high_watermark
             self._insert(log_dir, moved)
         self._scheduler.schedule(log.config.file_delete_delay_ms, self._sweep_deleted_logs)
@@ -710,7 +711,7 @@ class LogManager:
         return moved
 
     def _sweep_deleted_logs(self, *, force: bool = False) -> int:
-        now = time_ms()
+        now = self.clock.time_ms()
         with self._lock:
             due = [(d, log) for d, log in self._pending_log_deletes if force or d <= now]
             self._pending_log_deletes = [p for p in self._pending_log_deletes if p not in due]
@@ -948,7 +949,7 @@ class LogManager:
 
     def run_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every log; returns the number of segments deleted."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         deleted = 0
         starts_moved = False
         for log in self._live_logs():
@@ -974,7 +975,7 @@ class LogManager:
 
     def flush_dirty(self, now_ms: int | None = None) -> int:
         """Flushes every log whose flush.ms has passed; returns how many were flushed."""
-        now = time_ms() if now_ms is None else now_ms
+        now = self.clock.time_ms() if now_ms is None else now_ms
         flushed = 0
         for log in self._logs_flushed_on_time():
             if log.flush_due(now):
