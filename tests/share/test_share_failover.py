@@ -44,20 +44,22 @@ def cluster(tmp_path: Any, zookeeper_server: Any) -> Iterator[Cluster]:
         made.close()
 
 
-def _start_offset(cluster: Cluster) -> int | None:
-    """The group's share-partition start offset, from its coordinator (None: not found)."""
+def _start_offset(cluster: Cluster, every_topic: bool = False) -> int | None:
+    """The group's share-partition start offset, from its coordinator (None: not found);
+    ``every_topic`` asks for all the group has state for (topics null)."""
+    topics = None if every_topic else [{"topic_name": TOPIC, "partitions": [0]}]
     for broker in cluster.brokers.values():
         if not broker.is_running():
             continue
         raw = RawClient(broker.host, broker.port)
         try:
-            answer = raw.call(90, 0, {"groups": [{"group_id": GROUP, "topics": [
-                {"topic_name": TOPIC, "partitions": [0]}]}]}).groups[0]
+            answer = raw.call(90, 0, {"groups": [{"group_id": GROUP, "topics": topics}]}).groups[0]
         finally:
             raw.close()
         if answer.error_code == ErrorCode.NONE:
-            row = answer.topics[0].partitions[0]
-            return row.start_offset if row.error_code == ErrorCode.NONE else None
+            rows = [(t.topic_name, p) for t in answer.topics for p in t.partitions]
+            found = [p for name, p in rows if name == TOPIC and p.partition_index == 0]
+            return found[0].start_offset if found and found[0].error_code == ErrorCode.NONE else None
     return None
 
 
@@ -156,6 +158,7 @@ def test_leader_and_share_coordinator_kills_redeliver_only_unacknowledged_record
         assert not before_coordinator_kill & set(queue.delivered[seen_before:]), "accepted records came again"
         assert set(held) <= queue.accepted  # what the holder kept came to the others
         wait_until(lambda: _start_offset(cluster) == RECORDS, 20, "the start offset past every record")
+        assert _start_offset(cluster, every_topic=True) == RECORDS
     finally:
         if holder is not None:
             holder.kill()

@@ -1,6 +1,9 @@
 """DescribeShareGroupOffsets (key 90): a share group's start offset per partition
-(-1 where it has no state). DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on
-each topic (TOPIC_AUTHORIZATION_FAILED); NOT_COORDINATOR off the group's coordinator."""
+(-1 where it has no state), asked of each partition's share coordinator; topics null
+asks for every partition the group has state for (of the topics its members subscribe
+to, and those whose state this broker holds). DESCRIBE on the group
+(GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED);
+NOT_COORDINATOR off the group's coordinator."""
 
 from __future__ import annotations
 
@@ -42,10 +45,16 @@ async def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequ
         return {**answer, "error_code": ErrorCode.NOT_COORDINATOR}
     store = ctx.broker.metadata
     ids = topic_ids(store)
-    if group.topics is None:  # every topic the group has state for here
-        held = sorted({(t, p) for g, t, p in share_coordinator(ctx).partitions if g == group_id})
+    every = group.topics is None
+    if group.topics is None:  # the partitions the group may have state for: held here, or of topics it subscribes to
+        coordinator = share_coordinator(ctx)
+        held = {(t, p) for g, t, p in coordinator.partitions if g == group_id}
+        found = coordinator.groups.get(group_id)
+        for topic in {t for m in (found.members.values() if found is not None else ()) for t in m.subscribed}:
+            info = store.get_topic(topic)
+            held.update((topic, p) for p in range(info.partitions if info is not None else 0))
         asked: dict[str, list[int]] = {}
-        for topic, partition in held:
+        for topic, partition in sorted(held):
             asked.setdefault(topic, []).append(partition)
     else:
         asked = {t.topic_name: list(t.partitions) for t in group.topics}
@@ -59,7 +68,10 @@ async def _group(ctx: RequestContext, group: typed.DescribeShareGroupOffsetsRequ
         else:
             rows = [await _described(ctx, group_id, topic_id, p) if 0 <= p < info.partitions
                     else _partition(p, code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in partitions]
-        topics.append({"topic_name": topic, "topic_id": topic_id, "partitions": rows})
+        if every:  # only where it has state
+            rows = [r for r in rows if r["start_offset"] >= 0 or r["error_code"] != ErrorCode.NONE]
+        if rows:
+            topics.append({"topic_name": topic, "topic_id": topic_id, "partitions": rows})
     return {**answer, "topics": topics}
 
 
