@@ -218,7 +218,7 @@ class RequestContext:
         """Count ``amount`` against the client's ``quota_key`` quota; when over it, mute
         the connection and return the throttle time in ms for the answer (KIP-219)."""
         seconds = self.broker.quotas.record(quota_key, self.session.user, self.client_id or "", amount,
-                                            time.monotonic())
+                                            self.broker.replica_manager.clock.monotonic())
         if seconds <= 0:
             return 0
         self.session.throttle(seconds)

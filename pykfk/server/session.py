@@ -15,9 +15,9 @@ it.
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Callable
 
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.config import BrokerConfig, ConfigError, Listener
 from pykfk.security.jaas import JaasError, parse_jaas
 from pykfk.security.kerberos import MECHANISM as GSSAPI
@@ -164,12 +164,14 @@ PLAINTEXT_SECURITY = ListenerSecurity(Listener("PLAINTEXT", "", 0))
 class Session:
     """One connection's security state. Loop-affine."""
 
-    __slots__ = ("authenticated", "client_host", "client_ip", "client_software", "expires_at", "gated", "handshake_version",
-                 "on_failed_login", "on_throttle", "principal", "sasl", "security", "token_authenticated",
-                 "token_end", "token_ends")
+    __slots__ = ("authenticated", "client_host", "client_ip", "client_software", "clock", "expires_at", "gated",
+                 "handshake_version", "on_failed_login", "on_throttle", "principal", "sasl", "security",
+                 "token_authenticated", "token_end", "token_ends")
 
-    def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS):
+    def __init__(self, security: ListenerSecurity, client_host: str, principal: str = ANONYMOUS,
+                 clock: Clock = SYSTEM_CLOCK):
         self.security = security
+        self.clock = clock  # session lifetimes (KIP-368) and token ends
         self.client_host = client_host
         self.client_ip = client_host.rpartition(":")[0] or client_host  # ACL bindings name hosts by address
         self.principal = principal
@@ -233,9 +235,9 @@ class Session:
         self.token_end = self.sasl.delegation_token
         lifetime_ms = self.security.reauth_ms
         if self.sasl.credential_expiry_ms is not None:
-            token_left_ms = max(1, self.sasl.credential_expiry_ms - int(time.time() * 1000))
+            token_left_ms = max(1, self.sasl.credential_expiry_ms - self.clock.time_ms())
             lifetime_ms = min(lifetime_ms, token_left_ms) if lifetime_ms else token_left_ms
-        self.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else 0.0
+        self.expires_at = self.clock.monotonic() + lifetime_ms / 1000 if lifetime_ms else 0.0
         self.gated = bool(lifetime_ms)
         return lifetime_ms
 
@@ -246,9 +248,9 @@ class Session:
     def expired(self) -> bool:
         """The session is over: its lifetime is past, or the delegation token it logged
         in with was expired or removed since (on any broker)."""
-        if self.expires_at and time.monotonic() >= self.expires_at:
+        if self.expires_at and self.clock.monotonic() >= self.expires_at:
             return True
         if self.token_end and self.token_ends is not None:
             end = self.token_ends(self.token_end)
-            return end is None or end < time.time() * 1000
+            return end is None or end < self.clock.time_ms()
         return False

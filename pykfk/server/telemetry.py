@@ -27,6 +27,7 @@ from typing import Protocol
 
 import cramjam
 
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.metadata import CLIENT_METRICS_ENTITIES, ConfigStore
 from pykfk.config import ConfigKey
 from pykfk.errors import ErrorCode, KafkaError
@@ -192,8 +193,9 @@ class ClientTelemetry:
     """The cluster's subscriptions, as this broker reads them from the metadata store,
     and the client instances this broker knows. Loop-affine."""
 
-    def __init__(self, store: ConfigStore):
+    def __init__(self, store: ConfigStore, clock: Clock = SYSTEM_CLOCK):
         self.store = store
+        self.clock = clock  # instances' last contact and push intervals
         self.instances: dict[uuid.UUID, ClientInstance] = {}
         self._parsed: Mapping[str, Mapping[str, str]] | None = None
         self._subscriptions: dict[str, Subscription] = {}
@@ -241,13 +243,13 @@ class ClientTelemetry:
         found.metrics = tuple(sorted({m for s in matched for m in s.metrics}))
         found.interval_ms = min((s.interval_ms for s in matched), default=DEFAULT_INTERVAL_MS)
         found.subscription_id = _subscription_id(found.metrics, found.interval_ms, instance_id)
-        found.last_seen = time.monotonic()
+        found.last_seen = self.clock.monotonic()
         return found
 
     def _expire(self) -> None:
         """Forget instances not heard from for three push intervals (and the oldest past
         MAX_INSTANCES): their series leave the scrape."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for key, inst in list(self.instances.items()):
             if now - inst.last_seen > 3 * inst.interval_ms / 1000:
                 del self.instances[key]
@@ -280,11 +282,20 @@ class ClientTelemetry:
                 series[labels] = Series(point.value, metric.description)
 
 
+class _Timed(Protocol):
+    @property
+    def clock(self) -> Clock: ...
+
+
 class TelemetryHost(Protocol):
-    """What telemetry needs of the broker: its metadata store."""
+    """What telemetry needs of the broker: its metadata store and the clock (its
+    replica manager's, the broker's one clock)."""
 
     @property
     def metadata(self) -> ConfigStore: ...
+
+    @property
+    def replica_manager(self) -> _Timed: ...
 
 
 _BY_BROKER: weakref.WeakKeyDictionary[object, ClientTelemetry] = weakref.WeakKeyDictionary()
@@ -294,7 +305,7 @@ def broker_telemetry(broker: TelemetryHost) -> ClientTelemetry:
     """The broker's telemetry state, made on first use."""
     found = _BY_BROKER.get(broker)
     if found is None:
-        found = _BY_BROKER[broker] = ClientTelemetry(broker.metadata)
+        found = _BY_BROKER[broker] = ClientTelemetry(broker.metadata, broker.replica_manager.clock)
     return found
 
 

@@ -4,7 +4,6 @@ that finds a token by its HMAC, changes it and saves it before answering."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from pykfk.cluster.metadata import MetadataWriteError
@@ -42,7 +41,7 @@ async def change_token_by_hmac(ctx: RequestContext, mac: bytes, change: TokenCha
     store = ctx.broker.metadata
     try:
         found = tokens.find_by_hmac((await store.delegation_tokens()).values(), settings.secret, mac)
-        code, changed = change(settings, found, ctx.session.principal, int(time.time() * 1000))
+        code, changed = change(settings, found, ctx.session.principal, ctx.broker.replica_manager.clock.time_ms())
         if changed is None:
             return code, -1
         if remove:

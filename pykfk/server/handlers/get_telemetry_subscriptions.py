@@ -4,7 +4,6 @@ client-metrics subscriptions its attributes match (none: no metrics requested)."
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from pykfk.errors import ErrorCode
@@ -34,7 +33,7 @@ async def handle(ctx: RequestContext, request: typed.GetTelemetrySubscriptionsRe
     if instance_id == ZERO_UUID:
         instance_id = uuid.uuid4()
     instance = state.instance(instance_id, client_attributes(ctx, instance_id))
-    instance.last_get = time.monotonic()
+    instance.last_get = state.clock.monotonic()
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "client_instance_id": instance_id,
             "subscription_id": instance.subscription_id,
             "accepted_compression_types": list(telemetry.ACCEPTED_COMPRESSION),

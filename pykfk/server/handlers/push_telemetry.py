@@ -9,8 +9,6 @@ a payload that does not decompress or decode INVALID_RECORD."""
 
 from __future__ import annotations
 
-import time
-
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
 from pykfk.server import telemetry
@@ -36,7 +34,7 @@ async def handle(ctx: RequestContext, request: typed.PushTelemetryRequest) -> ty
         return _answer(ErrorCode.INVALID_REQUEST)
     if known is None or request.subscription_id != instance.subscription_id:
         return _answer(ErrorCode.UNKNOWN_SUBSCRIPTION_ID)
-    if not instance.may_push(time.monotonic()) and not request.terminating:
+    if not instance.may_push(state.clock.monotonic()) and not request.terminating:
         return _answer(ErrorCode.THROTTLING_QUOTA_EXCEEDED)
     if request.compression_type != 0 and request.compression_type not in telemetry.ACCEPTED_COMPRESSION:
         return _answer(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
