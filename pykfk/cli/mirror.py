@@ -72,9 +72,11 @@ def run(config_file: str, settings: Sequence[str], max_seconds: float | None) ->
     config = _load(config_file, settings)
     mirror = Mirror(config)
     install_signal_handlers(mirror)
+    # A refusal (a failed login, a denied ACL) of any client, or the mirror giving up.
+    stopping: tuple[type[Exception], ...] = (MirrorError, *CLIENT_ERRORS)
     try:
         stats = mirror.run(max_seconds)
-    except (MirrorError, *CLIENT_ERRORS) as exc:
+    except stopping as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     click.echo(f"copied {stats.records} records ({stats.bytes} bytes); "

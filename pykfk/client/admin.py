@@ -172,7 +172,11 @@ class ClientSecurity:
         ``ssl.key.location``/``password``, ``ssl.endpoint.identification.algorithm``
         (``https``, librdkafka's default, or ``none``) and
         ``enable.ssl.certificate.verification``. Raises ValueError naming a setting this
-        client cannot honour (PKCS#12 key stores, PEM strings, other SASL mechanisms)."""
+        client cannot honour (PKCS#12 key stores, PEM strings, GSSAPI). OAUTHBEARER takes
+        librdkafka's OIDC keys (``sasl.oauthbearer.token.endpoint.url``, ``.client.id``,
+        ``.client.secret``, ``.scope``)."""
+        from pykfk.security.sasl import client_login_settings
+
         props = {k: str(v) for k, v in settings.items()}
         protocol = _protocol(props)
         for key, instead in _LIBRDKAFKA_UNSUPPORTED.items():
@@ -185,9 +189,10 @@ class ClientSecurity:
         algorithm = props.get("ssl.endpoint.identification.algorithm", "https").lower()
         if algorithm not in ("https", "none"):
             raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r} is neither https nor none")
+        mechanism = _mechanism(protocol, name, mechanism)
         return cls(
             protocol=protocol,
-            sasl_mechanism=_mechanism(protocol, name, mechanism),
+            sasl_mechanism=mechanism,
             sasl_username=props.get("sasl.username", ""),
             sasl_password=props.get("sasl.password", ""),
             ssl_cafile=None if cafile == "probe" else cafile,
@@ -196,6 +201,7 @@ class ClientSecurity:
             ssl_key_password=props.get("ssl.key.password") or None,
             ssl_check_hostname=algorithm == "https",
             ssl_verify=verify not in ("false", "0"),
+            **(client_login_settings(props, mechanism) if protocol.startswith("SASL") else {}),
         )
 
     def tls_context(self) -> ssl.SSLContext:

@@ -53,6 +53,8 @@ def test_properties_and_yaml_files_give_the_same_configuration(tmp_path: Path) -
     ({"topics": "a", "source.security.protocol": "SASL_SSL"}, "source.sasl.mechanisms: GSSAPI"),
     ({"topics": "a", "target.security.protocol": "SSL", "target.ssl.key.pem": "x"}, "target.ssl.key.pem"),
     ({"topics": "a", "source.admin.security.protocol": "TLS"}, "source.admin.security.protocol: unknown"),
+    ({"topics": "a", "target.security.protocol": "SASL_SSL", "target.sasl.mechanisms": "OAUTHBEARER"},
+     "target.sasl.oauthbearer.token.endpoint.url"),
 ])
 def test_bad_settings_are_named(extra: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
