@@ -123,6 +123,8 @@ TRANSACTION_LOG_KEY = Schema("TransactionLogKey", [Field("transactional_id", "st
 
 TRANSACTION_LOG_VALUE = Schema("TransactionLogValue", [
     Field("producer_id", "int64"),
+    Field("previous_producer_id", "int64", "1+", tag=0, default=-1),
+    Field("next_producer_id", "int64", "1+", tag=1, default=-1),
     Field("producer_epoch", "int16"),
     Field("transaction_timeout_ms", "int32"),
     Field("transaction_status", "int8"),
@@ -132,6 +134,7 @@ TRANSACTION_LOG_VALUE = Schema("TransactionLogValue", [
     ]),
     Field("transaction_last_update_timestamp_ms", "int64"),
     Field("transaction_start_timestamp_ms", "int64"),
+    Field("client_transaction_version", "int16", "1+", tag=2, default=0),
 ])
 
 # -- __share_group_state -----------------------------------------------------------------

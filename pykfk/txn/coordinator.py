@@ -62,6 +62,8 @@ PARTITION_CACHE_SIZE = 100_000
 TopicPartition = tuple[str, int]
 SETTLED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 PREPARING = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE})
+ENDING_V2 = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.COMPLETE_COMMIT,
+                       TxnState.COMPLETE_ABORT})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +110,9 @@ class MarkerWriter(Protocol):
 class TxnMetadata:
     """What the coordinator knows of one transactional id."""
 
-    __slots__ = ("completion", "last_producer_epoch", "lock", "next_producer_id", "partition", "partitions",
-                 "pending", "previous_producer_id", "producer_epoch", "producer_id", "start_ms", "state",
-                 "timeout_ms", "transactional_id", "update_ms")
+    __slots__ = ("client_transaction_version", "completion", "last_producer_epoch", "lock", "next_producer_id",
+                 "partition", "partitions", "pending", "previous_producer_id", "producer_epoch", "producer_id",
+                 "start_ms", "state", "timeout_ms", "transactional_id", "update_ms")
 
     def __init__(self, transactional_id: str, partition: int, record: TxnRecord):
         self.transactional_id = transactional_id
@@ -132,15 +134,24 @@ class TxnMetadata:
         # meanwhile (Kafka keeps such a transition pending too).
         self.pending: TxnRecord | None = None
         # Transaction version 2 when the epoch is exhausted: the transaction ends at the
-        # last epoch, then the id continues with this producer id at epoch 0; the one
-        # before it answers a retried EndTxn (Kafka's NextProducerId/PreviousProducerId).
-        self.next_producer_id = NO_PRODUCER_ID
-        self.previous_producer_id = NO_PRODUCER_ID
+        # last epoch, then the id continues with this producer id at epoch 0; the
+        # producer id before the last change answers a retried EndTxn (Kafka's
+        # NextProducerId/PreviousProducerId). Both are stored, so a reload goes on.
+        self.next_producer_id = record.next_producer_id
+        self.previous_producer_id = record.previous_producer_id
+        self.client_transaction_version = record.client_transaction_version
+        if (record.client_transaction_version >= 2 and record.producer_epoch > 0
+                and record.state in ENDING_V2):
+            # Ended at epoch + 1 (EndTxn v5): a retry names the epoch before (the
+            # in-memory epoch before the bump is not stored).
+            self.last_producer_epoch = record.producer_epoch - 1
 
     def record(self, **changes: Any) -> TxnRecord:
         """The stored form of this metadata with ``changes`` applied (not yet taken)."""
         current = TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                            frozenset(self.partitions), self.update_ms, self.start_ms)
+                            frozenset(self.partitions), self.update_ms, self.start_ms,
+                            previous_producer_id=self.producer_id, next_producer_id=self.next_producer_id,
+                            client_transaction_version=self.client_transaction_version)
         return dataclasses.replace(current, **changes)
 
     def take(self, record: TxnRecord) -> None:
@@ -155,6 +166,9 @@ class TxnMetadata:
         self.partitions = set(record.partitions)
         self.update_ms = record.last_update_timestamp_ms
         self.start_ms = record.start_timestamp_ms
+        self.previous_producer_id = record.previous_producer_id
+        self.next_producer_id = record.next_producer_id
+        self.client_transaction_version = record.client_transaction_version
 
 
 @dataclasses.dataclass
@@ -515,7 +529,7 @@ class TransactionCoordinator:
                 return E.CONCURRENT_TRANSACTIONS
             state = meta.state
             if state == TxnState.ONGOING:
-                return await self._prepare_end(meta, commit, epoch=meta.producer_epoch)
+                return await self._prepare_end(meta, commit, epoch=meta.producer_epoch, client_transaction_version=0)
             if state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
                 return E.NONE  # a retry of the request that ended it
             if state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
@@ -546,8 +560,8 @@ class TransactionCoordinator:
             ending = (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT) if commit \
                 else (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
             retry = (epoch == meta.last_producer_epoch and producer_id == meta.producer_id) or (
-                producer_id == meta.previous_producer_id and epoch == MAX_PRODUCER_EPOCH - 1
-                and meta.producer_epoch == 0)
+                producer_id == meta.previous_producer_id != meta.producer_id
+                and epoch == MAX_PRODUCER_EPOCH - 1 and meta.producer_epoch == 0)
             if retry and state in ending:
                 return E.NONE, *self._next_producer(meta)
             if producer_id != meta.producer_id:
@@ -558,14 +572,14 @@ class TransactionCoordinator:
                 return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
             if state != TxnState.ONGOING and (commit or state not in SETTLED):
                 return E.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            next_id = NO_PRODUCER_ID
             if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
                 next_id = await self._new_producer_id()
                 if next_id is None:
                     return E.COORDINATOR_LOAD_IN_PROGRESS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-                meta.next_producer_id = next_id
-            error = await self._prepare_end(meta, commit, epoch=meta.producer_epoch + 1)
+            error = await self._prepare_end(meta, commit, epoch=meta.producer_epoch + 1, next_producer_id=next_id,
+                                            client_transaction_version=2)
             if error != E.NONE:
-                meta.next_producer_id = NO_PRODUCER_ID
                 return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
             return E.NONE, *self._next_producer(meta)
 
@@ -576,11 +590,13 @@ class TransactionCoordinator:
             return meta.next_producer_id, 0
         return meta.producer_id, meta.producer_epoch
 
-    async def _prepare_end(self, meta: TxnMetadata, commit: bool, epoch: int) -> ErrorCode:
+    async def _prepare_end(self, meta: TxnMetadata, commit: bool, epoch: int, **changes: Any) -> ErrorCode:
+        """PrepareCommit/PrepareAbort at ``epoch`` (with ``changes``: the next producer
+        id, the client's transaction version), then the markers in the background."""
         now = self.clock.time_ms()
         error = await self._write(meta, meta.record(
             producer_epoch=epoch, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
-            last_update_timestamp_ms=now))
+            last_update_timestamp_ms=now, **changes))
         if error == E.NONE:
             self._start_completion(meta, commit)
         return error
@@ -617,14 +633,13 @@ class TransactionCoordinator:
         async with meta.lock:
             if self.txns.get(meta.transactional_id) is not meta:
                 return
-            next_id, previous_id = meta.next_producer_id, meta.producer_id
+            next_id = meta.next_producer_id
+            # The id goes on with the next producer id, if the transaction handed one over.
             changes: dict[str, Any] = {} if next_id == NO_PRODUCER_ID else {
-                "producer_id": next_id, "producer_epoch": 0}
-            error = await self._write(meta, meta.record(
+                "producer_id": next_id, "producer_epoch": 0, "next_producer_id": NO_PRODUCER_ID}
+            await self._write(meta, meta.record(
                 state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                 partitions=frozenset(), last_update_timestamp_ms=self.clock.time_ms(), **changes))
-            if error == E.NONE and next_id != NO_PRODUCER_ID:
-                meta.next_producer_id, meta.previous_producer_id = NO_PRODUCER_ID, previous_id
         meta.completion = None
 
     async def wait_completed(self, transactional_id: str) -> None:

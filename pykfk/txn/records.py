@@ -7,11 +7,13 @@ Key (version 0; the leading int16 is the key version)::
     version          int16   0
     transactional_id string  int16 length + UTF-8
 
-Value (we write version 0, the classic encoding; version 1 is flexible and adds tagged
-fields, which we read and skip)::
+Value (we write version 1, the flexible encoding Kafka writes once ``transaction.version``
+is 1 or more; version 0, the classic one, is read too)::
 
     version                              int16
     producer_id                          int64
+    previous_producer_id                 int64   tag 0 (v1), default -1
+    next_producer_id                     int64   tag 1 (v1), default -1
     producer_epoch                       int16
     transaction_timeout_ms               int32
     transaction_status                   int8    (TxnState)
@@ -20,6 +22,14 @@ fields, which we read and skip)::
       partition_ids                      array of int32
     transaction_last_update_timestamp_ms int64
     transaction_start_timestamp_ms       int64
+    client_transaction_version           int16   tag 2 (v1), default 0
+
+The tagged fields (written only when not their default, as Kafka does) carry what
+transaction version 2 needs across a reload: the new producer id a transaction ending at
+the exhausted epoch hands over (``next_producer_id``, set while it is being committed or
+aborted), the producer id before each change (``previous_producer_id``: after that hand
+over, the one a retried EndTxn names) and the transaction version of the client's last
+EndTxn (``client_transaction_version``: 2 when the transaction ended at epoch + 1).
 
 The layouts are declared in ``pykfk/protocol/internal.py`` and read and written by the
 protocol codec. A null value is a tombstone: the transactional id expired. The record batch carrying
@@ -36,7 +46,7 @@ from pykfk.protocol import internal
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSION = 1
 
 
 # A key or value of ``__transaction_state`` that does not parse.
@@ -72,6 +82,9 @@ class TxnRecord:
     partitions: frozenset[tuple[str, int]]
     last_update_timestamp_ms: int
     start_timestamp_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -89,6 +102,9 @@ def encode_value(record: TxnRecord) -> bytes:
                                    for topic, ids in partitions_by_topic(record.partitions).items()],
         "transaction_last_update_timestamp_ms": record.last_update_timestamp_ms,
         "transaction_start_timestamp_ms": record.start_timestamp_ms,
+        "previous_producer_id": record.previous_producer_id,
+        "next_producer_id": record.next_producer_id,
+        "client_transaction_version": record.client_transaction_version,
     }
     return internal.encode(internal.TRANSACTION_LOG_VALUE, VALUE_VERSION, body, prefix=VALUE_VERSION)
 
@@ -114,7 +130,8 @@ def decode_value(value: bytes | bytearray | memoryview) -> TxnRecord:
     partitions = frozenset((entry.topic, partition)
                            for entry in v.transaction_partitions or () for partition in entry.partition_ids)
     return TxnRecord(v.producer_id, v.producer_epoch, v.transaction_timeout_ms, state, partitions,
-                     v.transaction_last_update_timestamp_ms, v.transaction_start_timestamp_ms)
+                     v.transaction_last_update_timestamp_ms, v.transaction_start_timestamp_ms,
+                     v.previous_producer_id, v.next_producer_id, v.client_transaction_version)
 
 
 def partitions_by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:

@@ -32,6 +32,18 @@ GOLDEN = {
     'transaction_log_key': '0000000474782d31',
     'transaction_log_value_v0': '000000000000000003e900030000ea60010000000200016100000002000000000000000100016200000001000000020000018bcfe568050000018bcfe56806',
     'transaction_log_value_v1': '000100000000000003ea0004000003e804000000000000000007000000000000000800',
+    # TransactionLogValue v1 as pykfk writes it (flexible; tagged fields only when not
+    # their default): TXN_V0, then a commit handing over producer id 1003 (TXN_HANDOVER).
+    'transaction_log_value_v1_written': '0001' '00000000000003e9' '0003' '0000ea60' '01'  # pid, epoch, timeout, Ongoing
+                                        '03' '026103' '00000000' '00000001' '00'  # 2 entries: a [0, 1]
+                                        '0262' '02' '00000002' '00'  # b [2]
+                                        '0000018bcfe56805' '0000018bcfe56806' '00',  # timestamps, no tags
+    'transaction_log_value_v1_handover': '0001' '00000000000003ea' '7fff' '0000ea60' '02'  # PrepareCommit at 32767
+                                         '02' '0261' '02' '00000000' '00'  # a [0]
+                                         '0000018bcfe56805' '0000018bcfe56806'
+                                         '03' '00' '08' '00000000000003ea'  # 3 tags: 0 PreviousProducerId 1002
+                                         '01' '08' '00000000000003eb'  # 1 NextProducerId 1003
+                                         '02' '02' '0002',  # 2 ClientTransactionVersion 2
     'cg_key_3': '00030003677270',
     'cg_key_4': '00040003677270',
     'cg_key_5': '0005000367727000036d656d',
@@ -70,6 +82,9 @@ OFFSET_V3 = o.OffsetAndMetadata(42, "meta", 1700000000001, 5)
 OFFSET_V1 = o.OffsetAndMetadata(43, "", 1700000000002, -1, 1700000900000)
 TXN_V0 = tr.TxnRecord(1001, 3, 60000, tr.TxnState.ONGOING, frozenset({("a", 1), ("a", 0), ("b", 2)}),
                       1700000000005, 1700000000006)
+TXN_HANDOVER = tr.TxnRecord(1002, 32767, 60000, tr.TxnState.PREPARE_COMMIT, frozenset({("a", 0)}),
+                            1700000000005, 1700000000006, previous_producer_id=1002, next_producer_id=1003,
+                            client_transaction_version=2)
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 CG_VALUES = {
     3: {"epoch": 5, "metadata_hash": 99},
@@ -147,7 +162,10 @@ def test_transaction_log_records_as_written_and_every_version_read() -> None:
     assert tr.encode_key("tx-1") == golden("transaction_log_key")
     assert tr.decode_key(golden("transaction_log_key")) == "tx-1"
     assert tr.decode_key(b"\x00\x07" + golden("transaction_log_key")[2:]) is None
-    assert tr.encode_value(TXN_V0) == golden("transaction_log_value_v0")
+    assert tr.encode_value(TXN_V0) == golden("transaction_log_value_v1_written")
+    assert tr.decode_value(golden("transaction_log_value_v1_written")) == TXN_V0
+    assert tr.encode_value(TXN_HANDOVER) == golden("transaction_log_value_v1_handover")
+    assert tr.decode_value(golden("transaction_log_value_v1_handover")) == TXN_HANDOVER
     assert tr.decode_value(golden("transaction_log_value_v0")) == TXN_V0
     assert tr.decode_value(golden("transaction_log_value_v1")) == tr.TxnRecord(
         1002, 4, 1000, tr.TxnState.COMPLETE_COMMIT, frozenset(), 7, 8)

@@ -18,11 +18,14 @@ from pykfk._core.records import build_batch
 from pykfk.errors import ErrorCode as E
 from pykfk.server import features
 from pykfk.testing import BrokerProcess, RawClient, free_port, wait_until
-from pykfk.txn.coordinator import MAX_PRODUCER_EPOCH, TxnState
+from pykfk.group.storage import MemoryOffsetsLog
+from pykfk.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnConfig, TxnState
+from pykfk.txn.records import decode_value
 from tests.metrics.promtools import parse, scrape
 from tests.server.test_handlers import create_topic
 
 from .conftest import read_all
+from .test_coordinator import PARTITIONS, Ids, RecordingMarkers
 from .test_coordinator import setup  # noqa: F401 - the coordinator fixture
 
 PRODUCE, OFFSET_FETCH, FIND_COORDINATOR, API_VERSIONS = 0, 9, 10, 18
@@ -79,6 +82,71 @@ async def test_an_exhausted_epoch_moves_to_a_new_producer_id(setup):  # noqa: F8
     assert (meta.producer_id, meta.producer_epoch, meta.state) == (new_pid, 0, TxnState.COMPLETE_COMMIT)
     assert await coordinator.end_transaction_bumping("tx", pid, last, commit=True) == (E.NONE, new_pid, 0)
     assert await coordinator.add_partitions("tx", new_pid, 0, [("t", 0)]) == E.NONE
+
+
+async def _reloaded(storage: MemoryOffsetsLog, epoch: int) -> tuple[TransactionCoordinator, RecordingMarkers]:
+    """A coordinator that loads the partition from ``storage``, as a broker restarted
+    or newly leading ``__transaction_state`` does."""
+    ids = Ids()
+    ids.next = 5000
+    markers = RecordingMarkers()
+    coordinator = TransactionCoordinator(TxnConfig(num_partitions=PARTITIONS, max_timeout_ms=60000),
+                                         allocate_producer_id=ids, markers=markers)
+    await coordinator.start()
+    await coordinator.load_partition(0, storage, coordinator_epoch=epoch)
+    return coordinator, markers
+
+
+async def test_a_reload_goes_on_with_the_producer_id_handed_over(setup):  # noqa: F811
+    """The producer id an exhausted epoch hands over, and the one before it, are in the
+    log (NextProducerId, PreviousProducerId): a coordinator that loads the log while the
+    markers are still being written, or after, neither fences the producer nor answers
+    its retried EndTxn differently."""
+    coordinator, markers, storage, _clock = setup
+    _code, pid, _epoch = await coordinator.init_producer_id("tx", 10000)
+    last = MAX_PRODUCER_EPOCH - 1
+    coordinator.txns["tx"].producer_epoch = last  # as after 32766 transactions
+    assert await coordinator.add_partitions("tx", pid, last, [("t", 0)]) == E.NONE
+    markers.fail = {("t", 0)}  # the partition's leader is away: the commit stays prepared
+    code, new_pid, new_epoch = await coordinator.end_transaction_bumping("tx", pid, last, commit=True)
+    assert (code, new_epoch) == (E.NONE, 0) and new_pid != pid
+    prepared = decode_value(storage.records[-1][1])
+    assert (prepared.state, prepared.producer_id, prepared.producer_epoch, prepared.next_producer_id,
+            prepared.client_transaction_version) == (TxnState.PREPARE_COMMIT, pid, MAX_PRODUCER_EPOCH, new_pid, 2)
+    await coordinator.unload_partition(0)  # the broker is gone
+
+    again, again_markers = await _reloaded(storage, 6)
+    try:
+        meta = again.txns["tx"]
+        assert (meta.state, meta.next_producer_id) == (TxnState.PREPARE_COMMIT, new_pid)
+        assert await again.end_transaction_bumping("tx", pid, last, commit=True) == (E.NONE, new_pid, 0)
+        await again.wait_completed("tx")  # the resumed markers, at the last epoch of the old id
+        assert again_markers.calls == [(pid, MAX_PRODUCER_EPOCH, True, frozenset({("t", 0)}))]
+        assert (meta.producer_id, meta.producer_epoch, meta.state) == (new_pid, 0, TxnState.COMPLETE_COMMIT)
+    finally:
+        await again.shutdown()
+    completed = decode_value(storage.records[-1][1])
+    assert (completed.producer_id, completed.previous_producer_id, completed.next_producer_id) == (
+        new_pid, pid, -1)
+
+    third, _markers = await _reloaded(storage, 7)
+    try:
+        assert await third.end_transaction_bumping("tx", pid, last, commit=True) == (E.NONE, new_pid, 0)
+        assert (await third.end_transaction_bumping("tx", pid, last, commit=False))[0] == (
+            E.INVALID_PRODUCER_ID_MAPPING)
+        assert await third.add_partitions("tx", new_pid, 0, [("t", 1)]) == E.NONE
+        assert await third.end_transaction_bumping("tx", new_pid, 0, commit=False) == (E.NONE, new_pid, 1)
+        await third.wait_completed("tx")
+    finally:
+        await third.shutdown()
+    # An ordinary bump reloaded: the epoch before it is still a retry, older ones fenced.
+    fourth, _markers = await _reloaded(storage, 8)
+    try:
+        assert await fourth.end_transaction_bumping("tx", new_pid, 0, commit=False) == (E.NONE, new_pid, 1)
+        assert (await fourth.end_transaction_bumping("tx", pid, last, commit=False))[0] == (
+            E.INVALID_PRODUCER_ID_MAPPING)
+    finally:
+        await fourth.shutdown()
 
 
 def test_transaction_version_2_is_offered_only_with_a_produce_that_adds_partitions():
