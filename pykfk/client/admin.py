@@ -498,8 +498,16 @@ class AdminClient:
 
     def call(self, conn: BrokerConnection, api_key: int, body: Mapping[str, Any],
              max_version: int | None = None) -> Any:
-        """One request at the highest version both sides speak."""
+        """One request at the highest version both sides speak. A connection the broker
+        closed while it sat idle (``connections.max.idle.ms``) is opened again and the
+        request sent once more, as Kafka's clients do."""
         version = conn.version_for(api_key, max_version)
+        was_open = conn.connected
+        try:
+            return conn.request(api_key, body, version=version)
+        except ConnectionError_ as exc:
+            if not was_open or exc.code == ErrorCode.REQUEST_TIMED_OUT:
+                raise
         return conn.request(api_key, body, version=version)
 
     def supports(self, api_key: int) -> bool:

@@ -3,6 +3,7 @@ progress entries, reachability lines."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,28 @@ def test_the_mirror_makes_no_confluent_kafka_admin_client() -> None:
             if isinstance(node, ast.Import) and any(a.name.startswith("confluent_kafka.admin") for a in node.names):
                 found.append(f"{path.name}:{node.lineno}")
     assert not found, found
+
+
+def test_topic_sync_outlives_connections_the_broker_closes_when_idle(tmp_path: Path) -> None:
+    """The mirror's admin connections sit idle between rounds (the controller's between
+    two topics created): a broker closing them (connections.max.idle.ms) is no outage."""
+    from pykfk.mirror.topics import TopicSync
+    from pykfk.testing import BrokerProcess
+    from tests.mirror.helpers import create_topic
+
+    broker = BrokerProcess(str(tmp_path / "data"), {"connections.max.idle.ms": 1000}, log_level="WARNING").start()
+    config = parse_config({**BASE, "source.bootstrap.servers": broker.bootstrap,
+                           "target.bootstrap.servers": broker.bootstrap, "topics.regex": "orders|payments"})
+    sync = TopicSync(config, ReplicationPolicy("default", "east", "west", "."))
+    try:
+        create_topic(broker.bootstrap, "orders", 2)
+        sync.sync(sync.source_partitions())
+        time.sleep(2.5)  # past connections.max.idle.ms: the broker closed every connection of the sync
+        create_topic(broker.bootstrap, "payments", 3)
+        sync.sync(sync.source_partitions())
+        sync.refresh_target()
+        assert {t: sync.target_partitions.get(t) for t in ("east.orders", "east.payments")} == {
+            "east.orders": 2, "east.payments": 3}
+    finally:
+        sync.close()
+        broker.stop()
