@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable
+from typing import Any
 
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.config import BrokerConfig, ConfigError, Listener
@@ -93,7 +94,11 @@ def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
     ``sasl.oauthbearer.jwks.endpoint.url``, or unsecured tokens where Kafka's unsecured
     validator is named (never by default)."""
     handler = config.mechanism_setting(listener, OAUTHBEARER, "sasl.server.callback.handler.class")
-    url = config["sasl.oauthbearer.jwks.endpoint.url"]
+
+    def setting(name: str) -> Any:  # per listener and mechanism, as Kafka reads them
+        return config.mechanism_setting(listener, OAUTHBEARER, name)
+
+    url = setting("sasl.oauthbearer.jwks.endpoint.url")
     key = f"listener.name.{listener.lower()}.oauthbearer.sasl.server.callback.handler.class"
     if handler == UNSECURED_VALIDATOR:
         return _unsecured_validator(config, listener)
@@ -107,13 +112,13 @@ def _bearer_validator(config: BrokerConfig, listener: str) -> TokenValidator:
     if url.startswith("https:"):
         cafile = config["ssl.truststore.location"] if config["ssl.truststore.type"] == "PEM" else None
         context = ssl.create_default_context(cafile=cafile)
-    keys = JwksKeys(url, config["sasl.oauthbearer.jwks.endpoint.refresh.ms"],
-                    config["sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"], context)
-    return TokenValidator(keys, audience=config["sasl.oauthbearer.expected.audience"],
-                          issuer=config["sasl.oauthbearer.expected.issuer"],
-                          sub_claim=config["sasl.oauthbearer.sub.claim.name"],
-                          clock_skew_s=config["sasl.oauthbearer.clock.skew.seconds"],
-                          scope_claim=config["sasl.oauthbearer.scope.claim.name"])
+    keys = JwksKeys(url, setting("sasl.oauthbearer.jwks.endpoint.refresh.ms"),
+                    setting("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"), context)
+    return TokenValidator(keys, audience=setting("sasl.oauthbearer.expected.audience"),
+                          issuer=setting("sasl.oauthbearer.expected.issuer"),
+                          sub_claim=setting("sasl.oauthbearer.sub.claim.name"),
+                          clock_skew_s=setting("sasl.oauthbearer.clock.skew.seconds"),
+                          scope_claim=setting("sasl.oauthbearer.scope.claim.name"))
 
 
 def _unsecured_validator(config: BrokerConfig, listener: str) -> TokenValidator:
