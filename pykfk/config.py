@@ -272,9 +272,56 @@ PER_LISTENER_KEYS = frozenset({
     "ssl.secure.random.implementation", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
     "ssl.provider",
 })
+# OAUTHBEARER's settings, read per listener and mechanism as Kafka reads them
+# (listener.name.<l>.oauthbearer.<setting>, then listener.name.<l>.<setting>, then <setting>).
+OAUTHBEARER_LISTENER_KEYS = frozenset({
+    "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.jwt.retriever.class",
+    "sasl.oauthbearer.jwt.validator.class", "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.header.urlencode", "sasl.oauthbearer.assertion.algorithm",
+    "sasl.oauthbearer.assertion.claim.aud", "sasl.oauthbearer.assertion.claim.exp.seconds",
+    "sasl.oauthbearer.assertion.claim.iss", "sasl.oauthbearer.assertion.claim.jti.include",
+    "sasl.oauthbearer.assertion.claim.nbf.seconds", "sasl.oauthbearer.assertion.claim.sub",
+    "sasl.oauthbearer.assertion.file", "sasl.oauthbearer.assertion.private.key.file",
+    "sasl.oauthbearer.assertion.private.key.passphrase", "sasl.oauthbearer.assertion.template.file",
+    "sasl.oauthbearer.jwks.endpoint.url", "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "sasl.oauthbearer.expected.audience",
+    "sasl.oauthbearer.expected.issuer", "sasl.oauthbearer.clock.skew.seconds",
+    "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.scope.claim.name",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds",
+    "sasl.login.connect.timeout.ms", "sasl.login.read.timeout.ms", "sasl.login.retry.backoff.ms",
+    "sasl.login.retry.backoff.max.ms",
+})
+PER_LISTENER_KEYS = PER_LISTENER_KEYS | OAUTHBEARER_LISTENER_KEYS
 _LISTENER_KEY = re.compile(r"listener\.name\.([a-z_][a-z0-9_]*)\.(.+)")
 _MECHANISM_JAAS_KEY = re.compile(
     r"([a-z0-9-]+)\.sasl\.(?:jaas\.config|server\.callback\.handler\.class|login\.callback\.handler\.class)")
+_MECHANISM_KEY = re.compile(r"([a-z0-9-]+)\.(.+)")
+# Kafka's JWT retrievers and validators (KIP-1139), by class name.
+_OAUTH_PACKAGE = "org.apache.kafka.common.security.oauthbearer."
+JWT_RETRIEVERS = tuple(_OAUTH_PACKAGE + n for n in (
+    "DefaultJwtRetriever", "ClientCredentialsJwtRetriever", "JwtBearerJwtRetriever", "FileJwtRetriever"))
+JWT_VALIDATORS = tuple(_OAUTH_PACKAGE + n for n in ("DefaultJwtValidator", "BrokerJwtValidator"))
+CLIENT_JWT_VALIDATOR = _OAUTH_PACKAGE + "ClientJwtValidator"
+
+
+def _jwt_retriever(raw: Any) -> str:
+    name = _parse_string(raw)
+    if name not in JWT_RETRIEVERS:
+        raise ValueError(f"pykfk gets tokens with Kafka's JWT retrievers ({', '.join(JWT_RETRIEVERS)}), "
+                         f"not {name}")
+    return name
+
+
+def _jwt_validator(raw: Any) -> str:
+    name = _parse_string(raw)
+    if name == CLIENT_JWT_VALIDATOR:
+        raise ValueError("ClientJwtValidator does not check a token's signature: a broker validates tokens with "
+                         "DefaultJwtValidator or BrokerJwtValidator (against sasl.oauthbearer.jwks.endpoint.url)")
+    if name not in JWT_VALIDATORS:
+        raise ValueError(f"pykfk checks tokens with Kafka's JWT validators ({', '.join(JWT_VALIDATORS)}), not {name}")
+    return name
 
 
 # Broker settings. Defaults are Kafka's, except where a standalone developer broker wants a
@@ -514,9 +561,45 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "claim naming the principal", "string"),
         _key("sasl.oauthbearer.scope.claim.name", _parse_string, "scope",
              "claim holding a token's scopes (each must be non-blank, none twice)", "string"),
-        # This broker's own OAUTHBEARER logins to the others (client credentials).
+        _key("sasl.oauthbearer.jwt.validator.class", _jwt_validator, JWT_VALIDATORS[0],
+             "how tokens are checked: Kafka's DefaultJwtValidator or BrokerJwtValidator (signature, claims)",
+             "string"),
+        # This broker's own OAUTHBEARER logins to the others (client credentials or a
+        # signed assertion, KIP-1139; the JAAS options clientId/clientSecret/scope also do).
         _key("sasl.oauthbearer.token.endpoint.url", _parse_string, None,
              "the identity provider's token endpoint a broker gets its own tokens from", "string"),
+        _key("sasl.oauthbearer.jwt.retriever.class", _jwt_retriever, JWT_RETRIEVERS[0],
+             "how a broker gets its own tokens: Kafka's DefaultJwtRetriever (client credentials, or the token "
+             "of a file: endpoint), ClientCredentialsJwtRetriever, JwtBearerJwtRetriever or FileJwtRetriever",
+             "string"),
+        _key("sasl.oauthbearer.client.credentials.client.id", _parse_string, None,
+             "client id of the client-credentials grant (over the JAAS option clientId)", "string"),
+        _key("sasl.oauthbearer.client.credentials.client.secret", _parse_string, None,
+             "client secret of the client-credentials grant (over the JAAS option clientSecret)", "password"),
+        _key("sasl.oauthbearer.scope", _parse_string, None,
+             "scope asked for at the token endpoint (over the JAAS option scope)", "string"),
+        _key("sasl.oauthbearer.header.urlencode", _parse_bool, False,
+             "URL-encode the client id and secret in the token request's Basic credentials", "bool"),
+        _key("sasl.oauthbearer.assertion.algorithm", choice_parser("RS256", "ES256"), "RS256",
+             "signature algorithm of the jwt-bearer grant's assertion", "string"),
+        _key("sasl.oauthbearer.assertion.claim.aud", _parse_string, None, "aud claim of the assertion", "string"),
+        _key("sasl.oauthbearer.assertion.claim.exp.seconds", _at_least(0), 300,
+             "the assertion expires this long after it is made", "int"),
+        _key("sasl.oauthbearer.assertion.claim.iss", _parse_string, None, "iss claim of the assertion", "string"),
+        _key("sasl.oauthbearer.assertion.claim.jti.include", _parse_bool, False,
+             "give each assertion a random jti claim", "bool"),
+        _key("sasl.oauthbearer.assertion.claim.nbf.seconds", _at_least(0), 60,
+             "the assertion is valid from this long before it is made", "int"),
+        _key("sasl.oauthbearer.assertion.claim.sub", _parse_string, None, "sub claim of the assertion", "string"),
+        _key("sasl.oauthbearer.assertion.file", _parse_string, None,
+             "a file holding a ready-made assertion (read again for each request), instead of signing one",
+             "string"),
+        _key("sasl.oauthbearer.assertion.private.key.file", _parse_string, None,
+             "PEM private key (PKCS#8) the assertion is signed with", "string"),
+        _key("sasl.oauthbearer.assertion.private.key.passphrase", _parse_string, None,
+             "passphrase of the assertion's private key", "password"),
+        _key("sasl.oauthbearer.assertion.template.file", _parse_string, None,
+             "JSON file with \"header\" and \"payload\" objects laid under the assertion's own", "string"),
         _key("sasl.login.callback.handler.class", _parse_string, None,
              "how a broker gets its own OAUTHBEARER tokens (Kafka's class names; usually per listener and "
              "mechanism)", "string"),
@@ -914,6 +997,9 @@ def _per_listener_key(name: str) -> tuple[str, str] | None:
     listener, setting = match.groups()
     if setting in PER_LISTENER_KEYS or _MECHANISM_JAAS_KEY.fullmatch(setting):
         return listener.upper(), setting
+    scoped = _MECHANISM_KEY.fullmatch(setting)
+    if scoped is not None and scoped.group(1) == "oauthbearer" and scoped.group(2) in OAUTHBEARER_LISTENER_KEYS:
+        return listener.upper(), setting
     return None
 
 
@@ -941,7 +1027,9 @@ class BrokerConfig:
             scoped = _per_listener_key(name)
             if scoped is None:
                 continue
-            base = scoped[1] if scoped[1] in BROKER_KEYS else "sasl.jaas.config"
+            unscoped = scoped[1].partition(".")[2]
+            base = scoped[1] if scoped[1] in BROKER_KEYS else unscoped if unscoped in BROKER_KEYS \
+                else "sasl.jaas.config"
             try:
                 self._per_listener[scoped] = BROKER_KEYS[base].parse(raw)
             except ValueError as exc:

@@ -1,17 +1,32 @@
-"""A broker's own OAUTHBEARER login (KIP-255, KIP-768): the token it presents to other
-brokers, from the identity provider's token endpoint with the client-credentials grant,
-or an unsecured token for development.
+"""A broker's own OAUTHBEARER login (KIP-255, KIP-768, KIP-1139): the token it presents to
+other brokers, from the identity provider's token endpoint, or an unsecured token for
+development.
 
-Settings are Kafka's: the listener's ``oauthbearer.sasl.jaas.config`` is
-``OAuthBearerLoginModule`` with ``clientId``, ``clientSecret`` and optionally ``scope``
-(and ``extension_<name>`` SASL extensions); ``sasl.oauthbearer.token.endpoint.url``
-names the endpoint, ``sasl.login.callback.handler.class`` Kafka's
-``OAuthBearerLoginCallbackHandler``. The request is an HTTP POST of
-``grant_type=client_credentials[&scope=..]`` with the client id and secret as HTTP Basic
-credentials; the answer's ``access_token`` is the token, checked as Kafka's login
-checks it (a JWT with ``exp``, the ``sasl.oauthbearer.sub.claim.name`` claim, and a
-well-formed ``sasl.oauthbearer.scope.claim.name`` claim) but not verified: the brokers
-that receive it do that.
+Settings are Kafka's, each read per listener and mechanism as Kafka reads them
+(``listener.name.<l>.oauthbearer.<setting>``, then ``listener.name.<l>.<setting>``, then
+``<setting>``). ``sasl.oauthbearer.token.endpoint.url`` names the endpoint,
+``sasl.login.callback.handler.class`` Kafka's ``OAuthBearerLoginCallbackHandler`` and
+``sasl.oauthbearer.jwt.retriever.class`` the grant:
+
+- ``DefaultJwtRetriever`` (the default) and ``ClientCredentialsJwtRetriever``: an HTTP POST
+  of ``grant_type=client_credentials[&scope=..]`` with the client id and secret as HTTP
+  Basic credentials (URL-encoded first with ``sasl.oauthbearer.header.urlencode``), from
+  ``sasl.oauthbearer.client.credentials.client.id``/``.client.secret`` and
+  ``sasl.oauthbearer.scope``, else the ``OAuthBearerLoginModule`` options clientId,
+  clientSecret and scope. DefaultJwtRetriever with a ``file:`` endpoint reads the token
+  from that file, as ``FileJwtRetriever`` does.
+- ``JwtBearerJwtRetriever``: ``grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer`` with
+  an assertion (RFC 7523) signed with ``sasl.oauthbearer.assertion.private.key.file``
+  (RS256 or ES256) for each request, its claims from ``sasl.oauthbearer.assertion.claim.*``
+  over an optional template file, or read from ``sasl.oauthbearer.assertion.file``.
+
+An https:// endpoint is trusted as the login's JAAS options say (``ssl.truststore.location``,
+``.type``, ``.password``, ``.certificates``, ``ssl.endpoint.identification.algorithm`` and a
+key store for a client certificate: Kafka reads them there), else as the broker's own PEM
+trust store, else by the system's CAs. The answer's ``access_token`` is the token, checked
+as Kafka's login checks it (a JWT with ``exp``, the ``sasl.oauthbearer.sub.claim.name``
+claim, and a well-formed ``sasl.oauthbearer.scope.claim.name`` claim) but not verified: the
+brokers that receive it do that. ``extension_<name>`` JAAS options are SASL extensions.
 
 Without a login callback handler and without a token endpoint, Kafka's unsecured login
 applies: an unsigned token for ``unsecuredLoginStringClaim_sub`` (development only; the
@@ -33,12 +48,14 @@ import base64
 import dataclasses
 import json
 import logging
+import os
 import random
 import ssl
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,7 +86,7 @@ class TokenEndpointError(OSError):
 
 @dataclasses.dataclass(frozen=True)
 class ClientCredentials:
-    """Where and as whom a token is asked for."""
+    """Where and as whom a token is asked for (the client-credentials grant)."""
 
     token_url: str
     client_id: str
@@ -78,28 +95,58 @@ class ClientCredentials:
     ssl_context: ssl.SSLContext | None = None
     connect_timeout_s: float | None = None
     read_timeout_s: float | None = None
+    urlencode: bool = False  # sasl.oauthbearer.header.urlencode
 
 
 def fetch_access_token(credentials: ClientCredentials) -> str:
     """One client-credentials request (blocking: run it in a worker thread)."""
-    pair = f"{credentials.client_id}:{credentials.client_secret}".encode()
+    client_id, secret = credentials.client_id, credentials.client_secret
+    if credentials.urlencode:
+        client_id, secret = urllib.parse.quote(client_id, safe=""), urllib.parse.quote(secret, safe="")
+    pair = f"{client_id}:{secret}".encode()
     form = {"grant_type": "client_credentials"}
     if credentials.scope and credentials.scope.strip():
         form["scope"] = credentials.scope.strip()
+    return _post_for_token(credentials.token_url, form, {"Authorization": "Basic " + base64.b64encode(pair).decode()},
+                           credentials.ssl_context, credentials.read_timeout_s or credentials.connect_timeout_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class JwtBearerGrant:
+    """Where a token is asked for with a signed assertion (RFC 7523, KIP-1139)."""
+
+    token_url: str
+    assertion: AssertionSettings
+    scope: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    connect_timeout_s: float | None = None
+    read_timeout_s: float | None = None
+
+
+def fetch_jwt_bearer_token(grant: JwtBearerGrant) -> str:
+    """One jwt-bearer request with a fresh assertion (blocking)."""
+    form = {"grant_type": JWT_BEARER_GRANT, "assertion": make_assertion(grant.assertion)}
+    if grant.scope and grant.scope.strip():
+        form["scope"] = grant.scope.strip()
+    return _post_for_token(grant.token_url, form, {}, grant.ssl_context,
+                           grant.read_timeout_s or grant.connect_timeout_s)
+
+
+def _post_for_token(url: str, form: Mapping[str, str], headers: Mapping[str, str],
+                    context: ssl.SSLContext | None, timeout: float | None) -> str:
     request = urllib.request.Request(
-        credentials.token_url, data=urllib.parse.urlencode(form).encode(), method="POST",
-        headers={"Authorization": "Basic " + base64.b64encode(pair).decode(), "Accept": "application/json",
-                 "Cache-Control": "no-cache", "Content-Type": "application/x-www-form-urlencoded"})
-    timeout = credentials.read_timeout_s or credentials.connect_timeout_s or DEFAULT_TIMEOUT_S
+        url, data=urllib.parse.urlencode(form).encode(), method="POST",
+        headers={**headers, "Accept": "application/json", "Cache-Control": "no-cache",
+                 "Content-Type": "application/x-www-form-urlencoded"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=credentials.ssl_context) as answer:
+        with urllib.request.urlopen(request, timeout=timeout or DEFAULT_TIMEOUT_S, context=context) as answer:
             body = answer.read(MAX_RESPONSE_BYTES + 1)
     except urllib.error.HTTPError as exc:
         detail = exc.read(1000).decode(errors="replace")
         raise TokenEndpointError(f"the token endpoint answered {exc.code}: {detail}",
                                  retryable=exc.code not in UNRETRYABLE_STATUSES) from None
     except (OSError, ValueError) as exc:
-        raise TokenEndpointError(f"the token endpoint {credentials.token_url} cannot be reached: {exc}") from None
+        raise TokenEndpointError(f"the token endpoint {url} cannot be reached: {exc}") from None
     if len(body) > MAX_RESPONSE_BYTES:
         raise TokenEndpointError("the token endpoint's answer is larger than 1 MiB")
     try:
@@ -257,36 +304,104 @@ class BearerTokenSource:
             backoff_ms = min(backoff_ms * 2, max(self._backoff_max_ms, 1))
 
 
+CLIENT_CREDENTIALS_RETRIEVER = "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever"
+JWT_BEARER_RETRIEVER = "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever"
+FILE_RETRIEVER = "org.apache.kafka.common.security.oauthbearer.FileJwtRetriever"
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+
+@dataclasses.dataclass(frozen=True)
+class AssertionSettings:
+    """How the jwt-bearer grant's assertion is made (Kafka's ``sasl.oauthbearer.assertion.*``):
+    read from ``file`` for each request, or signed here with ``private_key_file``."""
+
+    file: str | None = None
+    private_key_file: str | None = None
+    passphrase: str | None = None
+    algorithm: str = "RS256"
+    template_file: str | None = None
+    iss: str | None = None
+    sub: str | None = None
+    aud: str | None = None
+    exp_s: int = 300
+    nbf_s: int = 60
+    jti: bool = False
+
+
+def make_assertion(settings: AssertionSettings, now_s: float | None = None) -> str:
+    """One assertion (RFC 7523): the template file's header and payload, under the
+    configured iss/sub/aud, under iat, exp and nbf (and a random jti where asked for).
+    Raises TokenEndpointError (not retryable) for a key or file that cannot be used."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+
+    if settings.file:
+        try:
+            with open(settings.file, encoding="utf-8") as handle:
+                return handle.read().strip()
+        except OSError as exc:
+            raise TokenEndpointError(f"sasl.oauthbearer.assertion.file: {exc}", retryable=False) from None
+    if not settings.private_key_file:
+        raise TokenEndpointError("the jwt-bearer grant needs sasl.oauthbearer.assertion.private.key.file "
+                                 "(or sasl.oauthbearer.assertion.file)", retryable=False)
+    header: dict[str, Any] = {}
+    payload: dict[str, Any] = {}
+    try:
+        if settings.template_file:
+            with open(settings.template_file, encoding="utf-8") as handle:
+                template = json.load(handle)
+            header = dict(template.get("header") or {})
+            payload = dict(template.get("payload") or {})
+        with open(settings.private_key_file, "rb") as handle:
+            passphrase = settings.passphrase.encode() if settings.passphrase else None
+            key = serialization.load_pem_private_key(handle.read(), password=passphrase)
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise TokenEndpointError(f"the jwt-bearer assertion cannot be made: {exc}", retryable=False) from None
+    now = int(time.time() if now_s is None else now_s)
+    payload.update({name: value for name, value in (("iss", settings.iss), ("sub", settings.sub),
+                                                   ("aud", settings.aud)) if value})
+    payload.update(iat=now, exp=now + settings.exp_s, nbf=now - settings.nbf_s)
+    if settings.jti:
+        payload["jti"] = uuid.uuid4().hex
+    try:
+        return jwt.encode(payload, key, algorithm=settings.algorithm, headers=header or None)  # type: ignore[arg-type]
+    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+        raise TokenEndpointError(f"the jwt-bearer assertion cannot be signed with {settings.algorithm}: {exc}",
+                                 retryable=False) from None
+
+
 def login_source(config: Any, listener: str, options: Mapping[str, str],
                  trust_pem: str | None = None) -> BearerTokenSource:
-    """The token source of an OAUTHBEARER login on ``listener`` from the broker config and
-    the listener's ``OAuthBearerLoginModule`` options. Raises ValueError (what is
-    missing or wrong, for a ConfigError)."""
-    mechanism = "OAUTHBEARER"
-    handler = config.mechanism_setting(listener, mechanism, "sasl.login.callback.handler.class")
-    url = config.mechanism_setting(listener, mechanism, "sasl.oauthbearer.token.endpoint.url")
-    sub_claim = config["sasl.oauthbearer.sub.claim.name"]
-    scope_claim = config["sasl.oauthbearer.scope.claim.name"]
+    """The token source of an OAUTHBEARER login on ``listener`` from the broker config
+    (each setting per listener and mechanism as Kafka reads them) and the listener's
+    ``OAuthBearerLoginModule`` options. An https:// token endpoint is trusted as the
+    options' ``ssl.truststore.*`` say (Kafka's place for them), else by ``trust_pem`` (the
+    broker's own PEM trust store), else by the system's CAs.
+    Raises ValueError (what is missing or wrong, for a ConfigError)."""
+    from pykfk.security.tls import https_client_context
+
+    def setting(name: str) -> Any:
+        return config.mechanism_setting(listener, "OAUTHBEARER", name)
+
+    def trust(name: str) -> Any:
+        return {"ssl.truststore.location": trust_pem, "ssl.truststore.type": "PEM"}.get(name)
+
+    handler = setting("sasl.login.callback.handler.class")
+    url = setting("sasl.oauthbearer.token.endpoint.url")
+    retriever = setting("sasl.oauthbearer.jwt.retriever.class")
+    sub_claim = setting("sasl.oauthbearer.sub.claim.name")
+    scope_claim = setting("sasl.oauthbearer.scope.claim.name")
     extensions = {k[len("extension_"):]: v for k, v in options.items() if k.startswith("extension_")}
-    refresh = RefreshSettings(config["sasl.login.refresh.window.factor"], config["sasl.login.refresh.window.jitter"],
-                              config["sasl.login.refresh.min.period.seconds"],
-                              config["sasl.login.refresh.buffer.seconds"])
+    refresh = RefreshSettings(setting("sasl.login.refresh.window.factor"), setting("sasl.login.refresh.window.jitter"),
+                              setting("sasl.login.refresh.min.period.seconds"),
+                              setting("sasl.login.refresh.buffer.seconds"))
     if handler in SECURED_LOGIN_HANDLERS or (handler is None and url):
         if not url:
             raise ValueError("sasl.oauthbearer.token.endpoint.url is needed to get tokens")
-        if not options.get("clientId") or not options.get("clientSecret"):
-            raise ValueError("OAuthBearerLoginModule needs clientId and clientSecret")
-        context = None
-        if url.startswith("https:"):
-            context = ssl.create_default_context(cafile=options.get("ssl.truststore.location") or trust_pem)
-        connect = config["sasl.login.connect.timeout.ms"]
-        read = config["sasl.login.read.timeout.ms"]
-        credentials = ClientCredentials(url, options["clientId"], options["clientSecret"], options.get("scope"),
-                                        context, connect / 1000 if connect else None, read / 1000 if read else None)
-        return BearerTokenSource(lambda: fetch_access_token(credentials), sub_claim=sub_claim,
-                                 scope_claim=scope_claim, refresh=refresh,
-                                 retry_backoff_ms=config["sasl.login.retry.backoff.ms"],
-                                 retry_backoff_max_ms=config["sasl.login.retry.backoff.max.ms"],
+        fetch = _secured_fetch(setting, retriever, url, options, trust if trust_pem else None, https_client_context)
+        return BearerTokenSource(fetch, sub_claim=sub_claim, scope_claim=scope_claim, refresh=refresh,
+                                 retry_backoff_ms=setting("sasl.login.retry.backoff.ms"),
+                                 retry_backoff_max_ms=setting("sasl.login.retry.backoff.max.ms"),
                                  extensions=extensions)
     if handler not in (None, UNSECURED_LOGIN_HANDLER):
         raise ValueError(f"unknown OAUTHBEARER login callback handler {handler}")
@@ -311,6 +426,62 @@ def login_source(config: Any, listener: str, options: Mapping[str, str],
                              extensions=extensions)
 
 
+def _secured_fetch(setting: Callable[[str], Any], retriever: str, url: str, options: Mapping[str, str],
+                   trust: Callable[[str], Any] | None, context_of: Callable[..., ssl.SSLContext]
+                   ) -> Callable[[], str]:
+    """What the configured JWT retriever does, as one blocking call."""
+    if retriever == FILE_RETRIEVER or (url.startswith("file:") and retriever != JWT_BEARER_RETRIEVER):
+        path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+        return lambda: read_token_file(path)
+    try:
+        context = context_of(options, trust) if url.startswith("https:") else None
+    except OSError as exc:  # ConfigError: the JAAS ssl.* options name a store that cannot be read
+        raise ValueError(str(exc)) from None
+    connect, read = setting("sasl.login.connect.timeout.ms"), setting("sasl.login.read.timeout.ms")
+    connect_s, read_s = (connect / 1000 if connect else None), (read / 1000 if read else None)
+    scope = setting("sasl.oauthbearer.scope") or options.get("scope")
+    if retriever == JWT_BEARER_RETRIEVER:
+        assertion = AssertionSettings(
+            setting("sasl.oauthbearer.assertion.file"), setting("sasl.oauthbearer.assertion.private.key.file"),
+            setting("sasl.oauthbearer.assertion.private.key.passphrase"),
+            setting("sasl.oauthbearer.assertion.algorithm"), setting("sasl.oauthbearer.assertion.template.file"),
+            setting("sasl.oauthbearer.assertion.claim.iss"), setting("sasl.oauthbearer.assertion.claim.sub"),
+            setting("sasl.oauthbearer.assertion.claim.aud"), setting("sasl.oauthbearer.assertion.claim.exp.seconds"),
+            setting("sasl.oauthbearer.assertion.claim.nbf.seconds"),
+            setting("sasl.oauthbearer.assertion.claim.jti.include"))
+        paths: tuple[str | None, ...] = (assertion.file or assertion.private_key_file, assertion.template_file)
+        for named in paths:
+            if named is not None and not os.path.isfile(named):
+                raise ValueError(f"JwtBearerJwtRetriever: {named} is not a readable file")
+        if not (assertion.file or assertion.private_key_file):
+            raise ValueError("JwtBearerJwtRetriever needs sasl.oauthbearer.assertion.private.key.file "
+                             "(or sasl.oauthbearer.assertion.file)")
+        try:
+            make_assertion(assertion)  # a key that cannot sign fails at start, not at the first login
+        except TokenEndpointError as exc:
+            raise ValueError(str(exc)) from None
+        grant = JwtBearerGrant(url, assertion, scope, context, connect_s, read_s)
+        return lambda: fetch_jwt_bearer_token(grant)
+    # Kafka 4.1's settings first, then the JAAS options (KIP-1139).
+    client_id = setting("sasl.oauthbearer.client.credentials.client.id") or options.get("clientId")
+    secret = setting("sasl.oauthbearer.client.credentials.client.secret") or options.get("clientSecret")
+    if not client_id or not secret:
+        raise ValueError("the client-credentials grant needs sasl.oauthbearer.client.credentials.client.id and "
+                         ".client.secret (or OAuthBearerLoginModule's clientId and clientSecret)")
+    credentials = ClientCredentials(url, client_id, secret, scope, context, connect_s, read_s,
+                                    bool(setting("sasl.oauthbearer.header.urlencode")))
+    return lambda: fetch_access_token(credentials)
+
+
+def read_token_file(path: str) -> str:
+    """The token of Kafka's FileJwtRetriever: a file's content, read again at each refresh."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(MAX_RESPONSE_BYTES).strip()
+    except OSError as exc:
+        raise TokenEndpointError(f"the token file cannot be read: {exc}") from None
+
+
 def client_credentials_from_properties(props: Mapping[str, str]) -> ClientCredentials:
     """A client's OAUTHBEARER client credentials from its properties, in Kafka's
     spelling (``sasl.oauthbearer.token.endpoint.url`` and the ``OAuthBearerLoginModule``
@@ -325,9 +496,10 @@ def client_credentials_from_properties(props: Mapping[str, str]) -> ClientCreden
     except JaasError as exc:
         raise ValueError(f"sasl.jaas.config: {exc}") from None
     url = props.get("sasl.oauthbearer.token.endpoint.url")
-    client_id = (options.get("clientId") or props.get("sasl.oauthbearer.client.credentials.client.id")
+    # Kafka 4.1's settings over the JAAS options (KIP-1139), then librdkafka's.
+    client_id = (props.get("sasl.oauthbearer.client.credentials.client.id") or options.get("clientId")
                  or props.get("sasl.oauthbearer.client.id"))
-    secret = (options.get("clientSecret") or props.get("sasl.oauthbearer.client.credentials.client.secret")
+    secret = (props.get("sasl.oauthbearer.client.credentials.client.secret") or options.get("clientSecret")
               or props.get("sasl.oauthbearer.client.secret"))
     if not url:
         raise ValueError("sasl.oauthbearer.token.endpoint.url: OAUTHBEARER logins need the identity provider's "
@@ -335,7 +507,7 @@ def client_credentials_from_properties(props: Mapping[str, str]) -> ClientCreden
     if not client_id or not secret:
         raise ValueError("sasl.jaas.config: OAUTHBEARER logins need clientId and clientSecret "
                          "(OAuthBearerLoginModule options)")
-    scope = options.get("scope") or props.get("sasl.oauthbearer.scope")
+    scope = props.get("sasl.oauthbearer.scope") or options.get("scope")
     context = None
     if url.startswith("https:"):
         cafile = (options.get("ssl.truststore.location") or props.get("https.ca.location")

@@ -14,7 +14,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pykfk.config import BrokerConfig, ConfigError
@@ -60,6 +60,38 @@ def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
         context.load_default_certs()
     if setting("ssl.keystore.location") or setting("ssl.keystore.key"):
         _load_key_store(context, setting, listener)
+    return context
+
+
+# The ssl.* options of an OAuthBearerLoginModule's JAAS settings that a login's HTTPS
+# client reads (Kafka reads them there, not from the broker's own ssl.* settings).
+HTTPS_CLIENT_OPTIONS = ("ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
+                        "ssl.truststore.certificates", "ssl.keystore.location", "ssl.keystore.type",
+                        "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+                        "ssl.keystore.certificate.chain", "ssl.endpoint.identification.algorithm")
+
+
+def https_client_context(options: Mapping[str, str], fallback: Callable[[str], Any] | None = None) -> ssl.SSLContext:
+    """The context of an HTTPS client of the identity provider: its trust store (and a key
+    store, for an endpoint asking for a client certificate) from the ``ssl.*`` options of
+    the login's JAAS settings. Without trust store options, ``fallback`` (the broker's own
+    trust store settings) where given, else the system's CAs. Store types default to PEM."""
+    defaults = {"ssl.truststore.type": "PEM", "ssl.keystore.type": "PEM", "ssl.endpoint.identification.algorithm": "https"}
+    own_trust = any(name.startswith("ssl.truststore.") for name in options)
+
+    def setting(name: str) -> Any:
+        if name in options:
+            return options[name].upper() if name.endswith(".type") else options[name]
+        if fallback is not None and name.startswith("ssl.truststore.") and not own_trust:
+            return fallback(name)
+        return defaults.get(name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = bool(setting("ssl.endpoint.identification.algorithm"))
+    if not _load_trust_store(context, setting):
+        context.load_default_certs()
+    if setting("ssl.keystore.location") or setting("ssl.keystore.key"):
+        _load_key_store(context, setting, "(an OAUTHBEARER login's HTTPS client)")
     return context
 
 

@@ -1,6 +1,7 @@
 """A small OpenID Connect identity provider for tests, on 127.0.0.1: a JWKS endpoint and
-a client-credentials token endpoint (HTTPS with a TLS context, else HTTP), RSA keys that
-can be rotated, and endpoints that can be made to hang or serve garbage."""
+a token endpoint for client credentials and RFC 7523's jwt-bearer assertions (HTTPS with a
+TLS context, else HTTP), RSA keys that can be rotated, and endpoints that can be made to
+hang or serve garbage."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 HANG_LIMIT_S = 15.0
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 class OidcIssuer:
@@ -31,6 +33,10 @@ class OidcIssuer:
         self.clients: dict[str, str] = {}
         self.lifetimes: dict[str, int] = {}  # client id -> token lifetime (s), else lifetime_s
         self.tokens_issued: dict[str, int] = {}
+        # jwt-bearer grant (RFC 7523): assertion issuer -> its public key; the assertion
+        # must name this issuer as audience, and its sub is the token's.
+        self.assertion_keys: dict[str, Any] = {}
+        self.requests: list[dict[str, str]] = []  # each token request's form (assertions too)
         self.jwks_mode = "ok"  # "ok", "hang" or "garbage"
         self.ca_file: str | None = None  # the CA of its certificate, with TLS
         self.jwks_requests = 0
@@ -56,11 +62,18 @@ class OidcIssuer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
-                client_id, secret = issuer._basic_auth(self.headers.get("Authorization", ""), form)
-                if self.path != "/token" or form.get("grant_type") != ["client_credentials"] \
-                        or issuer.clients.get(client_id) != secret:
-                    self._answer(401, b'{"error":"invalid_client"}')
-                    return
+                issuer.requests.append({k: v[0] for k, v in form.items()})
+                if form.get("grant_type") == [JWT_BEARER] and self.path == "/token":
+                    client_id = issuer._check_assertion(form.get("assertion", [""])[0])
+                    if client_id is None:
+                        self._answer(400, b'{"error":"invalid_grant"}')
+                        return
+                else:
+                    client_id, secret = issuer._basic_auth(self.headers.get("Authorization", ""), form)
+                    if self.path != "/token" or form.get("grant_type") != ["client_credentials"] \
+                            or issuer.clients.get(client_id) != secret:
+                        self._answer(401, b'{"error":"invalid_client"}')
+                        return
                 lifetime = issuer.lifetimes.get(client_id, issuer.lifetime_s)
                 token = issuer.token(client_id, exp=int(time.time()) + lifetime)
                 issuer.tokens_issued[client_id] = issuer.tokens_issued.get(client_id, 0) + 1
@@ -91,6 +104,17 @@ class OidcIssuer:
             client_id, _sep, secret = base64.b64decode(header[6:]).decode().partition(":")
             return urllib.parse.unquote(client_id), urllib.parse.unquote(secret)
         return form.get("client_id", [""])[0], form.get("client_secret", [""])[0]
+
+    def _check_assertion(self, assertion: str) -> str | None:
+        """The subject of a jwt-bearer assertion signed by a known issuer, else None."""
+        try:
+            unverified = jwt.decode(assertion, options={"verify_signature": False})
+            key = self.assertion_keys[unverified["iss"]]
+            claims = jwt.decode(assertion, key, algorithms=["RS256", "ES256"], audience=self.url,
+                                options={"require": ["exp", "iat", "sub"]})
+        except (jwt.PyJWTError, KeyError, TypeError):
+            return None
+        return str(claims["sub"])
 
     def rotate(self, keep_old: bool = False) -> str:
         """A new signing key; the JWKS keeps the old ones only with ``keep_old``."""
