@@ -240,3 +240,18 @@ def test_unsupported_classes_are_refused_at_start(idp, ca):
         login_config(idp, ca, None, **{"sasl.oauthbearer.jwt.retriever.class": "com.example.MyRetriever"})
     with pytest.raises(ConfigError, match="client.credentials.client.id and .client.secret"):
         inter_broker_security(login_config(idp, ca, None))
+
+
+def test_token_from_a_file_endpoint(idp, ca, tmp_path):
+    """DefaultJwtRetriever with a file: endpoint, and FileJwtRetriever, read the token in
+    that file at each fetch (a file rewritten by another tool gives the new token)."""
+    path = tmp_path / "token.jwt"
+    path.write_text(idp.token("filed") + "\n")
+    for retriever in ("DefaultJwtRetriever", "FileJwtRetriever"):
+        cfg = BrokerConfig({**LISTENERS, PREFIX + "sasl.jaas.config": jaas(ca),
+                            PREFIX + "sasl.login.callback.handler.class": LOGIN_HANDLER,
+                            PREFIX + "sasl.oauthbearer.jwt.retriever.class": PACKAGE + retriever,
+                            "sasl.oauthbearer.token.endpoint.url": path.as_uri()})
+        assert get_token(cfg) == path.read_text().strip()
+    path.write_text(idp.token("rewritten"))
+    assert check_login_token(get_token(cfg)).principal == "rewritten"
