@@ -98,6 +98,17 @@ class OidcIssuer:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
+    @classmethod
+    def over_https(cls, ca: Any, name: str, **kwargs: Any) -> OidcIssuer:
+        """An issuer serving HTTPS with a certificate for 127.0.0.1 and localhost from the
+        tests' CA (tests.security.certs), its ``ca_file`` that CA's certificate."""
+        pem = ca.issue(name, "localhost", server=True)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(pem.cert, pem.key)
+        issuer = cls(tls=tls, **kwargs)
+        issuer.ca_file = str(ca.cert_path)
+        return issuer
+
     @staticmethod
     def _basic_auth(header: str, form: dict[str, list[str]]) -> tuple[str, str]:
         if header.lower().startswith("basic "):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 
 import jwt
@@ -37,10 +36,7 @@ LISTENERS = {"listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
 @pytest.fixture(scope="module")
 def idp(ca):
     """The identity provider over HTTPS (a certificate of the tests' CA for 127.0.0.1)."""
-    pem = ca.issue("idp-login", "localhost", server=True)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(pem.cert, pem.key)
-    issuer = OidcIssuer(audience="kafka", tls=tls)
+    issuer = OidcIssuer.over_https(ca, "idp-login", audience="kafka")
     issuer.clients.update({"broker": "b-secret", "id:with/odd": "s&cr=t"})
     yield issuer
     issuer.close()

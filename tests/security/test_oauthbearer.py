@@ -6,7 +6,6 @@ hangs or serves garbage does not hold other logins up."""
 
 from __future__ import annotations
 
-import ssl
 import threading
 import time
 import uuid
@@ -27,11 +26,7 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
 @pytest.fixture(scope="module")
 def issuer(ca):
     """The identity provider over HTTPS, its certificate from the tests' CA."""
-    pem = ca.issue("idp", "localhost", server=True)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(pem.cert, pem.key)
-    idp = OidcIssuer(audience="kafka", tls=tls)
-    idp.ca_file = str(ca.cert_path)
+    idp = OidcIssuer.over_https(ca, "idp", audience="kafka")
     idp.clients.update({"producer-app": "p-secret", "stranger": "s-secret"})
     yield idp
     idp.close()
