@@ -16,17 +16,21 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pykfk._core.records import build_batch
 from pykfk.errors import ErrorCode as E
+from pykfk.group.storage import MemoryOffsetsLog
 from pykfk.server import features
 from pykfk.testing import BrokerProcess, RawClient, free_port, wait_until
-from pykfk.group.storage import MemoryOffsetsLog
 from pykfk.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnConfig, TxnState
 from pykfk.txn.records import decode_value
 from tests.metrics.promtools import parse, scrape
 from tests.server.test_handlers import create_topic
 
 from .conftest import read_all
-from .test_coordinator import PARTITIONS, Ids, RecordingMarkers
-from .test_coordinator import setup  # noqa: F401 - the coordinator fixture
+from .test_coordinator import (
+    PARTITIONS,
+    Ids,
+    RecordingMarkers,
+    setup,  # noqa: F401 - the coordinator fixture
+)
 
 PRODUCE, OFFSET_FETCH, FIND_COORDINATOR, API_VERSIONS = 0, 9, 10, 18
 INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 26, 28
