@@ -263,15 +263,19 @@ def test_versions_and_transaction_version_as_kafka_41_offers_them(raw):
     response = raw.call(API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"})
     served = {k.api_key: k.max_version for k in response.api_keys}
     assert (served[INIT_PRODUCER_ID], served[25], served[END_TXN], served[TXN_OFFSET_COMMIT]) == (5, 4, 5, 5)
-    finalized = {f.name: f.max_version_level for f in response.finalized_features}
-    expected = 2 if served[PRODUCE] >= features.PRODUCE_ADDS_PARTITIONS else 1
-    assert finalized["transaction.version"] == expected
+    # Produce v12+ adds partitions through the coordinator: transaction version 2.
+    assert served[PRODUCE] >= features.PRODUCE_ADDS_PARTITIONS
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in response.finalized_features}
+    assert finalized["transaction.version"] == (2, 2)
+    supported = {f.name: (f.min_version, f.max_version) for f in response.supported_features}
+    assert supported["transaction.version"] == (0, 2)
 
 
 def test_commit_abort_and_offsets_at_transaction_version_2(broker, raw):
     bootstrap = f"{broker.host}:{broker.port}"
     create_topic(raw, "v2-data", 1)
     create_topic(raw, "v2-source", 1)
+    before = _request_counts(broker)
     producer = _init(raw, "v2-app")
     # A committed transaction: records and, with no AddOffsetsToTxn, the group's offsets.
     assert _produce(raw, "v2-app", producer, "v2-data", [b"c0", b"c1", b"c2"]) == E.NONE
@@ -297,6 +301,13 @@ def test_commit_abort_and_offsets_at_transaction_version_2(broker, raw):
     assert read_all(bootstrap, "v2-data", 1, "read_uncommitted") == [b"c0", b"c1", b"c2", b"a0", b"a1"]
     assert wait_until(lambda: _committed(bootstrap, "v2-group", "v2-source") == 42, 30,
                       "the offset of the committed transaction, not of the aborted one")
+    # Every partition was added by the coordinator itself: no AddPartitionsToTxn nor
+    # AddOffsetsToTxn reached the broker, the batches came at Produce v12+.
+    sent = {key: count - before.get(key, 0) for key, count in _request_counts(broker).items()
+            if count > before.get(key, 0)}
+    assert not {key for key in sent if key[0] in ("AddPartitionsToTxn", "AddOffsetsToTxn")}, sent
+    assert {version for name, version in sent if name == "Produce"} == {_max_version(raw, PRODUCE)}
+    assert _max_version(raw, PRODUCE) >= features.PRODUCE_ADDS_PARTITIONS
 
 
 def test_a_second_producer_of_the_id_fences_the_first(raw):
