@@ -572,7 +572,7 @@ class TransactionCoordinator:
                 return E.CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
             if state != TxnState.ONGOING and (commit or state not in SETTLED):
                 return E.INVALID_TXN_STATE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-            next_id = NO_PRODUCER_ID
+            next_id: int | None = NO_PRODUCER_ID
             if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
                 next_id = await self._new_producer_id()
                 if next_id is None:
