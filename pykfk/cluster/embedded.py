@@ -39,7 +39,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pykfk.cluster.metadata import (
@@ -200,8 +200,11 @@ class EmbeddedMetadataStore:
     # -- changes ---------------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+        *, assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
+        # A cluster of one: an explicit assignment can only name this broker (CreateTopics
+        # refuses unknown broker ids), which is where every replica goes anyway.
         if name in self._topics:
             raise TopicExistsError(name)
         info = TopicInfo(name, partitions, replication_factor, dict(configs), uuid.uuid4().hex)

@@ -226,8 +226,12 @@ class TopicStore(Protocol):
         ...
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
-    ) -> TopicInfo: ...
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+        *, assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicInfo:
+        """``assignment``: each partition's replicas, the first the preferred leader
+        (CreateTopics' explicit assignment); None: the store places them."""
+        ...
 
     async def delete_topic(self, name: str) -> None: ...
 

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import resource
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pykfk._core.segment import open_sealed_segments, open_sealed_segments_limit
@@ -156,12 +156,14 @@ class TopicManager:
         return None
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str],
+        *, assignment: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
-        """Create a checked topic; its logs exist on this broker once it returns (the
-        store's listeners create them)."""
+        """Create a checked topic, its replicas where ``assignment`` puts them if given;
+        its logs exist on this broker once it returns (the store's listeners create them)."""
         try:
-            info = await self.store.create_topic(name, partitions, replication_factor, configs)
+            info = await self.store.create_topic(name, partitions, replication_factor, configs,
+                                                 assignment=assignment)
         except TopicExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         try:

@@ -69,7 +69,8 @@ async def handle(ctx: RequestContext, request: typed.CreateTopicsRequest) -> typ
             partitions, replication, configs = broker.topics.check_new_topic(name, partitions, replication, given)
             info = TopicInfo(name, partitions, replication, configs)
             if not validate_only:
-                info = await broker.topics.create_topic(name, partitions, replication, configs)
+                assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments} or None
+                info = await broker.topics.create_topic(name, partitions, replication, configs, assignment=assignment)
             results.append(_created(ctx, info))
         except KafkaError as exc:
             results.append({"name": name, "error_code": exc.code, "error_message": exc.message})
