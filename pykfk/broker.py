@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 # The broker cannot run without the compiled core: importing it here makes a build
 # without the extensions fail at once, with pykfk._core's message saying how to build.
 import pykfk._core  # noqa: F401
+from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.metadata import MetadataStore, TopicInfo
 from pykfk.cluster.node import ClusterNode
 from pykfk.cluster.replica import ReplicaManager
@@ -56,8 +57,10 @@ DEFAULT_BROKER_ENTITY = "<default>"
 class Broker:
     """One broker. Create, ``await start()``, ``await stop()``; loop-affine."""
 
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK):
         self.config = config
+        # Every read of time of the broker's parts (logs, replicas, sessions, quotas).
+        self.clock = clock
         self.cluster = ClusterNode(self)
         self.log_manager: LogManager | None = None
         self.server: KafkaServer | None = None  # the first listener's
@@ -196,6 +199,7 @@ class Broker:
             alert_free_bytes=cfg["log.dir.free.bytes.alert"],
             dir_check_interval_ms=cfg["log.dir.check.interval.ms"],
             floor_exempt_topics=tuple(INTERNAL_TOPICS),
+            clock=self.clock,
         )
 
     async def stop(self) -> None:
@@ -265,7 +269,7 @@ class Broker:
         self._marker_writer = BrokerMarkerWriter(self, config.write_timeout_ms)
         self.transaction_coordinator = TransactionCoordinator(
             config, allocate_producer_id=self.allocate_producer_id, markers=self._marker_writer,
-            clock=self.replica_manager.clock)
+            clock=self.clock)
         await self.transaction_coordinator.start()
         self._transaction_leadership = TransactionLeadership(
             self.transaction_coordinator, self.replica_manager, config.write_timeout_ms)

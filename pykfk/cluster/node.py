@@ -167,6 +167,7 @@ class ClusterNode:
                 channel_security=inter_broker_security(cfg) if cfg.zookeeper_connect else None,
             ),
             log_config_for=self.broker.log_config_for_name,
+            clock=self.broker.clock,
         )
         return store
 
