@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pykfk.clock import Clock
     from pykfk.cluster.metadata import MetadataStore
     from pykfk.cluster.node import ClusterNode
     from pykfk.cluster.replica import ReplicaManager
@@ -31,6 +32,11 @@ class BrokerServices(Protocol):
 
     @property
     def broker_id(self) -> int: ...
+
+    @property
+    def clock(self) -> Clock:
+        """Every read of time (a ManualClock in tests)."""
+        ...
 
     @property
     def metadata(self) -> MetadataStore:

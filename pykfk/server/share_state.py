@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -125,7 +124,7 @@ class ShareStateStore:
             if snapshot.state_epoch < found.state_epoch:
                 return ErrorCode.FENCED_STATE_EPOCH
         value = snapshot_value(snapshot) if snapshot is not None else None
-        batch = bytearray(build_batch([(snapshot_key(*key), value, int(time.time() * 1000), ())]))
+        batch = bytearray(build_batch([(snapshot_key(*key), value, self.broker.clock.time_ms(), ())]))
         try:
             await self.broker.replica_manager.append(SHARE_STATE_TOPIC, number, batch, -1, 30000)
         except KafkaError as exc:

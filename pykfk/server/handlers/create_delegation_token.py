@@ -7,8 +7,6 @@ are removed from the store on the way."""
 
 from __future__ import annotations
 
-import time
-
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
@@ -48,7 +46,7 @@ async def handle(ctx: RequestContext, request: typed.CreateDelegationTokenReques
     settings = token_settings(ctx.broker.config)
     if not settings.enabled:
         return _answer(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, owner, requester)
-    now_ms = int(time.time() * 1000)
+    now_ms = ctx.broker.clock.time_ms()
     token = tokens.create(settings, owner, requester, (f"{r.principal_type}:{r.principal_name}" for r in request.renewers),
                           request.max_lifetime_ms, now_ms)
     store = ctx.broker.metadata

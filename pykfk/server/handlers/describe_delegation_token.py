@@ -5,8 +5,6 @@ owner (USER resource), as Kafka's filterToken. Errors as CreateDelegationToken's
 
 from __future__ import annotations
 
-import time
-
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode
 from pykfk.protocol import typed
@@ -45,7 +43,7 @@ async def handle(ctx: RequestContext, request: typed.DescribeDelegationTokenRequ
         stored = await ctx.broker.metadata.delegation_tokens()
     except MetadataWriteError as exc:
         return {"error_code": exc.code, "tokens": [], "throttle_time_ms": 0}
-    now_ms = int(time.time() * 1000)
+    now_ms = ctx.broker.clock.time_ms()
     principal = session.principal
 
     def may_describe_token(token_id: str) -> bool:
