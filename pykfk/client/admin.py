@@ -119,6 +119,11 @@ class ClientSecurity:
     oauth: Any = None
     sasl_extensions: tuple[tuple[str, str], ...] = ()
     ssl_verify: bool = True
+    # Certificates and key given as PEM text (librdkafka's ssl.*.pem, or read from a
+    # PKCS#12 key store): loaded from memory, never left on disk.
+    ssl_ca_pem: str | None = None
+    ssl_cert_pem: str | None = None
+    ssl_key_pem: str | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -171,17 +176,16 @@ class ClientSecurity:
         ``ssl.ca.location`` (a file, a directory or ``probe``), ``ssl.certificate.location``,
         ``ssl.key.location``/``password``, ``ssl.endpoint.identification.algorithm``
         (``https``, librdkafka's default, or ``none``) and
-        ``enable.ssl.certificate.verification``. Raises ValueError naming a setting this
-        client cannot honour (PKCS#12 key stores, PEM strings, GSSAPI). OAUTHBEARER takes
+        ``enable.ssl.certificate.verification``, PEM text (``ssl.ca.pem``,
+        ``ssl.certificate.pem``, ``ssl.key.pem``) and PKCS#12 key stores
+        (``ssl.keystore.location``/``password``). Raises ValueError naming a setting this
+        client cannot honour (GSSAPI). OAUTHBEARER takes
         librdkafka's OIDC keys (``sasl.oauthbearer.token.endpoint.url``, ``.client.id``,
         ``.client.secret``, ``.scope``)."""
         from pykfk.security.sasl import client_login_settings
 
         props = {k: str(v) for k, v in settings.items()}
         protocol = _protocol(props)
-        for key, instead in _LIBRDKAFKA_UNSUPPORTED.items():
-            if props.get(key) and protocol != "PLAINTEXT":
-                raise ValueError(f"{key}: not supported by pykfk's admin client; {instead}")
         mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI"
         name = "sasl.mechanism" if "sasl.mechanism" in props else "sasl.mechanisms"
         cafile = props.get("ssl.ca.location") or None
@@ -190,6 +194,9 @@ class ClientSecurity:
         if algorithm not in ("https", "none"):
             raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r} is neither https nor none")
         mechanism = _mechanism(protocol, name, mechanism)
+        cert_pem, key_pem = props.get("ssl.certificate.pem") or None, props.get("ssl.key.pem") or None
+        if props.get("ssl.keystore.location"):
+            cert_pem, key_pem = _pkcs12_as_pem(props["ssl.keystore.location"], props.get("ssl.keystore.password"))
         return cls(
             protocol=protocol,
             sasl_mechanism=mechanism,
@@ -201,6 +208,9 @@ class ClientSecurity:
             ssl_key_password=props.get("ssl.key.password") or None,
             ssl_check_hostname=algorithm == "https",
             ssl_verify=verify not in ("false", "0"),
+            ssl_ca_pem=props.get("ssl.ca.pem") or None,
+            ssl_cert_pem=cert_pem,
+            ssl_key_pem=key_pem,
             **(client_login_settings(props, mechanism) if protocol.startswith("SASL") else {}),
         )
 
@@ -211,19 +221,51 @@ class ClientSecurity:
         context.check_hostname = self.ssl_check_hostname and self.ssl_verify
         if not self.ssl_verify:
             context.verify_mode = ssl.CERT_NONE
-        if self.ssl_certfile:
+        if self.ssl_ca_pem:
+            context.load_verify_locations(cadata=self.ssl_ca_pem)
+        if self.ssl_cert_pem:
+            _load_chain_from_memory(context, self.ssl_cert_pem, self.ssl_key_pem, self.ssl_key_password)
+        elif self.ssl_certfile:
             context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password)
         return context
 
 
-# librdkafka settings pykfk's admin client has no equivalent for, and what to use instead.
-_LIBRDKAFKA_UNSUPPORTED = {
-    "ssl.keystore.location": "give the certificate and key as PEM files "
-                             "(ssl.certificate.location, ssl.key.location)",
-    "ssl.ca.pem": "give the CA certificates as a PEM file (ssl.ca.location)",
-    "ssl.certificate.pem": "give the certificate as a PEM file (ssl.certificate.location)",
-    "ssl.key.pem": "give the key as a PEM file (ssl.key.location)",
-}
+def _pkcs12_as_pem(path: str, password: str | None) -> tuple[str, str]:
+    """(certificate chain, unencrypted key) of a PKCS#12 key store, as PEM text."""
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        NoEncryption,
+        PrivateFormat,
+        pkcs12,
+    )
+
+    try:
+        with open(path, "rb") as f:
+            key, cert, extra = pkcs12.load_key_and_certificates(f.read(), password.encode() if password else None)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"ssl.keystore.location: cannot read the PKCS#12 key store {path}: {exc}") from None
+    if key is None or cert is None:
+        raise ValueError(f"ssl.keystore.location: {path} holds no private key and certificate")
+    chain = b"".join(c.public_bytes(Encoding.PEM) for c in (cert, *extra))
+    return chain.decode(), key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+
+
+def _load_chain_from_memory(context: ssl.SSLContext, cert_pem: str, key_pem: str | None,
+                            password: str | None) -> None:
+    """``load_cert_chain`` reads only files: the PEM text goes through a file only this
+    user can read, in a directory only this user can enter, removed at once."""
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="pykfk-tls-")  # mode 0700
+    try:
+        path = os.path.join(directory, "chain.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(cert_pem if key_pem is None else f"{key_pem.strip()}\n{cert_pem}")
+        context.load_cert_chain(path, password=password)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _protocol(props: Mapping[str, str]) -> str:

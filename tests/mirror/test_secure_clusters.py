@@ -2,8 +2,8 @@
 keys as its copying clients take them: the source over SASL_SSL (PLAIN), the target over
 TLS with a client certificate it requires. Topic sync, checkpoints and the failover of a
 group go through pykfk's admin client with the same settings; a wrong password stops
-the process with the broker's answer, a setting that client cannot honour is refused
-before anything starts."""
+the process with the broker's answer; a PKCS#12 key store and PEM text work too, and a
+key store that cannot be read is refused before anything starts."""
 
 from __future__ import annotations
 
@@ -133,11 +133,52 @@ def test_a_wrong_password_stops_the_mirror_with_the_brokers_answer(clusters: dic
     assert "SASL_AUTHENTICATION_FAILED" in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
-def test_a_setting_the_admin_client_cannot_honour_is_refused_before_starting(clusters: dict[str, Any],
-                                                                             tmp_path: Path) -> None:
-    config = _config(tmp_path / "p12.yaml", clusters, topics="orders",
-                     **{"target.ssl.keystore.location": str(tmp_path / "mirror.p12")})
-    done = subprocess.run(mirror_command("run", str(config), "--max-seconds", "5"), check=False,
+def _pkcs12(cert: Any, path: Path, password: str) -> Path:
+    """The mirror's certificate and key as a PKCS#12 key store, as Java tools keep them."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        load_pem_private_key,
+        pkcs12,
+    )
+
+    key = load_pem_private_key(Path(cert.key).read_bytes(), None)
+    certificate = x509.load_pem_x509_certificate(Path(cert.cert).read_bytes())
+    path.write_bytes(pkcs12.serialize_key_and_certificates(b"mirror", key, certificate, None,  # type: ignore[arg-type]
+                                                           BestAvailableEncryption(password.encode())))
+    return path
+
+
+def test_a_pkcs12_key_store_and_pem_text_reach_the_admin_client(clusters: dict[str, Any], tmp_path: Path) -> None:
+    """librdkafka's ssl.keystore.location (PKCS#12) and ssl.ca.pem work for the topic sync
+    as for the copying clients: the private key is never written where others can read it."""
+    source, target = _plain(clusters["source"]), _plain(clusters["target"])
+    create_topic(source, "payments", 1)
+    PacedWriter(source, "payments", 200, 1).run()
+    store = _pkcs12(clusters["cert"], tmp_path / "mirror.p12", "store-secret")
+    ca, sasl_port = clusters["ca"], clusters["source"].ports["SASL_SSL"]
+    config = write_config(
+        tmp_path / "p12.yaml", ("east", f"127.0.0.1:{sasl_port}"), ("west", f"127.0.0.1:{clusters['target'].ports['SSL']}"),
+        topics="payments",
+        **{"source.security.protocol": "SASL_SSL", "source.sasl.mechanisms": "PLAIN",
+           "source.sasl.username": "alice", "source.sasl.password": "alice-secret",
+           "source.ssl.ca.location": str(ca.cert_path),
+           "target.security.protocol": "SSL", "target.ssl.ca.pem": Path(ca.cert_path).read_text(),
+           "target.ssl.keystore.location": str(store), "target.ssl.keystore.password": "store-secret"})
+    security = ClientSecurity.from_librdkafka(load_config(str(config)).target.client("admin"))
+    assert security.ssl_certfile is None and security.ssl_cert_pem and security.ssl_ca_pem
+    with AdminClient(f"127.0.0.1:{clusters['target'].ports['SSL']}", security=security) as admin:
+        admin.describe_topics()  # the target requires a client certificate: the key store's
+    mirror = MirrorProcess(config, "p12").start()
+    try:
+        wait_until(lambda: total_records(target, "east.payments", 1) == 200, 60, "every record in the target")
+    finally:
+        assert mirror.stop() == 0, mirror.tail()
+    assert "Traceback" not in mirror.tail(400), mirror.tail()
+
+    wrong = _config(tmp_path / "wrong.yaml", clusters, topics="payments",
+                    **{"target.ssl.keystore.location": str(store), "target.ssl.keystore.password": "nope"})
+    done = subprocess.run(mirror_command("run", str(wrong), "--max-seconds", "5"), check=False,
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "target.ssl.keystore.location" in done.stderr and "PEM" in done.stderr, done.stderr
+    assert "target.ssl.keystore.location" in done.stderr and "PKCS#12" in done.stderr, done.stderr
