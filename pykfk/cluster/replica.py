@@ -1156,7 +1156,7 @@ class ReplicaManager:
         new_set = set(new)
         others = [p for p in partitions if p not in new_set]
 
-        def make(index: int) -> asyncio.Future[dict[tuple[str, int], _PreparedReplica]] | None:
+        def make(index: int) -> asyncio.Future[tuple[dict[tuple[str, int], _PreparedReplica], dict[int, str]]] | None:
             if index >= len(chunks):
                 return None
             return loop.run_in_executor(None, self._prepare_replicas, topic, chunks[index], leads, config)
@@ -1167,12 +1167,17 @@ class ReplicaManager:
                 if making is None:
                     break
                 current, making = making, None
-                prepared = await current
+                prepared, failed = await current
                 # A topic deleted meanwhile: what was made is dropped below.
                 making = make(index + 1) if self.store.get_topic(topic) is not None else None
                 self._prepared.update(prepared)
                 made.extend(replica.log for replica in prepared.values())
-                self._apply_quietly(topic, chunk)
+                # A log that could not be made fails the creation (``created``) rather than
+                # being tried again here, where its dir, gone offline, is no longer chosen.
+                for partition, problem in failed.items():
+                    log.warning("%s-%d: no log could be made for this broker's replica: %s", topic, partition, problem)
+                    self._creation_failed[(topic, partition)] = problem
+                self._apply_quietly(topic, [p for p in chunk if p not in failed])
                 _keep_out_of_collections()
                 await asyncio.sleep(0)
             for start in range(0, len(others), CREATE_CHUNK):
@@ -1185,7 +1190,7 @@ class ReplicaManager:
         finally:
             if making is not None:  # the chunk being made when this stopped: its logs are dropped below
                 with contextlib.suppress(Exception):
-                    self._prepared.update(await asyncio.shield(making))
+                    self._prepared.update((await asyncio.shield(making))[0])
             self._drop_unused_prepared(topic)
 
     def _apply_quietly(self, topic: str, partitions: list[int]) -> None:
@@ -1199,21 +1204,23 @@ class ReplicaManager:
             self.transition_log_level = logging.INFO
 
     def _prepare_replicas(self, topic: str, partitions: list[int], leads: dict[int, int],
-                          config: Any) -> dict[tuple[str, int], _PreparedReplica]:
+                          config: Any) -> tuple[dict[tuple[str, int], _PreparedReplica], dict[int, str]]:
         """Worker thread: a new log per partition, and the leader epoch it will start at
         when this broker leads it (written unsynced, as Kafka does for epoch changes)."""
         prepared = {}
+        failed: dict[int, str] = {}
         for partition in partitions:
             try:
                 plog = self.log_manager.create_log(topic, partition, config)
-            except KafkaError:
-                continue  # tried again by its apply_state, which records the failure
+            except KafkaError as exc:
+                failed[partition] = exc.message or exc.code.name
+                continue
             epochs = LeaderEpochCache(plog.dir, sync=False, entries=[])
             if partition in leads:
                 epochs.assign(leads[partition], 0)
             epochs.sync = True  # later leadership changes are written as usual
             prepared[(topic, partition)] = _PreparedReplica(plog, epochs)
-        return prepared
+        return prepared, failed
 
     async def _write_topic_ids(self, topic_id: uuid.UUID, logs: list[Log]) -> None:
         """The partition.metadata files of a bulk creation, written once it is done, as
