@@ -16,7 +16,7 @@ def test_the_committed_protocol_reference_is_up_to_date():
 
 def test_every_served_api_is_listed_with_its_versions():
     text = protocol_reference_markdown()
-    assert "| 3 | Metadata | 0-12 | v9 |" in text
+    assert "| 3 | Metadata | 0-13 | v9 |" in text
     assert "| 17 | SaslHandshake | 0-1 | - |" in text
 
 
