@@ -195,6 +195,7 @@ class ClientSecurity:
             raise ValueError(f"ssl.endpoint.identification.algorithm: {algorithm!r} is neither https nor none")
         mechanism = _mechanism(protocol, name, mechanism)
         cert_pem, key_pem = props.get("ssl.certificate.pem") or None, props.get("ssl.key.pem") or None
+        _check_pem_text(props)
         if props.get("ssl.keystore.location"):
             cert_pem, key_pem = _pkcs12_as_pem(props["ssl.keystore.location"], props.get("ssl.keystore.password"))
         return cls(
@@ -228,6 +229,28 @@ class ClientSecurity:
         elif self.ssl_certfile:
             context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password)
         return context
+
+
+def _check_pem_text(props: Mapping[str, str]) -> None:
+    """ValueError naming an ``ssl.*.pem`` setting that holds no usable PEM text, when
+    the settings are read rather than at the first connection."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    password = props.get("ssl.key.password")
+    checks: dict[str, Callable[[bytes], object]] = {
+        "ssl.ca.pem": x509.load_pem_x509_certificates,
+        "ssl.certificate.pem": x509.load_pem_x509_certificates,
+        "ssl.key.pem": lambda data: load_pem_private_key(data, password.encode() if password else None),
+    }
+    for key, load in checks.items():
+        text = props.get(key)
+        if not text:
+            continue
+        try:
+            load(text.encode())
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{key}: not usable PEM text: {exc}") from None
 
 
 def _pkcs12_as_pem(path: str, password: str | None) -> tuple[str, str]:
