@@ -1,9 +1,14 @@
-"""python -m bench.latency [--rate 20000] [--seconds 20] [--target pykfk|mock|both]"""
+"""python -m bench.latency [--rate 20000] [--seconds 20] [--target pykfk|mock|both] [--no-floor]
+
+After the broker's run, the same run measures ``bench.latency.floor`` (a minimal C server
+doing a request's system calls) at the request rate the broker saw, and reports the
+broker's CPU per request as a ratio to the floor's (the target is <= 2.0x)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -13,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.latency.report import plot, print_stalls, print_table, summarize
+from bench.latency import floor
+from bench.latency.report import add_floor, plot, print_stalls, print_table, summarize
 from bench.scale.probes import user_and_kernel_cpu_seconds
 from pykfk.server.loop_stalls import REPORT_ENV, STALL_MS_ENV
 from pykfk.testing import BrokerProcess
 
 TOPIC = "latency"
 START_DELAY_S = 1.0
+FLOOR_DEFAULT_RATE = 7000.0  # bench.latency.floor's own default
 
 
 def _worker(role: str, bootstrap: str, run_dir: str, args: argparse.Namespace,
@@ -122,6 +129,16 @@ def _start_profiler(pid: int, args: argparse.Namespace) -> subprocess.Popen[byte
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _measure_floor(result: dict[str, Any], args: argparse.Namespace) -> None:
+    """The floor server at the request rate the broker saw (the default rate when the
+    clients' counts are missing); its figures and the ratio go into ``result``."""
+    rate = result.get("requests_per_s", float("nan"))
+    if math.isnan(rate) or rate <= 0:  # NaN: too few statistics samples
+        rate = FLOOR_DEFAULT_RATE
+    print(f"floor: {rate:,.0f} requests/s for {args.floor_seconds:.0f} s (bench.latency.floor)", flush=True)
+    add_floor(result, floor.measure(rate, args.floor_seconds))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
     parser.add_argument("--rate", type=int, default=20_000, help="records per second")
@@ -132,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
     parser.add_argument("--stall-ms", type=float, default=5.0,
                         help="the broker records loop stalls longer than this (ms); 0: no monitor")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip bench.latency.floor (run after the broker at its request rate)")
+    parser.add_argument("--floor-seconds", type=float, default=10.0, help="the floor's measured window")
     parser.add_argument("--profile", metavar="FILE",
                         help="also sample the broker with py-spy over the window (raw stacks)")
     args = parser.parse_args(argv)
@@ -143,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{target}: {args.rate:,} records/s of 1 KiB for {args.warmup:.0f} s warm-up "
                   f"+ {args.seconds:.0f} s", flush=True)
             results.append(run_once(target, args, workdir))
+            if target == "pykfk" and not args.no_floor:
+                _measure_floor(results[-1], args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(args.out, exist_ok=True)

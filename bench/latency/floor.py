@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.scale.probes import user_and_kernel_cpu_seconds
+from bench.scale.probes import CLOCK_TICKS, user_and_kernel_cpu_seconds
 
 FRAME_BODY = 1024
 ANSWER_BYTES = 64
@@ -62,6 +62,45 @@ def client(port: int, rate: float, window: tuple[float, float]) -> None:
     print(inside, flush=True)
 
 
+def measure(rate: float, seconds: float, write: bool = True, warmup_s: float = 2.0) -> dict[str, float]:
+    """Runs the floor server at ``rate`` requests/s for ``seconds`` (after ``warmup_s``);
+    its CPU per request in all and in the kernel.
+
+    The total (utime + stime) is the scheduler's exact runtime; the split between them is
+    not: without ``CONFIG_VIRT_CPU_ACCOUNTING_GEN`` the kernel charges each scheduler tick
+    (``CONFIG_HZ``) to user or kernel by where it found the process, and scales the exact
+    total by those counts. A server running a few microseconds per wakeup is caught by a
+    few hundred ticks in a run, so its kernel share is a small sample (it has read 0%, 66%
+    and 100% on the same machine); ``ticks``, its CPU time in /proc's clock ticks, gives
+    the order of the number of samples it rests on. Its own code being a few hundred
+    instructions a request, the true share is close to 100%."""
+    with tempfile.TemporaryDirectory(prefix="pykfk-floor-") as workdir:
+        server = subprocess.Popen([build(workdir), os.path.join(workdir, "segment.log"), "1" if write else "0"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = int(server.stdout.readline())
+            # CLOCK_MONOTONIC is the machine's: the clients share the window's ends.
+            window = (time.monotonic() + warmup_s, time.monotonic() + warmup_s + seconds)
+            clients = [subprocess.Popen([sys.executable, "-m", "bench.latency.floor", "--client", str(port),
+                                         str(rate / 2), *map(str, window)], stdout=subprocess.PIPE, text=True,
+                                        cwd=Path(__file__).parents[2])
+                       for _ in range(2)]
+            time.sleep(max(window[0] - time.monotonic(), 0))
+            user, kernel = user_and_kernel_cpu_seconds(server.pid)
+            time.sleep(max(window[1] - time.monotonic(), 0))
+            user_after, kernel_after = user_and_kernel_cpu_seconds(server.pid)
+            requests = sum(int(c.communicate(timeout=60)[0]) for c in clients)
+        finally:
+            server.communicate(timeout=10)  # closing its stdin stops it
+    total = user_after - user + kernel_after - kernel
+    kernel_s = kernel_after - kernel
+    return {"requests_per_s": requests / seconds, "cpu_us_per_request": total / max(requests, 1) * 1e6,
+            "kernel_us_per_request": kernel_s / max(requests, 1) * 1e6,
+            "kernel_share": kernel_s / max(total, 1e-9), "ticks": round(total * CLOCK_TICKS),
+            "write": write}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency.floor", description=__doc__)
     parser.add_argument("--rate", type=float, default=7000, help="requests per second, both clients")
@@ -73,30 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         port, rate, *window = args.client
         client(int(port), rate, (window[0], window[1]))
         return 0
-    with tempfile.TemporaryDirectory(prefix="pykfk-floor-") as workdir:
-        server = subprocess.Popen([build(workdir), os.path.join(workdir, "segment.log"),
-                                   "0" if args.no_write else "1"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            assert server.stdout is not None
-            port = int(server.stdout.readline())
-            # CLOCK_MONOTONIC is the machine's: the clients share the window's ends.
-            window = (time.monotonic() + 2.0, time.monotonic() + 2.0 + args.seconds)
-            clients = [subprocess.Popen([sys.executable, "-m", "bench.latency.floor", "--client", str(port),
-                                         str(args.rate / 2), *map(str, window)], stdout=subprocess.PIPE, text=True)
-                       for _ in range(2)]
-            time.sleep(max(window[0] - time.monotonic(), 0))
-            user, kernel = user_and_kernel_cpu_seconds(server.pid)
-            time.sleep(max(window[1] - time.monotonic(), 0))
-            user_after, kernel_after = user_and_kernel_cpu_seconds(server.pid)
-            requests = sum(int(c.communicate(timeout=60)[0]) for c in clients)
-        finally:
-            server.communicate(timeout=10)  # closing its stdin stops it
-    rate = requests / args.seconds
-    cpu_us = (user_after - user + kernel_after - kernel) / requests * 1e6
-    kernel_share = (kernel_after - kernel) / max(user_after - user + kernel_after - kernel, 1e-9)
-    print(f"{rate:,.0f} requests/s; server CPU {cpu_us:.1f} us a request"
-          f"{' (no pwrite)' if args.no_write else ''}, {kernel_share:.0%} of it in the kernel")
+    floor = measure(args.rate, args.seconds, write=not args.no_write)
+    print(f"{floor['requests_per_s']:,.0f} requests/s; server CPU {floor['cpu_us_per_request']:.1f} us a request"
+          f"{' (no pwrite)' if args.no_write else ''}, {floor['kernel_share']:.0%} of it in the kernel "
+          f"(sampled over {floor['ticks']} ticks: see measure())")
     return 0
 
 

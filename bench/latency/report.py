@@ -58,6 +58,19 @@ def summarize(target: str, args: argparse.Namespace, producer: dict[str, Any],
     return result
 
 
+# The target for the broker's CPU per request, as a multiple of the floor's (issue 26).
+FLOOR_RATIO_TARGET = 2.0
+
+
+def add_floor(result: dict[str, Any], floor: dict[str, float]) -> None:
+    """The floor's figures (``bench.latency.floor.measure``) and the broker's CPU per
+    request as a multiple of the floor's."""
+    result["floor"] = floor
+    if "broker_cpu_us_per_request" in result and floor["cpu_us_per_request"] > 0:
+        result["cpu_ratio_to_floor"] = result["broker_cpu_us_per_request"] / floor["cpu_us_per_request"]
+        result["cpu_ratio_target"] = FLOOR_RATIO_TARGET
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
     print()
     header = f"{'':8} {'rate':>8} {'e2e p50':>8} {'p99':>7} {'p99.9':>7} {'max':>7} " \
@@ -76,6 +89,18 @@ def print_table(results: list[dict[str, Any]]) -> None:
               f"{r['fetch_requests_per_s']:.0f} Fetch requests/s")
     print("latencies in ms; CPU is the broker's (the mock runs inside the producer), "
           "kernel the part of us/req spent in system calls")
+    for r in results:
+        floor = r.get("floor")
+        if floor is None:
+            continue
+        ratio = r.get("cpu_ratio_to_floor", float("nan"))
+        verdict = "met" if ratio <= FLOOR_RATIO_TARGET else "not met"
+        print(f"{'floor':8} {floor['requests_per_s']:8.0f} requests/s (C server, same run): "
+              f"{floor['cpu_us_per_request']:.1f} us/req, kernel {floor['kernel_us_per_request']:.1f} "
+              f"(kernel share sampled over {floor['ticks']:.0f} ticks)")
+        print(f"{r['target']}: broker CPU per request {r['broker_cpu_us_per_request']:.1f} us = "
+              f"{ratio:.2f}x the floor's {floor['cpu_us_per_request']:.1f} us "
+              f"(target <= {FLOOR_RATIO_TARGET:g}x: {verdict})")
 
 
 def print_stalls(results: list[dict[str, Any]], worst: int = 8) -> None:
@@ -126,6 +151,11 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
         ax.set_title(f"{title} latency, 1 KiB records, acks=all")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
+    ratios = [f"{r['target']} CPU/request {r['cpu_ratio_to_floor']:.2f}x the floor's "
+              f"({r['broker_cpu_us_per_request']:.1f} vs {r['floor']['cpu_us_per_request']:.1f} us; "
+              f"target <= {FLOOR_RATIO_TARGET:g}x)" for r in results if "cpu_ratio_to_floor" in r]
+    if ratios:
+        fig.suptitle("; ".join(ratios), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

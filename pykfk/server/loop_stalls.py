@@ -6,9 +6,16 @@ at stop). Works on uvloop as on asyncio's own loop, without wrapping their callb
 
 - a tick on the loop every ``TICK_S`` measures how late it ran: a tick late by more than
   the threshold is a stall of that length;
-- a watchdog thread reads the loop thread's Python stack while the loop is late, so a
-  stall is named by what ran: the callback or task at the bottom of the stack (the first
-  frame above the loop) and the innermost frame at the time;
+- while the loop is late the loop thread's Python stack is sampled, so a stall is named
+  by what ran: the callback or task at the bottom of the stack (the first frame above the
+  loop) and the innermost frame at the time. When the loop runs in the main thread and
+  SIGALRM is free, each tick pushes a one-shot ``ITIMER_REAL`` timer half a threshold
+  past the next tick: it fires only while the loop is late, and its handler runs in the
+  loop thread and reads the frame it interrupted. Nothing wakes while nothing stalls (a
+  polling thread cost the broker about 400 wakeups a second, and a handover of the
+  interpreter lock each). Otherwise (a loop in another thread, SIGALRM taken, as by
+  pytest-timeout) a watchdog thread polls every half tick and reads the loop thread's
+  stack with ``sys._current_frames``;
 - ``gc.callbacks`` time every collection, with its generation; a stall overlapping a
   collection says so (a collection holds the interpreter lock, so the watchdog cannot
   sample it: the gc record is the name then).
@@ -30,6 +37,7 @@ import gc
 import inspect
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,7 +52,7 @@ TICK_S = 0.005
 # Stall lengths are counted in these buckets (ms, upper bounds; the last is open).
 BUCKETS_MS = (5, 10, 20, 50, 100, 200, 500, 1000)
 WORST_KEPT = 50
-REPORT_INTERVAL_S = 1.0
+REPORT_INTERVAL_S = 1.0  # the report file is rewritten this often (by a thread: 1 wakeup a second)
 NO_CALLBACK = "<loop, no Python callback>"
 # A stall names the innermost frames, up to this many.
 STACK_DEPTH = 4
@@ -127,6 +135,12 @@ class LoopStallMonitor:
         self._handle: asyncio.TimerHandle | None = None
         self._runner: CodeType | None = None
         self._samples: collections.Counter[tuple[str, str]] = collections.Counter()
+        # Stacks sampled by the SIGALRM handler in the loop thread; no lock: the handler
+        # runs between bytecodes of that same thread, and only appends.
+        self._signal_samples: list[tuple[str, str]] = []
+        self._use_signal = False
+        self._previous_handler: Any = None
+        self._armed_s = 0.0  # the one-shot timer's delay
         self._gc_started = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,14 +167,50 @@ class LoopStallMonitor:
         except OSError:
             self._schedstat_fd = -1
         self._last_sched = self._sched()
+        self._use_signal = self._install_signal_sampler()
         self._schedule_tick()
         gc.callbacks.append(self._on_gc)
-        self._thread = threading.Thread(target=self._watch, name="pykfk-loop-stalls", daemon=True)
+        target = self._write_reports if self._use_signal else self._watch
+        self._thread = threading.Thread(target=target, name="pykfk-loop-stalls", daemon=True)
         self._thread.start()
+
+    def _install_signal_sampler(self) -> bool:
+        """Sample the loop's stack from SIGALRM when the loop runs in the main thread and
+        nothing else handles SIGALRM; False: the watchdog thread samples instead."""
+        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+            return False
+        try:
+            if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+                return False
+            if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+                return False  # someone's alarm is pending
+            self._previous_handler = signal.signal(signal.SIGALRM, self._on_alarm)
+            # Restart system calls the signal interrupts (SA_RESTART): other threads'
+            # reads and writes, and compiled code that does not retry on EINTR.
+            signal.siginterrupt(signal.SIGALRM, False)
+        except (ValueError, OSError):
+            return False
+        # First sample half a threshold after the tick is late (as the watchdog did), then
+        # every half threshold while it stays late.
+        self._armed_s = TICK_S + self.threshold_s / 2
+        return True
+
+    def _on_alarm(self, _signum: int, frame: FrameType | None) -> None:
+        """In the loop thread, between two bytecodes of whatever holds it up."""
+        self._signal_samples.append(describe_stack(frame, self._runner))
+        del frame
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
+        if self._use_signal:
+            self._use_signal = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                signal.signal(signal.SIGALRM, self._previous_handler if self._previous_handler is not None
+                              else signal.SIG_DFL)
+            except ValueError:  # stopped from another thread: the alarm is off, the handler stays
+                pass
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._stop.set()
@@ -177,6 +227,9 @@ class LoopStallMonitor:
         assert self._loop is not None
         self._expected = self.clock() + TICK_S
         self._handle = self._loop.call_later(TICK_S, self._tick)
+        if self._use_signal:
+            # A dead man's switch: it fires only if the next tick is half a threshold late.
+            signal.setitimer(signal.ITIMER_REAL, self._armed_s, self.threshold_s / 2)
 
     def _sched(self) -> tuple[int, int]:
         if self._schedstat_fd < 0:
@@ -201,6 +254,9 @@ class LoopStallMonitor:
     def _record(self, late_s: float, now: float, cpu_ms: float = 0.0, waiting_ms: float = 0.0) -> None:
         with self._lock:
             samples, self._samples = self._samples, collections.Counter()
+        if self._signal_samples:
+            taken, self._signal_samples = self._signal_samples, []
+            samples.update(taken)
         start = now - late_s
         try:
             pauses = list(self.gc_pauses)
@@ -252,6 +308,11 @@ class LoopStallMonitor:
             self.gc_pauses.append((self._gc_started, ms, generation))
 
     # -- the watchdog thread ----------------------------------------------------------
+
+    def _write_reports(self) -> None:
+        while not self._stop.wait(REPORT_INTERVAL_S):
+            if self.report_path is not None:
+                self.write_report()
 
     def _watch(self) -> None:
         next_report = self.clock() + REPORT_INTERVAL_S

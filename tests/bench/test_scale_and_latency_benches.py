@@ -47,7 +47,7 @@ def test_scale_bench_measures_a_few_hundred_partitions(tmp_path: Path) -> None:
 def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None:
     out = tmp_path / "latency"
     run = _run("bench.latency", "--rate", "500", "--seconds", "2", "--warmup", "1",
-               "--out", str(out))
+               "--floor-seconds", "2", "--out", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
     results = {r["target"]: r for r in json.loads((out / "results-500.json").read_text())}
     assert set(results) == {"pykfk", "mock"}
@@ -61,6 +61,13 @@ def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None
     assert sum(stalls["histogram"].values()) == sum(stalls["cpu_histogram"].values()) == stalls["stalls"]
     assert "event-loop stalls over" in run.stdout and "collections:" in run.stdout
     assert (out / "latency-500.png").stat().st_size > 1000
+    # the floor server ran in the same run, at the request rate the broker saw
+    floor, pykfk = results["pykfk"]["floor"], results["pykfk"]
+    assert 0.5 * pykfk["requests_per_s"] <= floor["requests_per_s"] <= 1.5 * pykfk["requests_per_s"]
+    assert 0 < floor["cpu_us_per_request"] < 10_000
+    assert pykfk["cpu_ratio_to_floor"] == pytest.approx(
+        pykfk["broker_cpu_us_per_request"] / floor["cpu_us_per_request"])
+    assert "x the floor's" in run.stdout and "floor" not in results
 
 
 def test_syscall_floor_bench_serves_every_round_trip(tmp_path: Path) -> None:
@@ -69,4 +76,4 @@ def test_syscall_floor_bench_serves_every_round_trip(tmp_path: Path) -> None:
     # "<rate> requests/s; server CPU <x> us a request, <p>% of it in the kernel"
     rate, _, rest = run.stdout.strip().partition(" requests/s; server CPU ")
     assert 300 <= float(rate.replace(",", "")) <= 500 and 0 <= float(rest.split()[0]) < 10_000
-    assert rest.endswith("of it in the kernel")
+    assert rest.split(", ")[1].split("%")[0].isdigit() and "of it in the kernel" in rest
