@@ -10,9 +10,11 @@ Requests on one connection are handled concurrently but answered strictly in req
 order. A handler that answers at once (Produce when nothing waits for replication) costs no task: its
 response is queued ready, and when nothing older is outstanding the responses of every
 frame of one socket read go out in one ``send`` before the read callback returns. A
-handler that must wait (long-poll Fetch, acks=all) runs in its own task; a writer task
-awaits the oldest outstanding response, then writes it together with the ready ones
-behind it. Reading pauses while ``queued.max.requests`` responses are outstanding or too
+handler that must wait (long-poll Fetch, acks=all) runs in its own task; when it ends
+with nothing older outstanding, its answer and the ready ones behind it go out the same
+way, from the task's done callback (no turn of the writer task). A writer task takes what
+these direct sends leave: a socket that is full, record bytes above ``GATHER_BYTES_MAX``
+(sendfile), a failed handler, TLS. Reading pauses while ``queued.max.requests`` responses are outstanding or too
 many request bytes are held, which bounds memory per connection.
 
 Writing bypasses the transport: the writer owns a duplicate of the socket's fd, sends
@@ -89,6 +91,12 @@ SlotWork: TypeAlias = "asyncio.Future[Chunks | None] | Chunks | Failed | None"
 
 def _is_file_region(chunk: object) -> bool:
     return type(chunk) is FileRegion
+
+
+def _is_ready(work: SlotWork) -> bool:
+    """Whether a slot's response can be written: answered (chunks or None), failed, or
+    its task finished."""
+    return type(work) is list or work is None or type(work) is Failed or cast("asyncio.Future[object]", work).done()
 
 
 class _Slot:
@@ -366,17 +374,29 @@ class Connection(asyncio.BufferedProtocol):
         """After the frames of one read: send what is ready, wake the writer for the rest."""
         if self._slots and self._writer_idle and not self._closed:
             self._send_ready_now()
-            if self._slots and self._slot_added is not None and not self._slot_added.done():
-                self._slot_added.set_result(None)
+            self._wake_writer()
         # _update_reading has nothing to do unless reading is paused or should be.
         if (self._reading_paused or self._draining or self._held_bytes > HELD_BYTES_LIMIT
                 or len(self._slots) >= self.server.max_in_flight):
             self._update_reading()
 
+    def _wake_writer(self) -> None:
+        """Wake the idle writer when it has work: a ready response at the head of the
+        queue (one the direct send left: a failure, a large file region, the unsent tail),
+        or nothing left to answer on a draining connection."""
+        waiter = self._slot_added
+        if waiter is None or waiter.done():
+            return
+        slots = self._slots
+        if (_is_ready(slots[0].work) if slots else self._draining):
+            waiter.set_result(None)
+
     def _send_ready_now(self) -> None:
         """Send the ready responses at the head of the queue with one send() (the writer
-        is idle, so nothing older is outstanding). What the socket does not take, and
-        everything from the first response still being worked on, is left to the writer."""
+        is idle, so nothing older is outstanding): those answered at once, and those of
+        finished tasks, record bytes of at most ``GATHER_BYTES_MAX`` read into the buffer.
+        What the socket does not take, and everything from the first response still being
+        worked on (or failed, or larger), is left to the writer."""
         sock = self._sock
         if sock is None:
             return
@@ -386,11 +406,27 @@ class Connection(asyncio.BufferedProtocol):
         while slots:
             work = slots[0].work
             if type(work) is list:
-                if FileRegion in map(type, work):
+                chunks = work
+            elif work is None:
+                chunks = None
+            elif type(work) is Failed:
+                break  # the writer reports it in turn
+            else:
+                future = cast("asyncio.Future[Chunks | None]", work)
+                if not future.done() or future.cancelled() or future.exception() is not None:
                     break
-                data += work
-            elif work is not None:
-                break  # in progress, or Failed: the writer reports it in turn
+                chunks = future.result()
+            if chunks:
+                if FileRegion in map(type, chunks):
+                    try:
+                        gathered = _gather(chunks, GATHER_BYTES_MAX)
+                    except OSError:  # EOFError too: the writer meets it again and closes
+                        break
+                    if gathered is None:
+                        break  # too large to copy: sendfile, by the writer
+                    data.append(gathered)
+                else:
+                    data += chunks
             slot = slots.popleft()
             ctx = slot.ctx
             if ctx is not None and ctx.pinned:
@@ -426,6 +462,12 @@ class Connection(asyncio.BufferedProtocol):
             slot.ready = perf_counter()
         self._held_bytes -= slot.frame_size
         slot.frame_size = 0
+        # Its answer is the oldest outstanding and the writer is idle (sends nothing):
+        # send it now, with the ready ones behind it, without a turn of the writer task.
+        slots = self._slots
+        if slots and slots[0] is slot and self._writer_idle and not self._closed:
+            self._send_ready_now()
+            self._wake_writer()
         self._update_reading()
 
     def _throttle(self, seconds: float) -> None:
@@ -466,8 +508,10 @@ class Connection(asyncio.BufferedProtocol):
         slots = self._slots
         try:
             while not self._closed:
-                if not slots:
-                    if self._draining:
+                if not slots or not _is_ready(slots[0].work):
+                    # Idle: nothing to answer, or the oldest request is still being worked
+                    # on (its end sends what is ready, and wakes this for what it cannot).
+                    if not slots and self._draining:
                         self.close()
                         return
                     self._slot_added = self.loop.create_future()
@@ -482,8 +526,9 @@ class Connection(asyncio.BufferedProtocol):
                 try:
                     if type(work) is Failed:
                         raise work.error
-                    # Failed was raised above: what is left is chunks or None.
-                    chunks = await work if isinstance(work, asyncio.Future) else cast("Chunks | None", work)
+                    # Failed was raised above: what is left is chunks, None, or a finished
+                    # task (result() raises what its handler raised).
+                    chunks = work.result() if isinstance(work, asyncio.Future) else cast("Chunks | None", work)
                 except asyncio.CancelledError:
                     raise
                 except CloseConnection as exc:
@@ -629,8 +674,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._draining = True
         self._update_reading()
-        if self._slot_added is not None and not self._slot_added.done():
-            self._slot_added.set_result(None)
+        self._wake_writer()
         if not self._slots and self._writer_task is not None and self._writer_task.done():
             self.close()
 
