@@ -54,6 +54,7 @@ from typing import TypeAlias, cast
 
 from pykfk._core.sendfile import gather as _gather
 from pykfk._core.sendfile import sendfile as _sendfile
+from pykfk._core.wire import cut_frames as _cut_frames
 from pykfk.protocol.types import FileRegion
 from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed, RequestContext
 from pykfk.server.session import ANONYMOUS, PLAINTEXT_SECURITY, ListenerSecurity, Session
@@ -289,6 +290,17 @@ class Connection(asyncio.BufferedProtocol):
         buf = self._buf
         start, end = self._start, self._end
         limit = self.server.max_request_bytes
+        if end - start >= 4:
+            # Every complete frame within the limits in one compiled call; what it leaves
+            # (a partial frame, a size to refuse) is read again below.
+            frames, start = _cut_frames(buf, start, end, limit if self.session.authenticated
+                                        else self.server.max_prelogin_bytes)
+            if frames:
+                self._start = start
+                for frame in frames:
+                    self._deliver(frame)
+                    if self._closed:
+                        return
         unpack = _SIZE.unpack_from
         deliver = self._deliver
         prelogin_limit = self.server.max_prelogin_bytes

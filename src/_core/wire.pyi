@@ -21,6 +21,12 @@ PRODUCE_FLEXIBLE_FROM: int
 PRODUCE_LEADER_HINTS_FROM: int
 PRODUCE_TOPIC_IDS_FROM: int
 
+def cut_frames(buf: Buffer, start: int, end: int, limit: int) -> tuple[list[bytearray], int]:
+    """The frames complete in ``buf[start:end]`` (4-byte big-endian size, then the body):
+    ``(bodies, next)``, bodies copied into bytearrays, ``next`` the first byte not cut.
+    Stops at an incomplete frame and before one whose size is negative or above
+    ``limit``; ValueError for a range outside the buffer."""
+
 def decode_request_header(frame: Buffer, flexible: bool) -> tuple[str | None, int]:
     """``(client_id, body_offset)`` of the request header at the start of ``frame`` (no
     size prefix), header v2 when ``flexible``; the values and failures (ProtocolError) of

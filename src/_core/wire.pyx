@@ -10,6 +10,7 @@ test_fast_path_fetch.py check this on every version, hostile and truncated input
 """
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Check, PyDict_GetItemWithError, PyDict_SetItem
 from cpython.object cimport PyObject
@@ -182,6 +183,34 @@ cdef int _skip_tagged(_Cursor* c) except -1:
 #   correlation_id   int32     offset 4
 #   client_id        int16 length + UTF-8, -1 = null (classic even in flexible versions)
 #   [tagged fields]  header v2 only (flexible request versions)
+
+def cut_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t limit):
+    """The request frames complete in ``buf[start:end]`` (each a 4-byte big-endian size,
+    then that many bytes of body), cut in one call: ``(bodies, next)``, ``bodies`` a list
+    of bytearray copies of the bodies (a request outlives the read buffer it came in),
+    ``next`` the offset of the first byte not cut. Stops at a frame not complete yet and
+    before one whose size is negative or above ``limit``: the caller reads that prefix
+    again and decides (wait for more bytes, or close the connection)."""
+    cdef Py_buffer pybuf
+    cdef const uint8_t* p
+    cdef int32_t size
+    cdef list bodies = []
+    PyObject_GetBuffer(buf, &pybuf, PyBUF_SIMPLE)
+    try:
+        if start < 0 or start > end or end > pybuf.len:
+            raise ValueError(f"bytes {start}-{end} outside a buffer of {pybuf.len}")
+        p = <const uint8_t*>pybuf.buf
+        while end - start >= 4:
+            size = <int32_t>((<uint32_t>p[start] << 24) | (<uint32_t>p[start + 1] << 16)
+                             | (<uint32_t>p[start + 2] << 8) | <uint32_t>p[start + 3])
+            if size < 0 or size > limit or end - start - 4 < size:
+                break
+            bodies.append(PyByteArray_FromStringAndSize(<const char*>(p + start + 4), size))
+            start += 4 + size
+        return bodies, start
+    finally:
+        PyBuffer_Release(&pybuf)
+
 
 def decode_request_header(frame, bint flexible):
     """``(client_id, body_offset)`` of the request header at the start of ``frame`` (no
