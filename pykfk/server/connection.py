@@ -432,7 +432,7 @@ class Connection(asyncio.BufferedProtocol):
                 if FileRegion in map(type, chunks):
                     try:
                         gathered = _gather(chunks, GATHER_BYTES_MAX)
-                    except OSError:  # EOFError too: the writer meets it again and closes
+                    except (OSError, EOFError):  # the writer meets it again and reports it
                         break
                     if gathered is None:
                         break  # too large to copy: sendfile, by the writer
@@ -574,7 +574,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._update_reading()
         except asyncio.CancelledError:
             pass
-        except OSError as exc:
+        except (OSError, EOFError) as exc:  # EOFError: a segment cut under a pending answer
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
 
