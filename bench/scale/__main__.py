@@ -124,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None,
                         help="parent of the broker's data dir (default: a temp dir); the "
                              "filesystem's own cost of creating files shows in the creation time")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "last-run"))
+    parser.add_argument("--out", default=None,
+                        help="results dir (default: bench/scale/last-run-<partitions>)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(Path(__file__).parent / f"last-run-{args.partitions}")
     workdir = tempfile.mkdtemp(prefix="pykfk-scale-", dir=args.data_dir)
     try:
         result = run(args.partitions, args.records, args.value_size, args.idle_seconds,

@@ -174,19 +174,28 @@ class WorkerScheduler:
         self.work.clear()
 
 
-def test_a_new_segments_index_files_are_made_in_the_background_not_by_an_append(tmp_path):
+def test_a_new_segments_index_files_are_made_and_mapped_in_the_background_not_by_an_append(tmp_path):
     scheduler = WorkerScheduler()
     logs = [Log(str(tmp_path / f"t-{p}"), LogConfig(), scheduler=scheduler) for p in range(20)]
     scheduler.run_all()
     indexes = [path for log in logs for path in active_index_files(log)]
-    assert all(os.path.getsize(path) == 0 for path in indexes)
-    watch = FileOpens(sorted({os.path.dirname(path) for path in indexes}), IN_CREATE)
+    assert all(os.path.exists(path) for path in indexes)
+    assert all(log.segments[-1].index_entries == 0 for log in logs)
+    mapped = index_mappings()
+    assert len(mapped) == len(indexes), "the worker maps every active segment's two indexes"
+    watch = FileOpens(sorted({os.path.dirname(path) for path in indexes}), IN_OPEN | IN_CREATE)
     try:
         append_round(logs, 8)       # each active segment's first index entries
-        created = watch.opened()
+        touched = watch.opened()
     finally:
         watch.close()
     assert all(log.segments[-1].index_entries > 0 for log in logs)
-    assert not created, f"appends created {created[:4]}"
+    assert all(log.segments[-1].timeindex_entries > 0 for log in logs)
+    assert not touched, f"the first index entries opened or created {touched[:4]}"
+    assert index_mappings() == mapped, "the first index entries mapped files again"
     for log in logs:
         log.close()
+    # Closed, the indexes are trimmed to their entries as before.
+    assert all(os.path.getsize(path) in (log.segments[-1].index_entries * 8,
+                                         log.segments[-1].timeindex_entries * 12)
+               for log in logs for path in active_index_files(log))
