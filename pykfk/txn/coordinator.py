@@ -17,8 +17,8 @@ States (``TxnState``) and who moves them::
             (PrepareEpochFence, epoch + 1)--> PrepareAbort --markers--> CompleteAbort
     any settled state --transactional.id.expiration.ms--> Dead (tombstone)
 
-Requests answer CONCURRENT_TRANSACTIONS while markers are being written; the client
-retries. One transactional id is changed by one request at a time (a lock per id).
+A request that finds markers being written waits for them (up to ``COMPLETION_WAIT_S``)
+and answers CONCURRENT_TRANSACTIONS only when they take longer; the client retries. One transactional id is changed by one request at a time (a lock per id).
 Loop-affine; every timer and timestamp comes from the injected clock.
 """
 
@@ -55,6 +55,13 @@ MAX_PRODUCER_EPOCH = 32767
 # Marker writes that failed are retried after this long, doubling up to the maximum.
 MARKER_RETRY_BACKOFF_S = 0.05
 MARKER_RETRY_BACKOFF_MAX_S = 1.0
+
+# A request that finds the id's last transaction still writing its markers waits this
+# long for them before it answers CONCURRENT_TRANSACTIONS, which the client would retry
+# only after its backoff (librdkafka: retry.backoff.ms, 100 ms): on one broker the
+# markers take well under a millisecond, so a producer's next AddPartitionsToTxn
+# arriving meanwhile is answered as soon as they are written, not bounced.
+COMPLETION_WAIT_S = 0.5
 
 # Transactional ids whose partition is remembered (the cache starts again when full).
 PARTITION_CACHE_SIZE = 100_000
@@ -366,6 +373,7 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id)
         if meta is None:
             return await self._new_transactional_id(transactional_id, timeout_ms)
+        await self._await_completion(meta)
         async with meta.lock:
             if self.txns.get(transactional_id) is not meta:
                 return E.NOT_COORDINATOR, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
@@ -471,6 +479,7 @@ class TransactionCoordinator:
         meta, refused = self._producer_transaction(transactional_id, producer_id, epoch)
         if meta is None:
             return refused
+        await self._await_completion(meta)
         async with meta.lock:
             error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
@@ -521,6 +530,7 @@ class TransactionCoordinator:
         meta, refused = self._producer_transaction(transactional_id, producer_id, epoch)
         if meta is None:
             return refused
+        await self._await_completion(meta)
         async with meta.lock:
             error = self._producer_error(meta, producer_id, epoch)  # again: the lock may have waited
             if error is not None:
@@ -551,6 +561,7 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id)
         if meta is None:
             return E.INVALID_PRODUCER_ID_MAPPING, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        await self._await_completion(meta)
         async with meta.lock:
             if self.txns.get(transactional_id) is not meta:
                 return E.NOT_COORDINATOR, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
@@ -641,6 +652,15 @@ class TransactionCoordinator:
                 state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                 partitions=frozenset(), last_update_timestamp_ms=self.clock.time_ms(), **changes))
         meta.completion = None
+
+    @staticmethod
+    async def _await_completion(meta: TxnMetadata) -> None:
+        """Waits (a bounded while) for the markers of the id's ending transaction, so the
+        request that follows a commit is answered for the transaction after it rather
+        than CONCURRENT_TRANSACTIONS. Not holding ``meta.lock``: the completion takes it."""
+        task = meta.completion
+        if task is not None and not task.done():
+            await asyncio.wait((task,), timeout=COMPLETION_WAIT_S)
 
     async def wait_completed(self, transactional_id: str) -> None:
         """Until the markers of the id's ending transaction are written (visible for

@@ -4,6 +4,7 @@ a reload that resumes a transaction left preparing its commit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 import pytest
@@ -12,6 +13,7 @@ from pykfk.clock import ManualClock
 from pykfk.cluster.metadata import MetadataWriteError
 from pykfk.errors import ErrorCode as E
 from pykfk.group.storage import MemoryOffsetsLog
+from pykfk.txn import coordinator as coordinator_module
 from pykfk.txn.coordinator import TransactionCoordinator, TxnConfig
 from pykfk.txn.records import TxnState, decode_key, decode_value
 
@@ -24,10 +26,14 @@ class RecordingMarkers:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, bool, frozenset[tuple[str, int]]]] = []
         self.fail: set[tuple[str, int]] = set()
+        # While set and not open, a write waits for it (markers slow to be written).
+        self.gate: asyncio.Event | None = None
 
     async def write(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                     partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         targets = frozenset(partitions)
+        if self.gate is not None:
+            await self.gate.wait()
         self.calls.append((producer_id, producer_epoch, commit, targets))
         return {tp: int(E.NOT_LEADER_OR_FOLLOWER if tp in self.fail else E.NONE) for tp in targets}
 
@@ -75,6 +81,35 @@ async def test_a_transaction_from_init_to_complete_commit(setup):
     assert states == [TxnState.EMPTY, TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
     assert await coordinator.end_transaction("tx", pid, epoch, commit=True) == E.NONE  # a retry
     assert await coordinator.end_transaction("tx", pid, epoch, commit=False) == E.INVALID_TXN_STATE
+
+
+async def test_the_next_transaction_waits_for_the_markers_of_the_last_instead_of_bouncing(setup, monkeypatch):
+    coordinator, markers, storage, _clock = setup
+    _code, pid, epoch = await coordinator.init_producer_id("tx", 10000)
+    assert await coordinator.add_partitions("tx", pid, epoch, [("t", 0)]) == E.NONE
+    markers.gate = asyncio.Event()
+    assert await coordinator.end_transaction("tx", pid, epoch, commit=True) == E.NONE
+    # The producer's next AddPartitionsToTxn comes while the markers are being written:
+    # it is answered once they are, for the new transaction, not CONCURRENT_TRANSACTIONS.
+    opening = asyncio.ensure_future(coordinator.add_partitions("tx", pid, epoch, [("t", 1)]))
+    await asyncio.sleep(0.05)
+    assert not opening.done()
+    assert coordinator.txns["tx"].state == TxnState.PREPARE_COMMIT
+    markers.gate.set()
+    assert await asyncio.wait_for(opening, 5) == E.NONE
+    assert coordinator.txns["tx"].state == TxnState.ONGOING
+    assert coordinator.txns["tx"].partitions == {("t", 1)}
+    states = [decode_value(v).state for k, v in storage.records if decode_key(k) == "tx" and v is not None]
+    assert states[-3:] == [TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+    # Markers that take longer than the wait: CONCURRENT_TRANSACTIONS, the client retries.
+    monkeypatch.setattr(coordinator_module, "COMPLETION_WAIT_S", 0.05)
+    markers.gate = asyncio.Event()
+    assert await coordinator.end_transaction("tx", pid, epoch, commit=False) == E.NONE
+    assert await coordinator.add_partitions("tx", pid, epoch, [("t", 2)]) == E.CONCURRENT_TRANSACTIONS
+    assert await coordinator.init_producer_id("tx", 10000) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+    markers.gate.set()
+    await coordinator.wait_completed("tx")
+    assert coordinator.txns["tx"].state == TxnState.COMPLETE_ABORT
 
 
 async def test_init_bumps_the_epoch_and_a_retried_bump_gets_the_same_answer(setup):
