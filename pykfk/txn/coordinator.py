@@ -618,6 +618,13 @@ class TransactionCoordinator:
     async def _complete(self, meta: TxnMetadata, commit: bool) -> None:
         """Writes the markers until every partition has one (or this broker stops
         coordinating the id), then the CompleteCommit/CompleteAbort state."""
+        # One turn of the loop first. Markers on this broker's own partitions are written
+        # without a wait, so this whole completion would otherwise run before the answer to
+        # the EndTxn that started it goes out (the answer is sent by the request task's
+        # done callback, queued behind this task's first step): the producer would wait
+        # for the markers and CompleteCommit too. Its next request that meets them still
+        # being written waits for them (_await_completion).
+        await asyncio.sleep(0)
         loaded = self._loaded.get(meta.partition)
         if loaded is None:
             return
