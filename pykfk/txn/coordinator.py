@@ -117,12 +117,13 @@ class MarkerWriter(Protocol):
 class TxnMetadata:
     """What the coordinator knows of one transactional id."""
 
-    __slots__ = ("client_transaction_version", "completion", "last_producer_epoch", "lock", "next_producer_id",
+    __slots__ = ("_key", "client_transaction_version", "completion", "last_producer_epoch", "lock", "next_producer_id",
                  "partition", "partitions", "pending", "previous_producer_id", "producer_epoch", "producer_id",
                  "start_ms", "state", "timeout_ms", "transactional_id", "update_ms")
 
     def __init__(self, transactional_id: str, partition: int, record: TxnRecord):
         self.transactional_id = transactional_id
+        self._key: bytes | None = None
         self.partition = partition
         self.producer_id = record.producer_id
         self.producer_epoch = record.producer_epoch
@@ -155,11 +156,23 @@ class TxnMetadata:
 
     def record(self, **changes: Any) -> TxnRecord:
         """The stored form of this metadata with ``changes`` applied (not yet taken)."""
-        current = TxnRecord(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                            frozenset(self.partitions), self.update_ms, self.start_ms,
-                            previous_producer_id=self.producer_id, next_producer_id=self.next_producer_id,
-                            client_transaction_version=self.client_transaction_version)
-        return dataclasses.replace(current, **changes)
+        fields = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                  "transaction_timeout_ms": self.timeout_ms, "state": self.state,
+                  "last_update_timestamp_ms": self.update_ms, "start_timestamp_ms": self.start_ms,
+                  "previous_producer_id": self.producer_id, "next_producer_id": self.next_producer_id,
+                  "client_transaction_version": self.client_transaction_version}
+        fields.update(changes)
+        if "partitions" not in fields:
+            fields["partitions"] = frozenset(self.partitions)
+        return TxnRecord(**fields)
+
+    @property
+    def key(self) -> bytes:
+        """The id's key in ``__transaction_state`` (encoded once)."""
+        key = self._key
+        if key is None:
+            key = self._key = encode_key(self.transactional_id)
+        return key
 
     def take(self, record: TxnRecord) -> None:
         """Applies a record once it is written."""
@@ -311,7 +324,7 @@ class TransactionCoordinator:
             return E.NOT_COORDINATOR
         value = None if record is None else encode_value(record)
         try:
-            await loaded.storage.append([(encode_key(meta.transactional_id), value)])
+            await loaded.storage.append([(meta.key, value)])
         except (KafkaError, OSError) as exc:
             error = _storage_error(exc)
             log.info("transactional id %s: state write failed: %s", meta.transactional_id, exc)
@@ -342,7 +355,7 @@ class TransactionCoordinator:
                         or self.txns.get(meta.transactional_id) is not meta):
                     return
                 try:
-                    await loaded.storage.append([(encode_key(meta.transactional_id), encode_value(record))])
+                    await loaded.storage.append([(meta.key, encode_value(record))])
                 except (KafkaError, OSError) as exc:
                     if _storage_error(exc) != E.COORDINATOR_NOT_AVAILABLE:
                         return
