@@ -156,11 +156,12 @@ class TxnMetadata:
 
     def record(self, **changes: Any) -> TxnRecord:
         """The stored form of this metadata with ``changes`` applied (not yet taken)."""
-        fields = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                  "transaction_timeout_ms": self.timeout_ms, "state": self.state,
-                  "last_update_timestamp_ms": self.update_ms, "start_timestamp_ms": self.start_ms,
-                  "previous_producer_id": self.producer_id, "next_producer_id": self.next_producer_id,
-                  "client_transaction_version": self.client_transaction_version}
+        fields: dict[str, Any] = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                                  "transaction_timeout_ms": self.timeout_ms, "state": self.state,
+                                  "last_update_timestamp_ms": self.update_ms, "start_timestamp_ms": self.start_ms,
+                                  "previous_producer_id": self.producer_id,
+                                  "next_producer_id": self.next_producer_id,
+                                  "client_transaction_version": self.client_transaction_version}
         fields.update(changes)
         if "partitions" not in fields:
             fields["partitions"] = frozenset(self.partitions)
