@@ -222,6 +222,53 @@ def test_produce_request(benchmark, report, tmp_path, idempotent) -> None:  # ty
         harness.close()
 
 
+def _spread_frames(count: int, topic: str, partitions: int) -> list[bytes]:
+    """``count`` Produce v9 requests (what librdkafka sends) at acks=all, each carrying one
+    batch of one 1 KiB record for every one of ``partitions`` partitions: the shape of the
+    latency workload's requests (several partitions per request, one write each)."""
+    out = []
+    for i in range(count):
+        batch = build_batch([(b"k", bytes(1024), 1_700_000_000_000 + i, [])])
+        body = {"transactional_id": None, "acks": -1, "timeout_ms": 30000,
+                "topic_data": [{"name": topic, "partition_data": [
+                    {"index": p, "records": batch} for p in range(partitions)]}]}
+        out.append(framing.encode_request(PRODUCE, 9, i, "rdkafka", body))
+    return out
+
+
+@pytest.mark.benchmark(group="produce-request")
+def test_produce_request_spread(benchmark, report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Produce v9, acks=all, a 1 KiB batch for each of 8 partitions in every request."""
+    disabled = getattr(benchmark, "disabled", False)
+    calls, rounds = (100, 2) if disabled else (1000, 15)
+    partitions = 8
+    frames = _spread_frames(calls * (rounds + 1) + 200, "spread", partitions)
+    harness = _Harness(str(tmp_path / "data"))
+    try:
+        harness.run(harness.broker.topics.create_topic("spread", partitions, 1, {}))
+        harness.send_kept(frames[:200])
+        times = []
+        next_frame = 200
+        for _ in range(rounds):
+            batch = frames[next_frame : next_frame + calls]
+            next_frame += calls
+            start = time.perf_counter()
+            harness.send_all(batch)
+            times.append((time.perf_counter() - start) / calls)
+            harness.drain()
+        for p in range(partitions):
+            assert harness.broker.get_log("spread", p).log_end_offset == next_frame
+        best, median = min(times) * 1e6, statistics.median(times) * 1e6
+        benchmark.extra_info["us_per_request"] = round(best, 3)
+        benchmark.extra_info["us_per_request_median"] = round(median, 3)
+        report(f"Produce v9, acks=all, {partitions} partitions of a 1 KiB batch each: "
+               f"{best:.2f} us/request best-of-{rounds}, {median:.2f} us median")
+        benchmark.pedantic(lambda: harness.send_all(frames[next_frame : next_frame + calls]) or harness.drain(),
+                           rounds=1, iterations=1)
+    finally:
+        harness.close()
+
+
 # -- Fetch ----------------------------------------------------------------------------------
 
 FETCH = 1

@@ -269,7 +269,7 @@ class Partition:
         return self.manager.min_insync_replicas_for(self.topic)
 
     def append_records(
-        self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False,
+        self, records: Any, acks: int, timeout_ms: int, require_single_batch: bool = False,
         from_client: bool = False,
     ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
         """Append as leader (Kafka's ``appendRecords``). Returns the AppendInfo and, when
@@ -283,35 +283,41 @@ class Partition:
         if self.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"broker {self.manager.broker_id} is not the leader of {self.topic}-{self.partition}")
-        if acks == -1 and len(self.isr) < self.min_insync_replicas():
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
-                             f"min.insync.replicas={self.min_insync_replicas()}")
-        info = self.log.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch,
-                               from_client=from_client)
+        manager = self.manager
+        min_isr = 0
+        if acks == -1:
+            # Read once: the append below is synchronous, so the answer after it (when the
+            # high watermark passed the batch at once) is checked against the same value.
+            min_isr = manager.min_insync_replicas_for(self.topic)
+            if len(self.isr) < min_isr:
+                raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                 f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
+                                 f"min.insync.replicas={min_isr}")
+        plog = self.log
+        info = plog.append(records, leader_epoch=self.leader_epoch, require_single_batch=require_single_batch,
+                           from_client=from_client)
         stats = self.stats
         stats.bytes_in += len(records)
         # From the offsets (the record_count property costs a call); a duplicate's offsets
         # are those of the first write, an empty append's -1.
-        if not info.duplicate and info.first_offset >= 0:
-            stats.messages_in += info.last_offset - info.first_offset + 1
-        manager = self.manager
+        last_offset = info.last_offset
+        if last_offset >= 0 and not info.duplicate:
+            stats.messages_in += last_offset - info.first_offset + 1
         if self.remote:
             self.maybe_advance_high_watermark()
         else:  # no follower: the high watermark moved with the log end offset
             manager.high_watermark_waiters.notify(self.topic, self.partition)
         manager.log_end_waiters.notify(self.topic, self.partition)
         if info.flushed is not None:  # flush.messages or flush.ms asks for an fsync first
-            return info, self._after_flush(info.flushed, acks, info.last_offset + 1, timeout_ms)
-        if acks != -1 or info.last_offset < 0:
+            return info, self._after_flush(info.flushed, acks, last_offset + 1, timeout_ms)
+        if acks != -1 or last_offset < 0:
             return info, None
-        required = info.last_offset + 1
-        if self.high_watermark >= required:
-            code = self.replication_error()
-            if code != ErrorCode.NONE:
+        if plog.high_watermark > last_offset:
+            if len(self.isr) < min_isr:
+                code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                 raise KafkaError(code, f"{self.topic}-{self.partition}: {code.name} after the append")
             return info, None
-        return info, self.wait_for_replication(required, max(timeout_ms, 0) / 1000)
+        return info, self.wait_for_replication(last_offset + 1, max(timeout_ms, 0) / 1000)
 
     async def _after_flush(self, flushed: concurrent.futures.Future[None], acks: int, required: int,
                            timeout_ms: int) -> ErrorCode:

@@ -163,6 +163,7 @@ _NEW_SEGMENTS = _NewSegments()
 _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
 _ATTR_CONTROL = core_records.ATTR_CONTROL
+_MAGIC_AT = 16  # a batch's magic byte (a legacy message's too)
 _RECORDS_COUNT = attrgetter("records_count")
 
 
@@ -778,7 +779,13 @@ class Log:
         (``validation.InvalidRecords`` when single records break a rule).
         """
         if from_client:
-            buf = client_records(records, require_single_batch)
+            # The common case inline (a writable view of magic-2 data: the request frame);
+            # client_records refuses or converts the rest.
+            if type(records) is memoryview and len(records) > _MAGIC_AT + 1 and records[_MAGIC_AT] >= 2 \
+                    and not records.readonly:
+                buf = records
+            else:
+                buf = client_records(records, require_single_batch)
         else:
             buf = records if type(records) is memoryview else memoryview(records)
             if not assign_offsets:

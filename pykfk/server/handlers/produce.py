@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
+from pykfk.cluster.replica import LEADER
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.log.log import AppendInfo
@@ -178,6 +179,8 @@ def handle(ctx: RequestContext, request: ProduceRequest
     deferred: list[Deferred] | None = None
     moved: list[tuple[str, PartitionResponse]] | None = None
     authorizer = ctx.broker.authorizer
+    single_batch = version >= 3
+    leaders = replicas.partitions  # the common case's lookup, inline (leader_partition otherwise)
     for topic, partitions in topics:
         if isinstance(topic, str):
             name = topic
@@ -194,17 +197,20 @@ def handle(ctx: RequestContext, request: ProduceRequest
                 entry["topic_id"] = topic_id
             responses.append(entry)
         denied = authorizer is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
+        internal = name in INTERNAL_TOPICS
         for index, records in partitions:
             if not valid_acks or denied:
                 results.append(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied
                                       else ErrorCode.INVALID_REQUIRED_ACKS, index))
                 continue
             try:
-                if name in INTERNAL_TOPICS:
+                if internal:
                     # Committed offsets are written by the group coordinator only; Kafka
                     # refuses client writes to its internal topics the same way.
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
-                leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
+                leader = leaders.get((name, index))
+                if leader is None or leader.role != LEADER:
+                    leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
                 if transactional_id is not None:
                     producer = leader.transaction_to_verify(records)
                     code = _NONE if producer is None else _check_transaction(ctx, transactional_id, leader, producer)
@@ -218,9 +224,10 @@ def handle(ctx: RequestContext, request: ProduceRequest
                         continue
                     if code != _NONE:
                         raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
-                info, wait = leader.append_records(records, acks, timeout_ms, require_single_batch=version >= 3,
-                                                   from_client=True)
-                result = _success(info, index)
+                info, wait = leader.append_records(records, acks, timeout_ms, single_batch, True)
+                result = {"index": index, "error_code": _NONE, "base_offset": info.first_offset,
+                          "log_append_time_ms": info.log_append_time_ms,
+                          "log_start_offset": info.log_start_offset}
                 if wait is not None:
                     pending = pending or []
                     pending.append((result, wait))
