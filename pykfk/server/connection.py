@@ -47,8 +47,9 @@ import functools
 import logging
 import os
 import socket
+import ssl
 import struct
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TypeAlias, cast
 
@@ -58,6 +59,7 @@ from pykfk._core.wire import cut_frames as _cut_frames
 from pykfk.protocol.types import FileRegion
 from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed, RequestContext
 from pykfk.server.session import ANONYMOUS, PLAINTEXT_SECURITY, ListenerSecurity, Session
+from pykfk.server.tls import TlsProtocol, recv_buffer
 
 log = logging.getLogger("pykfk.server")
 
@@ -709,6 +711,11 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
+def _tls_connection(server: KafkaServer, context: ssl.SSLContext, handshake_timeout: float,
+                    shared_buffer: memoryview) -> TlsProtocol:
+    return TlsProtocol(context, Connection(server), handshake_timeout, shared_buffer)
+
+
 class KafkaServer:
     """The listener: accepts connections and closes idle ones."""
 
@@ -741,12 +748,15 @@ class KafkaServer:
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind host:port (port 0 picks a free one) without serving yet; returns the
         bound address. Connections wait in the kernel's backlog until ``serve``."""
+        context = self.security.ssl_context
+        factory: Callable[[], asyncio.BaseProtocol] = functools.partial(Connection, self)
+        if context is not None:
+            # TLS in front of the connection (tls.py). A handshake that never finishes
+            # holds a connection no longer than an idle one would stay open (and never
+            # more than 10 s).
+            factory = functools.partial(_tls_connection, self, context, self._handshake_timeout_s(), recv_buffer())
         self._server = await self.loop.create_server(
-            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024,
-            start_serving=False, ssl=self.security.ssl_context,
-            # A TLS handshake that never finishes holds a connection no longer than an
-            # idle one would stay open (and never more than 10 s).
-            ssl_handshake_timeout=self._handshake_timeout_s() if self.security.ssl_context else None,
+            factory, host or None, port, reuse_address=True, backlog=1024, start_serving=False,
         )
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
