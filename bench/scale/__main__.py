@@ -98,18 +98,27 @@ def traffic_round(broker: BrokerProcess, i: int, partitions: int, records: int, 
     count = partitions * records
     when = "to the new topic" if i == 0 else "after the group read every partition"
     say(f"round {i}: producing {records} records of {value_size} B to each partition ({when})")
-    cpu_before = cpu_seconds(broker.pid)
+    # The client's CPU (this process: the Python loop and librdkafka's threads) beside the
+    # broker's tells which side a slow round waited for.
+    cpu_before, client_before = cpu_seconds(broker.pid), time.process_time()
     produce_s = produce_all(broker.bootstrap, TOPIC, partitions, records, value_size, say)
     produce_cpu_s = cpu_seconds(broker.pid) - cpu_before
+    produce_client_s = time.process_time() - client_before
     say(f"round {i}: consuming every partition with one consumer of the group")
+    cpu_before, client_before = cpu_seconds(broker.pid), time.process_time()
     consume_s, read, round_errors = consume_all(broker.bootstrap, TOPIC, partitions, count, say,
                                                 lambda: peak.append(open_fds(broker.pid)))
+    consume_cpu_s = cpu_seconds(broker.pid) - cpu_before
+    consume_client_s = time.process_time() - client_before
     errors.extend(round_errors)
     row = {"round": i, "produce_s": produce_s, "produce_records_per_s": count / produce_s,
-           "produce_broker_cpu_s": produce_cpu_s, "consume_s": consume_s,
-           "consume_records_per_s": read / consume_s, "records_read": read}
-    say(f"  produced {row['produce_records_per_s']:,.0f} records/s (broker CPU {produce_cpu_s:.1f} s), "
-        f"consumed {row['consume_records_per_s']:,.0f} records/s")
+           "produce_broker_cpu_s": produce_cpu_s, "produce_client_cpu_s": produce_client_s,
+           "consume_s": consume_s, "consume_records_per_s": read / consume_s,
+           "consume_broker_cpu_s": consume_cpu_s, "consume_client_cpu_s": consume_client_s,
+           "records_read": read, "load_average": os.getloadavg()[0]}
+    say(f"  produced {row['produce_records_per_s']:,.0f} records/s (CPU: broker {produce_cpu_s:.1f} s, "
+        f"client {produce_client_s:.1f} s), consumed {row['consume_records_per_s']:,.0f} records/s "
+        f"(CPU: broker {consume_cpu_s:.1f} s, client {consume_client_s:.1f} s)")
     return row
 
 

@@ -61,8 +61,11 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['value_bytes']} B to each partition a round)")
     for r in result["rounds"]:
         print(f"  round {r['round']}: produce {r['produce_records_per_s']:>9,.0f} records/s "
-              f"({r['produce_s']:.1f} s, broker CPU {r['produce_broker_cpu_s']:.1f} s), "
-              f"consume {r['consume_records_per_s']:>9,.0f} records/s ({r['consume_s']:.1f} s)")
+              f"({r['produce_s']:.1f} s, CPU broker {r['produce_broker_cpu_s']:.1f} s client "
+              f"{r.get('produce_client_cpu_s', 0):.1f} s), "
+              f"consume {r['consume_records_per_s']:>9,.0f} records/s ({r['consume_s']:.1f} s, "
+              f"CPU broker {r.get('consume_broker_cpu_s', 0):.1f} s client "
+              f"{r.get('consume_client_cpu_s', 0):.1f} s), load {r.get('load_average', 0):.1f}")
     for check in result["checks"]:
         mark = "PASS" if check["passed"] else "FAIL"
         bound = ">=" if check.get("at_least") else "<="
@@ -77,7 +80,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     checks = [c for c in result["checks"] if c["unit"] != "records"]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, (ax, rounds_ax) = plt.subplots(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [3, 2]})
     ratios = [c["limit"] / max(c["value"], 1e-9) if c.get("at_least") else c["value"] / c["limit"]
               for c in checks]
     colors = ["tab:green" if c["passed"] else "tab:red" for c in checks]
@@ -85,6 +88,23 @@ def plot(result: dict[str, Any], path: str) -> None:
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xlabel("measured / target (left of the line: within target)")
     ax.set_title(f"{result['partitions']:,} partitions on one pykfk broker")
+    # Records/s of every round: round 0 on the new topic, the later ones in steady state.
+    rounds = result["rounds"]
+    xs = [r["round"] for r in rounds]
+    for side, marker in (("produce", "o"), ("consume", "s")):
+        rates = [r[f"{side}_records_per_s"] for r in rounds]
+        rounds_ax.plot(xs, rates, marker=marker, label=side)
+        rounds_ax.axhline(rates[0] * STEADY_ROUND_RATIO_MIN, linestyle=":", linewidth=1,
+                          color=rounds_ax.lines[-1].get_color())
+    if result["partitions"] <= PRODUCE_TARGET_MAX_PARTITIONS:
+        rounds_ax.axhline(PRODUCE_RECORDS_PER_S_MIN, color="black", linewidth=1,
+                          label="produce target")
+    rounds_ax.set_xticks(xs)
+    rounds_ax.set_xlabel("round (0: new topic; later: after the group read every partition)")
+    rounds_ax.set_ylabel("records/s")
+    rounds_ax.set_ylim(bottom=0)
+    rounds_ax.legend(fontsize="small")
+    rounds_ax.set_title("rounds (dotted: 0.8x round 0)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
