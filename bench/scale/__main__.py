@@ -1,4 +1,4 @@
-"""python -m bench.scale [--partitions 10000] [--records 10] [--rounds 3] [--out DIR]
+"""python -m bench.scale [--partitions 10000] [--records N] [--rounds 3] [--out DIR]
 
 One broker, one topic of many partitions: its creation under load, Metadata of it, then
 a produce to every partition and a consumer group reading it all, and ``--rounds`` more
@@ -30,6 +30,8 @@ from bench.scale.traffic import consume_all, produce_all
 from pykfk.testing import BrokerProcess, RawClient
 
 TOPIC = "scale"
+# Records a round by default, as in the produce of the issue that found the collapse.
+ROUND_RECORDS = 200_000
 
 
 def say(line: str) -> None:
@@ -125,7 +127,9 @@ def traffic_round(broker: BrokerProcess, i: int, partitions: int, records: int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--partitions", type=int, default=10_000)
-    parser.add_argument("--records", type=int, default=10, help="records per partition")
+    parser.add_argument("--records", type=int, default=None,
+                        help="records per partition a round (default: 200,000 records a round "
+                             "over the partitions, at least 10 each)")
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3,
                         help="produce/consume rounds after the first (the steady state)")
@@ -136,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None,
                         help="results dir (default: bench/scale/last-run-<partitions>)")
     args = parser.parse_args(argv)
+    if args.records is None:
+        args.records = max(10, -(-ROUND_RECORDS // args.partitions))
     if args.out is None:
         args.out = str(Path(__file__).parent / f"last-run-{args.partitions}")
     workdir = tempfile.mkdtemp(prefix="pykfk-scale-", dir=args.data_dir)
