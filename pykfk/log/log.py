@@ -809,10 +809,19 @@ class Log:
                 max_batches=1 if require_single_batch else 0)
             if not headers:
                 return AppendInfo(-1, -1, -1, self._log_start_offset, 0, [])
-            if from_client:
-                for header in headers:  # the client rules' batch checks, inline (once a batch)
-                    if header.attributes & _ATTR_CONTROL or (header.base_sequence < 0 <= header.producer_id):
-                        check_client_batches(headers)  # raises, with the rule broken
+            if len(headers) == 1:  # one batch (Produce v3+): its fields read once
+                header = headers[0]
+                producer_id = header.producer_id
+                # The client rules' batch checks, inline.
+                if from_client and (header.attributes & _ATTR_CONTROL or (header.base_sequence < 0 <= producer_id)):
+                    check_client_batches(headers)  # raises, with the rule broken
+                has_producers = producer_id >= 0
+            else:
+                if from_client:
+                    for header in headers:
+                        if header.attributes & _ATTR_CONTROL or (header.base_sequence < 0 <= header.producer_id):
+                            check_client_batches(headers)
+                has_producers = _has_producers(headers)
             if self._timestamp_window is not None:
                 check_timestamps(buf, headers, self._timestamp_window, self.clock.time_ms() if now is None else now)
             if self._stored_codec is not None and needs_recompression(headers, self._stored_codec):
@@ -824,8 +833,7 @@ class Log:
                 check_keys(buf)
             if len(buf) > config.segment_bytes:
                 self._check_size(len(buf))
-            producers = (self.producer_state.prepare_append(headers, check=True)
-                         if _has_producers(headers) else None)
+            producers = self.producer_state.prepare_append(headers, check=True) if has_producers else None
             if producers is not None and producers.duplicate is not None:
                 duplicate = producers.duplicate
                 if logger.isEnabledFor(logging.DEBUG):
