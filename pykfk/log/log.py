@@ -268,11 +268,16 @@ class _PendingDelete:
 class _View:
     """Immutable snapshot of the segment list, swapped whole so readers never lock."""
 
-    __slots__ = ("base_offsets", "segments")
+    __slots__ = ("base_offsets", "fetch_hint", "segments")
 
     def __init__(self, segments: list[Segment]):
         self.segments = segments
         self.base_offsets = [s.base_offset for s in segments]
+        # Where the last read ended, for a tailing reader's next fetch: (segment, offset,
+        # position), the batch holding ``offset`` starting at ``position`` of ``segment``.
+        # Held by the view, so every change of the segment list (roll, truncation,
+        # deletion, compaction) drops it with the view it belongs to.
+        self.fetch_hint: tuple[Segment, int, int] | None = None
 
 
 class Log:
@@ -1038,6 +1043,18 @@ class Log:
             return FetchData(None, log_start, log_end, high_watermark)
         if max_bytes < 0:  # noqa: PLR1730 (a max() call costs more)
             max_bytes = 0
+        hint = view.fetch_hint
+        if hint is not None and hint[1] == offset:
+            # A tailing reader asking where its last read ended: no index or header read
+            # when everything from there to the limit fits (the segment's end is a batch
+            # boundary; size is read before next_offset, so a concurrent append can only
+            # make the check stricter).
+            seg, _, start = hint
+            size = seg.size
+            if limit >= seg.next_offset and start < size and max_bytes >= size - start:
+                self._remember_end(view, seg, size)
+                return FetchData(FileRegion(seg.fileno(), start, size - start, seg), log_start, log_end,
+                                 high_watermark)
         i = bisect.bisect_right(view.base_offsets, offset) - 1
         while i < len(view.segments):
             seg = view.segments[i]
@@ -1050,10 +1067,23 @@ class Log:
                 position, size = found
                 if not min_one_message and size > max_bytes:
                     size = max_bytes  # clients drop a partial trailing batch
+                elif position + size == max_position:
+                    view.fetch_hint = (seg, limit, max_position)  # the read ended at the limit
+                else:
+                    self._remember_end(view, seg, position + size)
                 return FetchData(FileRegion(seg.fileno(), position, size, seg), log_start, log_end,
                                  high_watermark)
             i += 1
         return FetchData(None, log_start, log_end, high_watermark)
+
+    @staticmethod
+    def _remember_end(view: _View, seg: Segment, end: int) -> None:
+        """Remembers ``end`` as where the next read starts when it is the segment's end:
+        the offset there is next_offset, read between two reads of the size so that an
+        append in between (another thread) leaves nothing remembered."""
+        next_offset = seg.next_offset
+        if seg.size == end:
+            view.fetch_hint = (seg, next_offset, end)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """ListOffsets: the first offset of the first batch with a timestamp at or after
