@@ -274,8 +274,10 @@ class _Fetch:
         self.session = session
         self.known_as = known_as
         self.unknown = unknown
-        self.loop = asyncio.get_running_loop()
-        self.deadline = self.loop.time() + max(request.max_wait_ms, 0) / 1000
+        # The deadline is set when the fetch parks: a fetch answered at once reads no clock
+        # and never looks the loop up (asyncio.get_running_loop() costs a getpid system call).
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.deadline = 0.0
         self.read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
         self.denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None \
             else frozenset()
@@ -286,8 +288,8 @@ class _Fetch:
         ctx, request, broker = self.ctx, self.request, self.ctx.broker
         responses, available, error = _read_all(ctx, self.topics, request.replica_id, request.max_bytes, first_pass,
                                                 self.denied, self.read_committed, self.client_rack)
-        if not (available >= request.min_bytes or error or self.deadline - self.loop.time() <= 0
-                or broker.stopping):
+        if not (available >= request.min_bytes or error or broker.stopping
+                or (request.max_wait_ms <= 0 if self.loop is None else self.deadline - self.loop.time() <= 0)):
             _release_regions(ctx)
             return None
         throttle_ms = 0
@@ -310,8 +312,10 @@ class _Fetch:
         keys = [(t.topic, p.partition) for t in self.topics for p in t.partitions]
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         waiters = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id)
+        loop = self.loop = asyncio.get_running_loop()
+        self.deadline = loop.time() + request.max_wait_ms / 1000
         while True:
-            await waiters.wait(keys, self.deadline - self.loop.time())
+            await waiters.wait(keys, self.deadline - loop.time())
             body = self.answer(first_pass=False)
             if body is not None:
                 return body
