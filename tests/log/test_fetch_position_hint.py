@@ -51,7 +51,7 @@ def test_a_tailing_read_costs_no_file_read_and_one_at_the_end_costs_none(tmp_pat
     assert data.file_region is None and reads == 0
     for round_ in range(5):
         log.append(batch(2, value=b"r%d" % round_))
-        data, reads = _reads_of(lambda: log.read(offset, 1 << 20))
+        data, reads = _reads_of(lambda at=offset: log.read(at, 1 << 20))
         assert reads == 0
         assert _offsets(data) == [offset, offset + 1]
         assert _values(data) == [b"r%d-0" % round_, b"r%d-1" % round_]
