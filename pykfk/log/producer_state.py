@@ -435,12 +435,15 @@ class ProducerStateManager:
         if entry is None:
             current = _PendingProducer(NO_PRODUCER_EPOCH, NO_SEQUENCE)
         else:
-            if check:
+            entry_epoch, entry_last_seq = entry.producer_epoch, entry.last_seq
+            # The next batch in sequence (the common case) cannot be a duplicate: every
+            # kept batch of this epoch ends at or before the last sequence.
+            if check and (epoch != entry_epoch or first_seq != entry_last_seq + 1):
                 duplicate = entry.find_duplicate(epoch, first_seq, _last_sequence(h))
                 if duplicate is not None:
                     pending.duplicate = duplicate
                     return pending
-            current = _PendingProducer(entry.producer_epoch, entry.last_seq)
+            current = _PendingProducer(entry_epoch, entry_last_seq)
         pending.producers[pid] = current
         if epoch == current.epoch and first_seq == current.last_seq + 1:
             last_seq = first_seq + h.last_offset_delta
