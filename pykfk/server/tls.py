@@ -37,6 +37,10 @@ def recv_buffer() -> memoryview:
 # Plaintext written in one turn of the loop is encrypted at its end, or at once when more
 # than this is waiting.
 WRITE_JOIN_MAX = 256 * 1024
+# The TCP transport asks the connection to stop writing above this much ciphertext held.
+WRITE_BUFFER_HIGH = 1024 * 1024
+# Pieces below this are joined before encryption (one record for many small answers).
+SMALL_WRITE = 16 * 1024
 
 
 class TlsTransport(asyncio.Transport):
@@ -117,6 +121,9 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
         peer = transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # Room for a few encrypted chunks of record bytes beyond what the socket takes, so
+        # the next chunk is read and encrypted while the socket drains the last.
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # type: ignore[attr-defined]
         self._timer = self._loop.call_later(self._handshake_timeout, self._handshake_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -281,11 +288,26 @@ class TlsProtocol(asyncio.BufferedProtocol):
         pending = self._pending
         if not pending or self._transport is None:
             return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
         self._pending = []
         self._pending_bytes = 0
+        write = self._ssl.write
         try:
-            self._ssl.write(data)
+            if len(pending) == 1:
+                write(pending[0])
+            else:
+                # Small pieces (response headers) are joined; a large one (record bytes)
+                # is encrypted where it is rather than copied into the join first.
+                small: list[bytes | bytearray | memoryview] = []
+                for piece in pending:
+                    if len(piece) < SMALL_WRITE:
+                        small.append(piece)
+                        continue
+                    if small:
+                        write(b"".join(small))
+                        small = []
+                    write(piece)
+                if small:
+                    write(b"".join(small))
         except (ssl.SSLError, OSError, ValueError) as exc:
             log.info("closing connection from %s: TLS error: %s", self._peer, exc)
             self.abort()
