@@ -162,6 +162,21 @@ class _Harness:
         self.loop.close()
 
 
+def _timed_rounds(harness: _Harness, frames: list[bytes], first: int, calls: int,
+                  rounds: int) -> tuple[list[float], int]:
+    """``rounds`` rounds of ``calls`` requests from ``frames[first:]``, each timed to its
+    last response and drained after: seconds per request of each round, and the next frame."""
+    times, next_frame = [], first
+    for _ in range(rounds):
+        batch = frames[next_frame : next_frame + calls]
+        next_frame += calls
+        start = time.perf_counter()
+        harness.send_all(batch)
+        times.append((time.perf_counter() - start) / calls)
+        harness.drain()
+    return times, next_frame
+
+
 def _check_responses(data: bytes, first_offset: int, count: int) -> None:
     """The responses as a client reads them: every partition answered without an error,
     offsets running on from ``first_offset``."""
@@ -187,15 +202,7 @@ def test_produce_request(benchmark, report, tmp_path, idempotent) -> None:  # ty
     try:
         # Warm-up, and a check that the responses are what a client expects.
         _check_responses(harness.send_kept(frames[:1000]), 0, 1000)
-        times = []
-        next_frame = 1000
-        for _ in range(rounds):
-            batch = frames[next_frame : next_frame + calls]
-            next_frame += calls
-            start = time.perf_counter()
-            harness.send_all(batch)
-            times.append((time.perf_counter() - start) / calls)
-            harness.drain()
+        times, next_frame = _timed_rounds(harness, frames, 1000, calls, rounds)
         plog = harness.broker.get_log(TOPIC, 0)
         assert plog.log_end_offset == next_frame
         if idempotent:
@@ -247,15 +254,7 @@ def test_produce_request_spread(benchmark, report, tmp_path) -> None:  # type: i
     try:
         harness.run(harness.broker.topics.create_topic("spread", partitions, 1, {}))
         harness.send_kept(frames[:200])
-        times = []
-        next_frame = 200
-        for _ in range(rounds):
-            batch = frames[next_frame : next_frame + calls]
-            next_frame += calls
-            start = time.perf_counter()
-            harness.send_all(batch)
-            times.append((time.perf_counter() - start) / calls)
-            harness.drain()
+        times, next_frame = _timed_rounds(harness, frames, 200, calls, rounds)
         for p in range(partitions):
             assert harness.broker.get_log("spread", p).log_end_offset == next_frame
         best, median = min(times) * 1e6, statistics.median(times) * 1e6

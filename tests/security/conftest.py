@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from pykfk.testing import BrokerProcess
@@ -48,3 +50,16 @@ def client_settings(broker: BrokerProcess, ca: CertificateAuthority, listener: s
                          "sasl.username": sasl.get("user", "alice"),
                          "sasl.password": sasl.get("password", "alice-secret")})
     return settings
+
+
+def closed_by_peer_within(sock: socket.socket, timeout_s: float) -> bool:
+    """True once the broker has closed ``sock`` (EOF or reset) within ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False

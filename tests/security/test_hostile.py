@@ -10,21 +10,9 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from pykfk.testing import BrokerProcess, RawClient
-from tests.security.conftest import PLAIN_JAAS, client_settings
+from tests.security.conftest import PLAIN_JAAS, client_settings, closed_by_peer_within
 
 IDLE_MS = 2000
-
-
-def _closed_within(sock: socket.socket, timeout_s: float) -> bool:
-    sock.settimeout(timeout_s)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
 
 
 def test_plaintext_bytes_on_a_tls_port_close_the_connection(secure_broker, ca):
@@ -60,10 +48,10 @@ def test_stalled_handshakes_and_idle_logins_are_closed_with_memory_bounded(tmp_p
         assert AdminClient(settings).list_topics(timeout=10).brokers  # others are served meanwhile
         assert time.monotonic() - started < 5
         assert broker.rss_kb() - rss_before < 96 * 1024
-        assert _closed_within(stalled, IDLE_MS / 1000 + 5)
-        assert _closed_within(half, IDLE_MS / 1000 + 5)
+        assert closed_by_peer_within(stalled, IDLE_MS / 1000 + 5)
+        assert closed_by_peer_within(half, IDLE_MS / 1000 + 5)
         deadline = time.monotonic() + IDLE_MS / 1000 + 5  # idle connections are closed by a periodic sweep
-        assert all(_closed_within(s, max(deadline - time.monotonic(), 0.05)) for s in sockets)
+        assert all(closed_by_peer_within(s, max(deadline - time.monotonic(), 0.05)) for s in sockets)
     finally:
         for s in sockets:
             s.close()

@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pykfk.protocol import framing
-from tests.security.conftest import client_settings
+from tests.security.conftest import client_settings, closed_by_peer_within
 
 API_VERSIONS = 18
 
@@ -99,18 +99,6 @@ def _still_serving(broker, ca) -> None:
     assert AdminClient(client_settings(broker, ca, "SSL")).list_topics(timeout=10).brokers
 
 
-def _closed(sock: socket.socket, timeout: float = 10.0) -> bool:
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_garbage_in_place_of_a_handshake_closes_that_connection(secure_broker, ca):
     for listener in ("SSL", "SASL_SSL"):
         port = secure_broker.ports[listener]
@@ -121,7 +109,7 @@ def test_garbage_in_place_of_a_handshake_closes_that_connection(secure_broker, c
                 sock.sendall(garbage)
             except (ConnectionResetError, BrokenPipeError):
                 pass  # closed before it all went
-            assert _closed(sock), f"{listener}: {garbage[:8]!r}... left the connection open"
+            assert closed_by_peer_within(sock, 10.0), f"{listener}: {garbage[:8]!r}... left the connection open"
             sock.close()
     _still_serving(secure_broker, ca)
 
