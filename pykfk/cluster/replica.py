@@ -269,7 +269,7 @@ class Partition:
         return self.manager.min_insync_replicas_for(self.topic)
 
     def append_records(
-        self, records: Any, acks: int, timeout_ms: int, require_single_batch: bool = False,
+        self, records: Any, acks: int, timeout_ms: int, *, require_single_batch: bool = False,
         from_client: bool = False,
     ) -> tuple[Any, Coroutine[Any, Any, ErrorCode] | None]:
         """Append as leader (Kafka's ``appendRecords``). Returns the AppendInfo and, when

@@ -163,7 +163,6 @@ _NEW_SEGMENTS = _NewSegments()
 _PRODUCER_ID = attrgetter("producer_id")
 _MAX_TIMESTAMP = attrgetter("max_timestamp")
 _ATTR_CONTROL = core_records.ATTR_CONTROL
-_MAGIC_AT = 16  # a batch's magic byte (a legacy message's too)
 _RECORDS_COUNT = attrgetter("records_count")
 
 
@@ -784,13 +783,7 @@ class Log:
         (``validation.InvalidRecords`` when single records break a rule).
         """
         if from_client:
-            # The common case inline (a writable view of magic-2 data: the request frame);
-            # client_records refuses or converts the rest.
-            if type(records) is memoryview and len(records) > _MAGIC_AT + 1 and records[_MAGIC_AT] >= 2 \
-                    and not records.readonly:
-                buf = records
-            else:
-                buf = client_records(records, require_single_batch)
+            buf = client_records(records, require_single_batch)
         else:
             buf = records if type(records) is memoryview else memoryview(records)
             if not assign_offsets:
@@ -823,9 +816,7 @@ class Log:
                 has_producers = producer_id >= 0
             else:
                 if from_client:
-                    for header in headers:
-                        if header.attributes & _ATTR_CONTROL or (header.base_sequence < 0 <= header.producer_id):
-                            check_client_batches(headers)
+                    check_client_batches(headers)
                 has_producers = _has_producers(headers)
             if self._timestamp_window is not None:
                 check_timestamps(buf, headers, self._timestamp_window, self.clock.time_ms() if now is None else now)

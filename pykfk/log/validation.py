@@ -78,6 +78,9 @@ def client_records(records: Any, magic2_only: bool) -> memoryview:
     ProduceRequest.validateRecords); a legacy set is converted to a v2 batch otherwise,
     and read-only data copied (offsets are written in place). CORRUPT_MESSAGE for v3+
     data too short to hold a batch header's magic byte."""
+    if type(records) is memoryview and len(records) > _MAGIC_AT and records[_MAGIC_AT] >= 2 \
+            and not records.readonly:
+        return records  # the common case: magic-2 batches in the request frame
     if records is None or len(records) == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "empty record data")
     buf = records if type(records) is memoryview else memoryview(records)

@@ -14,8 +14,9 @@ handler that must wait (long-poll Fetch, acks=all) runs in its own task; when it
 with nothing older outstanding, its answer and the ready ones behind it go out the same
 way, from the task's done callback (no turn of the writer task). A writer task takes what
 these direct sends leave: a socket that is full, record bytes above ``GATHER_BYTES_MAX``
-(sendfile), a failed handler, TLS. Reading pauses while ``queued.max.requests`` responses are outstanding or too
-many request bytes are held, which bounds memory per connection.
+(sendfile), a failed handler, TLS. Reading pauses while ``queued.max.requests``
+responses are outstanding or too many request bytes are held, which bounds memory per
+connection.
 
 Writing bypasses the transport: the writer owns a duplicate of the socket's fd, sends
 header bytes with ``sendmsg`` and record bytes (FileRegion chunks) with
@@ -273,11 +274,10 @@ class Connection(asyncio.BufferedProtocol):
         self._after_frames()
 
     def eof_received(self) -> bool | None:
-        # The client will send no more requests; answer what is in flight, then close.
-        # A TLS transport cannot stay half-open (it closes whatever this returns, and
-        # warns when it is true): keeping it open is asked for on plain sockets only.
+        # The client will send no more requests; answer what is in flight, then close
+        # (the socket stays half-open meanwhile; tls.py does the same for TLS).
         self._begin_drain()
-        return None if self._tls else True
+        return True
 
     # -- framing ---------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ States (``TxnState``) and who moves them::
     any settled state --transactional.id.expiration.ms--> Dead (tombstone)
 
 A request that finds markers being written waits for them (up to ``COMPLETION_WAIT_S``)
-and answers CONCURRENT_TRANSACTIONS only when they take longer; the client retries. One transactional id is changed by one request at a time (a lock per id).
+and answers CONCURRENT_TRANSACTIONS only when they take longer; the client retries. One
+transactional id is changed by one request at a time (a lock per id).
 Loop-affine; every timer and timestamp comes from the injected clock.
 """
 

@@ -224,7 +224,8 @@ def handle(ctx: RequestContext, request: ProduceRequest
                         continue
                     if code != _NONE:
                         raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
-                info, wait = leader.append_records(records, acks, timeout_ms, single_batch, True)
+                info, wait = leader.append_records(records, acks, timeout_ms, require_single_batch=single_batch,
+                                                   from_client=True)
                 result = {"index": index, "error_code": _NONE, "base_offset": info.first_offset,
                           "log_append_time_ms": info.log_append_time_ms,
                           "log_start_offset": info.log_start_offset}
