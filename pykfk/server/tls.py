@@ -4,8 +4,9 @@ The event loop's own TLS transport (asyncio's ``sslproto``, uvloop's port of it)
 socket 64 KiB at a time and goes round the loop (a poll, callbacks) for each read; a
 1 MB Produce request costs some sixteen turns, each decrypting a few records. Here the
 socket is read into a 1 MiB buffer (one per listener, shared by its connections: a
-read's bytes are copied into the connection's incoming BIO at once), so one turn takes all a read returns; every record it
-holds is decrypted straight into the connection's receive buffer (its ``get_buffer``),
+read's bytes are copied into the connection's incoming BIO at once), so one turn takes
+all a read returns; every record it holds is decrypted straight into the connection's
+receive buffer (its ``get_buffer``),
 the connection told once per filled buffer. Writes made in one turn of the loop (the
 responses of one read, a Fetch answer's header and record bytes) are joined and
 encrypted together at the end of that turn, going out in one socket write.
@@ -34,6 +35,8 @@ RECV_BUFFER_SIZE = 1024 * 1024
 def recv_buffer() -> memoryview:
     """The receive buffer the TLS connections of one listener (one event loop) share."""
     return memoryview(bytearray(RECV_BUFFER_SIZE))
+
+
 # Plaintext written in one turn of the loop is encrypted at its end, or at once when more
 # than this is waiting.
 WRITE_JOIN_MAX = 256 * 1024
