@@ -55,8 +55,11 @@ def test_replication_over_oauthbearer_across_token_lifetimes(tmp_path, zookeeper
     try:
         cluster.create_topic("ib", 3, 3, **{"min.insync.replicas": 2})
         cluster.wait_for_full_isr("ib", 3)
-        fetched_at_start = idp.tokens_issued.get("broker", 0)
-        assert fetched_at_start >= 3  # every broker logged in with a token of its own
+        # A new topic's ISR is full from the start, before any follower has connected:
+        # wait for every broker's first login (each follows two leaders) rather than race it.
+        wait_until(lambda: idp.tokens_issued.get("broker", 0) >= 3, 15,
+                   "a token fetched by every broker")
+        fetched_at_start = idp.tokens_issued["broker"]
 
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
                              "message.timeout.ms": 20000})
