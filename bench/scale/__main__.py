@@ -1,8 +1,12 @@
-"""python -m bench.scale [--partitions 10000] [--records N] [--rounds 3] [--out DIR]
+"""python -m bench.scale [--partitions 10000] [--records N] [--rounds 3] [--consumer assign|subscribe] [--out DIR]
 
 One broker, one topic of many partitions: its creation under load, Metadata of it, then
 a produce to every partition and a consumer group reading it all, and ``--rounds`` more
-rounds of the same (the steady state once every partition has been read), each timed."""
+rounds of the same (the steady state once every partition has been read), each timed.
+The consumer is assigned every partition (``assign``) or subscribes and is given every
+partition by the group coordinator, a rebalance of them all each round (``subscribe``).
+The verdict (every round at least 0.8x round 0's records/s, produce at least 100,000
+records/s up to 5,000 partitions) is printed, kept in the results and drawn."""
 
 from __future__ import annotations
 
@@ -18,16 +22,18 @@ from typing import Any
 
 from bench.scale.probes import (
     OtherClient,
+    count_difference,
     cpu_seconds,
     create_topic,
     idle_cpu_percent,
     metadata_round_trip_ms,
     open_fds,
+    request_counts,
     rss_mb,
 )
-from bench.scale.report import check_targets, plot, print_table
+from bench.scale.report import check_targets, plot, print_table, print_verdict, steady_state_verdict
 from bench.scale.traffic import consume_all, produce_all
-from pykfk.testing import BrokerProcess, RawClient
+from pykfk.testing import BrokerProcess, RawClient, free_port
 
 TOPIC = "scale"
 # Records a round by default, as in the produce of the issue that found the collapse.
@@ -39,20 +45,29 @@ def say(line: str) -> None:
 
 
 def run(partitions: int, records: int, value_size: int, idle_s: float, rounds: int,
-        workdir: str) -> dict[str, Any]:
-    broker = BrokerProcess(os.path.join(workdir, "data"), {"num.partitions": 1})
+        workdir: str, subscribe: bool) -> dict[str, Any]:
+    # The metrics endpoint counts the requests of each round (read between the timed
+    # parts: a scrape reads the state of every partition).
+    metrics_url = f"http://127.0.0.1:{free_port()}"
+    broker = BrokerProcess(os.path.join(workdir, "data"),
+                           {"num.partitions": 1, "metrics.listener": metrics_url,
+                            # a constant wait before the first rebalance of an empty group,
+                            # not work: off, so a subscribing round times the rebalance itself
+                            "group.initial.rebalance.delay.ms": 0})
     broker.start()
     try:
-        return measure(broker, partitions, records, value_size, idle_s, rounds)
+        return measure(broker, partitions, records, value_size, idle_s, rounds, subscribe,
+                       metrics_url + "/metrics")
     finally:
         broker.stop()
 
 
 def measure(broker: BrokerProcess, partitions: int, records: int, value_size: int,
-            idle_s: float, rounds: int) -> dict[str, Any]:
+            idle_s: float, rounds: int, subscribe: bool, metrics_url: str) -> dict[str, Any]:
     pid = broker.pid
     result: dict[str, Any] = {"partitions": partitions, "records_per_partition": records,
-                              "value_bytes": value_size, "data_dir": broker.log_dir}
+                              "value_bytes": value_size, "data_dir": broker.log_dir,
+                              "consumer": "subscribe" if subscribe else "assign"}
     result["fds_empty_broker"] = open_fds(pid)
     raw = RawClient(broker.host, broker.port, timeout=300)
     say(f"creating a topic of {partitions:,} partitions")
@@ -77,7 +92,8 @@ def measure(broker: BrokerProcess, partitions: int, records: int, value_size: in
     peak = [open_fds(pid)]
     result["rounds"], read, errors = [], 0, []
     for i in range(rounds + 1):
-        result["rounds"].append(traffic_round(broker, i, partitions, records, value_size, peak, errors))
+        result["rounds"].append(traffic_round(broker, i, partitions, records, value_size, peak, errors,
+                                              subscribe, metrics_url))
         read += result["rounds"][-1]["records_read"]
     first = result["rounds"][0]
     result.update(produce_s=first["produce_s"], consume_s=first["consume_s"], records_read=read,
@@ -94,7 +110,8 @@ def measure(broker: BrokerProcess, partitions: int, records: int, value_size: in
 
 
 def traffic_round(broker: BrokerProcess, i: int, partitions: int, records: int, value_size: int,
-                  peak: list[int], errors: list[str]) -> dict[str, Any]:
+                  peak: list[int], errors: list[str], subscribe: bool,
+                  metrics_url: str) -> dict[str, Any]:
     """Round 0 produces to the new topic; every later one comes after the consumer group
     has read every partition (the steady state of a topic in use)."""
     count = partitions * records
@@ -102,26 +119,40 @@ def traffic_round(broker: BrokerProcess, i: int, partitions: int, records: int, 
     say(f"round {i}: producing {records} records of {value_size} B to each partition ({when})")
     # The client's CPU (this process: the Python loop and librdkafka's threads) beside the
     # broker's tells which side a slow round waited for.
+    requests_before = request_counts(metrics_url)
     cpu_before, client_before = cpu_seconds(broker.pid), time.process_time()
     produce_s = produce_all(broker.bootstrap, TOPIC, partitions, records, value_size, say)
     produce_cpu_s = cpu_seconds(broker.pid) - cpu_before
     produce_client_s = time.process_time() - client_before
-    say(f"round {i}: consuming every partition with one consumer of the group")
+    requests_between = request_counts(metrics_url)
+    how = "subscribed to the topic" if subscribe else "assigned every partition"
+    say(f"round {i}: consuming every partition with one consumer of the group ({how})")
     cpu_before, client_before = cpu_seconds(broker.pid), time.process_time()
-    consume_s, read, round_errors = consume_all(broker.bootstrap, TOPIC, partitions, count, say,
-                                                lambda: peak.append(open_fds(broker.pid)))
+    consume_s, read, round_errors, assignment_s = consume_all(
+        broker.bootstrap, TOPIC, partitions, count, say,
+        lambda: peak.append(open_fds(broker.pid)), subscribe=subscribe)
     consume_cpu_s = cpu_seconds(broker.pid) - cpu_before
     consume_client_s = time.process_time() - client_before
+    requests_after = request_counts(metrics_url)
     errors.extend(round_errors)
     row = {"round": i, "produce_s": produce_s, "produce_records_per_s": count / produce_s,
            "produce_broker_cpu_s": produce_cpu_s, "produce_client_cpu_s": produce_client_s,
            "consume_s": consume_s, "consume_records_per_s": read / consume_s,
            "consume_broker_cpu_s": consume_cpu_s, "consume_client_cpu_s": consume_client_s,
-           "records_read": read, "load_average": os.getloadavg()[0]}
+           "consume_assignment_s": assignment_s,
+           "records_read": read, "load_average": os.getloadavg()[0],
+           "produce_requests": count_difference(requests_between, requests_before),
+           "consume_requests": count_difference(requests_after, requests_between)}
     say(f"  produced {row['produce_records_per_s']:,.0f} records/s (CPU: broker {produce_cpu_s:.1f} s, "
         f"client {produce_client_s:.1f} s), consumed {row['consume_records_per_s']:,.0f} records/s "
-        f"(CPU: broker {consume_cpu_s:.1f} s, client {consume_client_s:.1f} s)")
+        f"(CPU: broker {consume_cpu_s:.1f} s, client {consume_client_s:.1f} s; every partition "
+        f"held after {assignment_s:.2f} s)")
+    say(f"  requests: produce {_counts(row['produce_requests'])}; consume {_counts(row['consume_requests'])}")
     return row
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count:,}" for name, count in counts.items()) or "none"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3,
                         help="produce/consume rounds after the first (the steady state)")
+    parser.add_argument("--consumer", choices=("assign", "subscribe"), default="assign",
+                        help="the consumer is assigned every partition (no rebalance), or "
+                             "subscribes and the group gives it every partition (a rebalance "
+                             "of them all each round)")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--data-dir", default=None,
                         help="parent of the broker's data dir (default: a temp dir); the "
@@ -143,19 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.records is None:
         args.records = max(10, -(-ROUND_RECORDS // args.partitions))
     if args.out is None:
-        args.out = str(Path(__file__).parent / f"last-run-{args.partitions}")
+        suffix = "-subscribe" if args.consumer == "subscribe" else ""
+        args.out = str(Path(__file__).parent / f"last-run-{args.partitions}{suffix}")
     workdir = tempfile.mkdtemp(prefix="pykfk-scale-", dir=args.data_dir)
     try:
         result = run(args.partitions, args.records, args.value_size, args.idle_seconds,
-                     max(args.rounds, 1), workdir)
+                     max(args.rounds, 1), workdir, args.consumer == "subscribe")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["checks"] = check_targets(result)
+    result["verdict"] = steady_state_verdict(result)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     plot(result, os.path.join(args.out, "scale.png"))
     print_table(result)
+    print_verdict(result)
     return 0 if all(check["passed"] for check in result["checks"]) else 1
 
 

@@ -6,6 +6,7 @@ import os
 import statistics
 import threading
 import time
+import urllib.request
 
 from pykfk.testing import RawClient
 
@@ -96,3 +97,23 @@ def idle_cpu_percent(pid: int, seconds: float) -> float:
     before = cpu_seconds(pid)
     time.sleep(seconds)
     return (cpu_seconds(pid) - before) / seconds * 100
+
+
+def request_counts(metrics_url: str) -> dict[str, int]:
+    """Requests the broker has received by API name (all versions), read from its metrics
+    endpoint (``kafka_network_requestmetrics_requests_total``)."""
+    prefix = "kafka_network_requestmetrics_requests_total{"
+    with urllib.request.urlopen(metrics_url, timeout=60) as response:
+        text = response.read().decode()
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            labels, _, value = line[len(prefix):].partition("} ")
+            name = labels.split('request="', 1)[1].split('"', 1)[0]
+            counts[name] = counts.get(name, 0) + int(float(value))
+    return counts
+
+
+def count_difference(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: count - before.get(name, 0) for name, count in sorted(after.items())
+            if count - before.get(name, 0)}

@@ -55,6 +55,51 @@ def _round_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
              "passed": value >= limit, "at_least": True} for name, value, limit, unit in rows]
 
 
+STEADY_ROUNDS_MIN = 3
+
+
+def steady_state_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """The steady-state criteria, each from this run's rounds: at least three rounds after
+    the group read every partition, each round's produce and consume records/s at least
+    0.8x round 0's, produce at least 100,000 records/s in every round up to 5,000
+    partitions, every record read. ``passed`` only if all hold."""
+    rounds = result["rounds"]
+    criteria = [{"criterion": "rounds after the group read every partition", "value": len(rounds) - 1,
+                 "limit": STEADY_ROUNDS_MIN, "unit": "rounds", "passed": len(rounds) - 1 >= STEADY_ROUNDS_MIN}]
+    for side in ("produce", "consume"):
+        first = rounds[0][f"{side}_records_per_s"]
+        for r in rounds[1:]:
+            ratio = r[f"{side}_records_per_s"] / first
+            criteria.append({"criterion": f"{side}, round {r['round']} / round 0", "value": round(ratio, 3),
+                             "limit": STEADY_ROUND_RATIO_MIN, "unit": "x",
+                             "passed": ratio >= STEADY_ROUND_RATIO_MIN})
+    if result["partitions"] <= PRODUCE_TARGET_MAX_PARTITIONS:
+        for r in rounds:
+            rate = r["produce_records_per_s"]
+            criteria.append({"criterion": f"produce, round {r['round']}", "value": round(rate),
+                             "limit": PRODUCE_RECORDS_PER_S_MIN, "unit": "records/s",
+                             "passed": rate >= PRODUCE_RECORDS_PER_S_MIN})
+    every_record = result["records_read"] == result["records_expected"] and not result["consumer_errors"]
+    criteria.append({"criterion": "every record read, no consumer error", "value": result["records_read"],
+                     "limit": result["records_expected"], "unit": "records", "passed": every_record})
+    loads = [r["load_average"] for r in rounds]
+    return {"passed": all(c["passed"] for c in criteria), "criteria": criteria,
+            "load_average": [min(loads), max(loads)]}
+
+
+def print_verdict(result: dict[str, Any]) -> None:
+    verdict = result["verdict"]
+    failed = [c for c in verdict["criteria"] if not c["passed"]]
+    low, high = verdict["load_average"]
+    print(f"\nsteady state at {result['partitions']:,} partitions ({result.get('consumer', 'assign')} "
+          f"consumer, load average {low:.1f}-{high:.1f}): {'PASS' if verdict['passed'] else 'FAIL'}")
+    for c in verdict["criteria"]:
+        print(f"  {'PASS' if c['passed'] else 'FAIL'}  {c['criterion']:<48} {c['value']:>10,} {c['unit']:<10}"
+              f" (target >= {c['limit']:,})")
+    if failed:
+        print(f"  {len(failed)} of {len(verdict['criteria'])} criteria missed")
+
+
 def print_table(result: dict[str, Any]) -> None:
     print(f"\n{result['partitions']:,} partitions on one broker "
           f"(RSS {result['rss_mb']:.0f} MB, {result['records_per_partition']} records of "
@@ -104,7 +149,16 @@ def plot(result: dict[str, Any], path: str) -> None:
     rounds_ax.set_ylabel("records/s")
     rounds_ax.set_ylim(bottom=0)
     rounds_ax.legend(fontsize="small")
-    rounds_ax.set_title("rounds (dotted: 0.8x round 0)")
+    verdict = result.get("verdict")
+    if verdict is not None:
+        low, high = verdict["load_average"]
+        failed = sum(not c["passed"] for c in verdict["criteria"])
+        outcome = "PASS" if verdict["passed"] else f"FAIL ({failed} of {len(verdict['criteria'])} missed)"
+        rounds_ax.set_title(f"steady state: {outcome}\n{result.get('consumer', 'assign')} consumer, "
+                            f"load {low:.1f}-{high:.1f} (dotted: 0.8x round 0)", fontsize="medium",
+                            color="tab:green" if verdict["passed"] else "tab:red")
+    else:
+        rounds_ax.set_title("rounds (dotted: 0.8x round 0)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -39,17 +39,36 @@ def produce_all(bootstrap: str, topic: str, partitions: int, per_partition: int,
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
-                say: Callable[[str], None], on_poll: Callable[[], None]) -> tuple[float, int, list[str]]:
-    """(seconds, records read, client errors) for one consumer of the group "scale-bench"
-    assigned every partition: it reads from the group's committed offsets (the start of
-    each partition the first time) and commits where it stopped, as a group member does,
-    so the next call reads only what was produced since."""
+                say: Callable[[str], None], on_poll: Callable[[], None],
+                subscribe: bool = False) -> tuple[float, int, list[str], float]:
+    """(seconds, records read, client errors, seconds until the consumer held every
+    partition) for one consumer of the group "scale-bench" reading every partition: it
+    reads from the group's committed offsets (the start of each partition the first time)
+    and commits where it stopped, as a group member does, so the next call reads only what
+    was produced since.
+
+    By default the consumer is assigned every partition (``assign``: no rebalance, the
+    group only stores offsets). With ``subscribe`` it subscribes to the topic and the
+    group coordinator gives it every partition: each call is a member joining an empty
+    group, a JoinGroup and SyncGroup whose assignment names every partition, and a
+    LeaveGroup when it closes. The seconds count from the consumer's creation, the
+    rebalance included (the broker's ``group.initial.rebalance.delay.ms`` as set)."""
     errors: list[str] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-bench",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "fetch.wait.max.ms": 100, "error_cb": lambda e: errors.append(str(e))})
-    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
     start = last = time.perf_counter()
+    assigned_at: list[float] = []
+    if subscribe:
+        def on_assign(c: Consumer, assignment: list[TopicPartition]) -> None:
+            if len(assignment) != partitions:
+                errors.append(f"assigned {len(assignment)} of {partitions} partitions")
+            assigned_at.append(time.perf_counter())
+
+        consumer.subscribe([topic], on_assign=on_assign)
+    else:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        assigned_at.append(time.perf_counter())
     read = 0
     deadline = start + 300
     try:
@@ -67,4 +86,5 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
             consumer.commit(asynchronous=False)
     finally:
         consumer.close()
-    return time.perf_counter() - start, read, errors
+    assignment_s = assigned_at[0] - start if assigned_at else float("nan")
+    return time.perf_counter() - start, read, errors, assignment_s

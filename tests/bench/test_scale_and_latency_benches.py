@@ -42,6 +42,40 @@ def test_scale_bench_measures_a_few_hundred_partitions(tmp_path: Path) -> None:
         "produce, slowest round"}
     assert (out / "scale.png").stat().st_size > 1000
     assert run.returncode in (0, 1)  # 1: a target missed, reported, not a crash
+    # the requests of each round, counted by the broker (its metrics endpoint)
+    for r in result["rounds"]:
+        assert 1 <= r["produce_requests"]["Produce"] <= 900
+        assert r["consume_requests"]["Fetch"] >= 1 and r["consume_requests"]["OffsetCommit"] == 1
+        assert "JoinGroup" not in r["consume_requests"]  # assigned, no rebalance
+    # the steady-state verdict, computed from the rounds and printed
+    verdict = result["verdict"]
+    ratio = result["rounds"][1]["produce_records_per_s"] / result["rounds"][0]["produce_records_per_s"]
+    produce_1 = next(c for c in verdict["criteria"] if c["criterion"] == "produce, round 1 / round 0")
+    assert produce_1["value"] == pytest.approx(ratio, abs=1e-3) and produce_1["passed"] == (ratio >= 0.8)
+    # one round after round 0 is fewer than the three the verdict asks for
+    assert verdict["passed"] is False
+    assert "steady state at 300 partitions (assign consumer" in run.stdout
+    assert "FAIL  rounds after the group read every partition" in run.stdout
+
+
+def test_scale_bench_subscribes_in_a_group(tmp_path: Path) -> None:
+    """The subscribe mode: each round a new member joins the group and is given every
+    partition by a rebalance; it reads what the last one committed."""
+    out = tmp_path / "scale-subscribe"
+    run = _run("bench.scale", "--partitions", "200", "--records", "2", "--rounds", "3",
+               "--consumer", "subscribe", "--idle-seconds", "1", "--data-dir", str(tmp_path),
+               "--out", str(out))
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    result = json.loads((out / "results.json").read_text())
+    assert result["consumer"] == "subscribe" and not result["consumer_errors"]
+    assert [r["records_read"] for r in result["rounds"]] == [400] * 4
+    for r in result["rounds"]:
+        assert r["consume_requests"]["JoinGroup"] >= 1 and r["consume_requests"]["SyncGroup"] >= 1
+        assert 0 < r["consume_assignment_s"] < r["consume_s"]
+    criteria = {c["criterion"] for c in result["verdict"]["criteria"]}
+    assert {"consume, round 3 / round 0", "produce, round 0"} <= criteria
+    assert result["verdict"]["passed"] == all(c["passed"] for c in result["verdict"]["criteria"])
+    assert "(subscribe consumer, load average" in run.stdout
 
 
 def test_latency_bench_measures_pykfk_and_the_mock_floor(tmp_path: Path) -> None:
