@@ -41,6 +41,7 @@ extensions = [
     core_extension("structs"),
     core_extension("regions"),
     core_extension("metadata"),
+    core_extension("fetch_path"),
 ]
 
 # PYKFK_EXTENSIONS=segment,sendfile builds only those (handy while working on one module).

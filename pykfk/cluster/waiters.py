@@ -3,6 +3,10 @@
 A Fetch that has less than ``min_bytes`` available parks here until an append to one of
 its partitions, its ``max_wait_ms`` deadline, or broker shutdown. Appends wake waiters;
 nobody polls.
+
+A fetch parks once (``park``: its partitions registered once, whatever the number of
+wake-ups) and learns which partitions woke it (``Parked.take``), so a fetch of 10,000
+partitions woken by an append to one re-reads that one, not all 10,000.
 """
 
 from __future__ import annotations
@@ -13,50 +17,106 @@ from collections.abc import Iterable
 PartitionKey = tuple[str, int]
 
 
+class Parked:
+    """One parked fetch's interest in its partitions: registered by ``AppendWaiters.park``
+    until ``close``; ``wait`` may be awaited any number of times meanwhile, and the
+    partitions appended to since the last ``take`` accumulate in ``woken``."""
+
+    __slots__ = ("_future", "_keys", "_owner", "woken")
+
+    def __init__(self, owner: AppendWaiters, keys: list[PartitionKey]):
+        self._owner = owner
+        self._keys = keys
+        self._future: asyncio.Future[None] | None = None
+        self.woken: set[PartitionKey] = set()
+
+    async def wait(self, timeout: float) -> None:
+        """Return at once when a partition woke this fetch since the last ``take``; else
+        after the next wake-up, ``timeout`` seconds or shutdown, whichever comes first."""
+        if self.woken or self._owner._closed or timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        future = self._future = loop.create_future()
+        timer = loop.call_later(timeout, _wake, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self._future = None
+
+    def take(self) -> set[PartitionKey]:
+        """The partitions appended to since the last call (emptied)."""
+        woken = self.woken
+        if woken:
+            self.woken = set()
+        return woken
+
+    def notify(self, key: PartitionKey) -> None:
+        self.woken.add(key)
+        future = self._future
+        if future is not None:
+            _wake(future)
+
+    def close(self) -> None:
+        """Unregister (once per parked fetch, not per wake-up)."""
+        waiting = self._owner._waiting
+        for key in self._keys:
+            parked = waiting.get(key)
+            if parked is not None:
+                parked.discard(self)
+                if not parked:
+                    del waiting[key]
+        self._keys = []
+
+
 class AppendWaiters:
-    """Partition -> futures of fetches waiting for an append there. Loop-affine."""
+    """Partition -> fetches parked on it (``Parked``). Loop-affine."""
 
     def __init__(self) -> None:
-        self._waiting: dict[PartitionKey, set[asyncio.Future[None]]] = {}
+        self._waiting: dict[PartitionKey, set[Parked]] = {}
         self._closed = False
+
+    def park(self, partitions: Iterable[PartitionKey]) -> Parked:
+        """Register a fetch's interest in ``partitions`` until ``Parked.close``."""
+        parked = Parked(self, list(partitions))
+        waiting = self._waiting
+        for key in parked._keys:
+            found = waiting.get(key)
+            if found is None:
+                waiting[key] = {parked}
+            else:
+                found.add(parked)
+        return parked
 
     async def wait(self, partitions: Iterable[PartitionKey], timeout: float) -> None:
         """Return after an append to one of ``partitions``, after ``timeout`` seconds, or
         at shutdown, whichever comes first."""
         if self._closed or timeout <= 0:
             return
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        keys = list(partitions)
-        for key in keys:
-            self._waiting.setdefault(key, set()).add(waiter)
-        timer = loop.call_later(timeout, _wake, waiter)
+        parked = self.park(partitions)
         try:
-            await waiter
+            await parked.wait(timeout)
         finally:
-            timer.cancel()
-            for key in keys:
-                futures = self._waiting.get(key)
-                if futures is not None:
-                    futures.discard(waiter)
-                    if not futures:
-                        del self._waiting[key]
+            parked.close()
 
     def notify(self, topic: str, partition: int) -> None:
         """Called after an append to (topic, partition)."""
         if not self._waiting:
             return  # nobody long-polls (every produce-only run): no key to build
-        futures = self._waiting.get((topic, partition))
-        if futures:
-            for waiter in futures:
-                _wake(waiter)
+        key = (topic, partition)
+        parked = self._waiting.get(key)
+        if parked:
+            for waiter in parked:
+                waiter.notify(key)
 
     def wake_all(self) -> None:
         """Shutdown: every parked fetch answers now with what it has."""
         self._closed = True
-        for futures in self._waiting.values():
-            for waiter in futures:
-                _wake(waiter)
+        for parked in self._waiting.values():
+            for waiter in parked:
+                future = waiter._future
+                if future is not None:
+                    _wake(future)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

@@ -39,11 +39,13 @@ import logging
 import uuid
 import weakref
 from collections.abc import Coroutine, Sequence
+from typing import cast
 
+from pykfk._core import fetch_path
+from pykfk._core.fetch_path import count_bytes_out, partition_error, read_all, read_partition
 from pykfk._core.wire import decode_fetch, encode_fetch_response
 from pykfk.cluster.metadata import ClusterView
 from pykfk.errors import ErrorCode, KafkaError
-from pykfk.metrics.stats import BrokerTopicStats
 from pykfk.protocol import framing, typed
 from pykfk.protocol.types import ZERO_UUID, FileRegion, Struct
 from pykfk.security.acl import Operation, ResourceType
@@ -55,6 +57,7 @@ from pykfk.server.fetch_sessions import (
     NO_SESSION,
     FetchSession,
     FetchSessionCache,
+    ReadPartition,
     ReadTopic,
 )
 from pykfk.server.handlers.metadata import topic_ids
@@ -81,122 +84,6 @@ def encode_response(version: int, correlation_id: int, body: typed.FetchResponse
     return chunks
 
 
-def _partition_error(partition: int, code: int) -> typed.FetchResponsePartitionData:
-    return {
-        "partition_index": partition,
-        "error_code": code,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": b"",
-    }
-
-
-def _read_all(ctx: RequestContext, topics: Sequence[ReadTopic], replica_id: int, max_bytes: int, first_pass: bool,
-              denied: frozenset[str] = frozenset(), read_committed: bool = False, client_rack: str | None = None
-              ) -> tuple[list[typed.FetchableTopicResponse], int, bool]:
-    """One pass over the requested partitions: (responses, bytes available, answer now:
-    an error, or a v18 follower behind the leader's high watermark).
-
-    The FileRegions point at duplicated fds owned by the request context, so the
-    response stays valid if retention deletes a segment before it is sent. A follower's
-    position is taken on the first pass only (later passes follow a wake-up).
-    """
-    replicas = ctx.broker.replica_manager
-    version = ctx.api_version
-    remaining = max_bytes if version >= 3 else INT32_MAX
-    total = 0
-    error = False
-    responses: list[typed.FetchableTopicResponse] = []
-    for topic in topics:
-        partitions: list[typed.FetchResponsePartitionData] = []
-        if topic.topic in denied:
-            responses.append({"topic": topic.topic, "partitions": [
-                _partition_error(part.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for part in topic.partitions]})
-            error = True
-            continue
-        for part in topic.partitions:
-            try:
-                plog, max_offset = replicas.log_for_fetch(
-                    topic.topic, part.partition, replica_id, part.fetch_offset,
-                    part.current_leader_epoch, report_position=first_pass, consumer_on_follower=version >= 11,
-                )
-            except KafkaError as exc:
-                partitions.append(_partition_error(part.partition, exc.code))
-                replicas.topic_stats.for_topic(topic.topic).failed_fetch_requests += 1
-                error = True
-                continue
-            # A consumer's read limit is the high watermark already; a follower's the end.
-            high_watermark = max_offset if replica_id < 0 else plog.high_watermark
-            if part.high_watermark < high_watermark and replica_id >= 0:
-                error = True  # KIP-1166: tell the follower now (v18+; older: never)
-            if client_rack is not None:
-                preferred = _preferred_read_replica(ctx, topic.topic, part.partition, client_rack)
-                if preferred >= 0:  # KIP-392: read from the replica in the client's rack
-                    partitions.append({**_partition_error(part.partition, ErrorCode.NONE),
-                                       "high_watermark": high_watermark,
-                                       "last_stable_offset": plog.last_stable_offset,
-                                       "log_start_offset": plog.log_start_offset,
-                                       "preferred_read_replica": preferred})
-                    continue
-            last_stable = plog.last_stable_offset
-            if read_committed:
-                max_offset = last_stable
-            # Conditionals, not min()/max(): this runs for every partition a Fetch reads.
-            limit = part.partition_max_bytes
-            if limit > remaining:  # noqa: PLR1730
-                limit = remaining
-            records: typed.RecordsData = b""
-            try:
-                if part.fetch_offset == max_offset and plog.log_start_offset <= max_offset:
-                    # Nothing new (a caught-up follower or consumer): no segment lookup.
-                    region, log_start = None, plog.log_start_offset
-                elif limit > 0 or total == 0:
-                    # Only the first partition with data may exceed the limits (one whole
-                    # batch); later ones are cut, and clients drop a partial last batch.
-                    data = plog.read(
-                        part.fetch_offset, limit if limit > 0 else 0, max_offset=max_offset,  # noqa: FURB136
-                        min_one_message=total == 0
-                    )
-                    region = data.file_region
-                    log_start = data.log_start_offset
-                else:
-                    region, log_start = None, plog.log_start_offset
-                    # Past the read limit but not the log end (a new leader's high
-                    # watermark still catching up): nothing to read, not out of range.
-                    if not log_start <= part.fetch_offset <= plog.log_end_offset:
-                        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-            except KafkaError as exc:
-                partitions.append(_partition_error(part.partition, exc.code))
-                replicas.topic_stats.for_topic(topic.topic).failed_fetch_requests += 1
-                error = True
-                continue
-            if region is not None and region.size > 0:
-                total += region.size
-                remaining -= region.size
-                records = _owned_region(ctx, region, version)
-            aborted: list[typed.FetchResponseAbortedTransaction] | None = None
-            if read_committed and region is not None and len(plog.aborted_txns):
-                aborted = [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
-                           for txn in plog.aborted_transactions(part.fetch_offset, max_offset)] or None
-            partitions.append(
-                {
-                    "partition_index": part.partition,
-                    "error_code": ErrorCode.NONE,
-                    "high_watermark": high_watermark,
-                    "last_stable_offset": last_stable,
-                    "log_start_offset": log_start,
-                    "aborted_transactions": aborted,
-                    "preferred_read_replica": -1,
-                    "records": records,
-                }
-            )
-        responses.append({"topic": topic.topic, "partitions": partitions})
-    return responses, total, error
-
-
 def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, client_rack: str) -> int:
     """Kafka's RackAwareReplicaSelector, asked on the leader: an in-sync replica in the
     client's rack (the lowest id), or -1 when the leader is there itself or none is."""
@@ -209,19 +96,6 @@ def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, cli
     in_rack = [replica for replica in state.isr if replica != broker.broker_id
                and (info := broker.metadata.get_broker(replica)) is not None and info.rack == client_rack]
     return min(in_rack, default=-1)
-
-
-def _owned_region(ctx: RequestContext, region: FileRegion, version: int) -> typed.RecordsData:
-    if version < 4:
-        from pykfk._core.records import to_legacy
-
-        return to_legacy(region.read(), 0 if version < 2 else 1)
-    try:
-        pinned = region.pinned()
-    except ValueError:
-        return None  # the segment closed since the read (deleted): the next fetch rereads
-    ctx.pinned.append(pinned)
-    return pinned
 
 
 def handle(ctx: RequestContext, request: typed.FetchRequest
@@ -259,10 +133,16 @@ def handle(ctx: RequestContext, request: typed.FetchRequest
     return fetch.parked()
 
 
+# Where a parked fetch keeps each partition's answer: (the topic's answers, the index).
+_Where = dict[tuple[str, int], tuple[list[typed.FetchResponsePartitionData], int, ReadPartition]]
+
+
 class _Fetch:
     """One Fetch request's reads: ``answer`` reads every partition once and gives the
     response body when the request is done (enough bytes, an error, its wait over);
-    ``parked`` waits for appends between reads until then."""
+    ``parked`` waits for appends until then, re-reading only the partitions appended to
+    (the answers of the others stand, their regions pinned), so a fetch of 10,000
+    partitions woken by one append reads one partition, not 10,000."""
 
     def __init__(self, ctx: RequestContext, request: typed.FetchRequest, topics: Sequence[ReadTopic],
                  session: FetchSession | None, known_as: dict[str, uuid.UUID] | None,
@@ -283,42 +163,93 @@ class _Fetch:
             else frozenset()
         self.client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
             broker.config["replica.selector.class"] else None
+        # The last reads, kept while parked: the answers and the record bytes they hold.
+        self.responses: list[typed.FetchableTopicResponse] = []
+        self.available = 0
 
     def answer(self, first_pass: bool) -> typed.FetchResponse | None:
-        ctx, request, broker = self.ctx, self.request, self.ctx.broker
-        responses, available, error = _read_all(ctx, self.topics, request.replica_id, request.max_bytes, first_pass,
-                                                self.denied, self.read_committed, self.client_rack)
-        if not (available >= request.min_bytes or error or broker.stopping
+        """The body after reading every partition, or None (the reads kept) to park."""
+        request = self.request
+        responses, available, error = read_all(self.ctx, self.topics, request.replica_id, request.max_bytes,
+                                               first_pass, self.denied, self.read_committed, self.client_rack,
+                                               self.known_as)
+        self.responses, self.available = responses, available
+        if not (available >= request.min_bytes or error or self.ctx.broker.stopping
                 or (request.max_wait_ms <= 0 if self.loop is None else self.deadline - self.loop.time() <= 0)):
-            _release_regions(ctx)
             return None
+        return self._body(responses, available)
+
+    def reread(self, woken: set[tuple[str, int]], where: _Where) -> typed.FetchResponse | None:
+        """After a wake-up: read again only the ``woken`` partitions (their old answers'
+        regions released), then the body as ``answer`` gives it, or None to park on."""
+        ctx, request = self.ctx, self.request
+        error = False
+        for key in woken:
+            found = where.get(key)
+            if found is None:
+                continue
+            answers, index, part = found
+            old = answers[index]
+            records = old["records"]
+            old_size = 0
+            if records:
+                # Records the reads put in an answer: a FileRegion or bytes (never a list).
+                if type(records) is FileRegion:
+                    old_size = records.size
+                    _release_region(ctx, records)
+                else:
+                    old_size = len(records)  # type: ignore[arg-type]
+            others = self.available - old_size
+            budget = request.max_bytes - others if ctx.api_version >= 3 else INT32_MAX
+            answer, size, failed = read_partition(ctx, key[0], part, request.replica_id, budget, others == 0,
+                                                  False, self.read_committed, self.client_rack)
+            answers[index] = answer
+            self.available = others + size
+            if failed:
+                error = True
+        if not (self.available >= request.min_bytes or error or ctx.broker.stopping
+                or self.deadline - self.loop.time() <= 0):  # type: ignore[union-attr]
+            return None
+        return self._body(self.responses, self.available)
+
+    def _body(self, responses: list[typed.FetchableTopicResponse], available: int) -> typed.FetchResponse:
+        ctx, request, broker = self.ctx, self.request, self.ctx.broker
         throttle_ms = 0
         if request.replica_id < 0 and broker.quotas.active:
             throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
         if available:
-            _count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
-        session, known_as = self.session, self.known_as
+            count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
+        session = self.session
         if session is not None:
             responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
-        if known_as is not None:
-            responses = [{**topic, "topic_id": known_as.get(topic["topic"], ZERO_UUID)} for topic in responses]
-            responses += self.unknown
+        if self.unknown:
+            responses = [*responses, *self.unknown]
         return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
                 "session_id": session.session_id if session is not None else NO_SESSION,
                 "responses": responses}
 
     async def parked(self) -> typed.FetchResponse:
         request = self.request
-        keys = [(t.topic, p.partition) for t in self.topics for p in t.partitions]
+        # Where each partition's answer is: parking (and unparking) walks the partitions
+        # once; a wake-up touches only those appended to.
+        where: _Where = {}
+        for topic, answer in zip(self.topics, self.responses, strict=True):
+            answers = cast("list[typed.FetchResponsePartitionData]", answer["partitions"])
+            for index, part in enumerate(topic.partitions):
+                where[topic.topic, part.partition] = (answers, index, part)
         # A follower waits for the leader's log to grow; a consumer for the high watermark.
         waiters = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id)
         loop = self.loop = asyncio.get_running_loop()
         self.deadline = loop.time() + request.max_wait_ms / 1000
-        while True:
-            await waiters.wait(keys, self.deadline - loop.time())
-            body = self.answer(first_pass=False)
-            if body is not None:
-                return body
+        parked = waiters.park(where)
+        try:
+            while True:
+                await parked.wait(self.deadline - loop.time())
+                body = self.reread(parked.take(), where)
+                if body is not None:
+                    return body
+        finally:
+            parked.close()
 
 
 def _named_by_id(store: ClusterView, request: typed.FetchRequest
@@ -361,7 +292,7 @@ def _split_stale(store: ClusterView, topics: Sequence[ReadTopic], known_as: dict
 
 def _unknown_topic_id(topic_id: uuid.UUID, partitions: list[int]) -> typed.FetchableTopicResponse:
     return {"topic": "", "topic_id": topic_id,
-            "partitions": [_partition_error(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]}
+            "partitions": [partition_error(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]}
 
 
 _SESSION_CACHES: weakref.WeakKeyDictionary[object, FetchSessionCache] = weakref.WeakKeyDictionary()
@@ -414,25 +345,8 @@ def _session_answer(session: FetchSession, responses: list[typed.FetchableTopicR
             if news or not incremental:
                 kept.append(answer)
         if kept:
-            out.append({"topic": topic["topic"], "partitions": kept})
+            out.append({**topic, "partitions": kept})
     return out
-
-
-def _count_bytes_out(stats: BrokerTopicStats, responses: list[typed.FetchableTopicResponse], replication: bool) -> None:
-    """Per topic, the record bytes of the answer (once per partition, never per record)."""
-    for topic in responses:
-        sent = 0
-        for part in topic["partitions"]:
-            records = part["records"]
-            if records:
-                # Records the reads put in an answer: a FileRegion or bytes (never a list).
-                sent += records.size if type(records) is FileRegion else len(records)  # type: ignore[arg-type]
-        if sent:
-            topic_stats = stats.for_topic(topic["topic"])
-            if replication:
-                topic_stats.replication_bytes_out += sent
-            else:
-                topic_stats.bytes_out += sent
 
 
 def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTopic]) -> frozenset[str]:
@@ -444,7 +358,14 @@ def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTo
     return frozenset(n for n in names if not ctx.allowed(Operation.READ, ResourceType.TOPIC, n))
 
 
-def _release_regions(ctx: RequestContext) -> None:
-    for region in ctx.pinned:
-        region.release()
-    ctx.pinned.clear()
+fetch_path.configure(KafkaError, _preferred_read_replica, ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                     ErrorCode.OFFSET_OUT_OF_RANGE)
+
+
+def _release_region(ctx: RequestContext, region: FileRegion) -> None:
+    """Ends the hold of a region read before (a partition read again after a wake-up)."""
+    for index, pinned in enumerate(ctx.pinned):
+        if pinned is region:
+            del ctx.pinned[index]
+            region.release()
+            return

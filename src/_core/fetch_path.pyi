@@ -1,0 +1,19 @@
+"""The Fetch handler's work per partition, compiled (see fetch_path.pyx)."""
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+def configure(kafka_error: type[Exception], preferred_read_replica: Callable[[Any, str, int, str], int],
+              none_code: int, authorization_failed_code: int, out_of_range_code: int) -> None:
+    """The broker's pieces the core must not import."""
+def partition_error(partition: int, code: int) -> Any:
+    """A partition's answer carrying only ``code``."""
+def read_partition(ctx: Any, topic: str, part: Any, replica_id: int, remaining: int, first: bool, first_pass: bool,
+                   read_committed: bool, client_rack: str | None) -> tuple[Any, int, bool]:
+    """One partition's answer, its record bytes, and whether to answer at once."""
+def read_all(ctx: Any, topics: Sequence[Any], replica_id: int, max_bytes: int, first_pass: bool,
+             denied: Collection[str], read_committed: bool, client_rack: str | None,
+             known_as: Mapping[str, Any] | None) -> tuple[list[Any], int, bool]:
+    """One pass over the requested partitions: (responses, bytes available, answer now)."""
+def count_bytes_out(stats: Any, responses: list[Any], replication: bool) -> None:
+    """Per topic, the record bytes of the answer."""
