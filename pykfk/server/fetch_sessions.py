@@ -74,7 +74,9 @@ class ReadTopic(Protocol):
 @dataclasses.dataclass(slots=True)
 class SessionPartition:
     """One partition of a session: what the client last asked (attribute names as in the
-    request, so a session is read like a request) and what the broker last answered."""
+    request, so a session is read like a request) and what the broker last answered
+    (the ``sent_`` offsets: an incremental answer holds the partition again only with
+    records, an error or other offsets; ``pykfk._core.fetch_path.session_answer``)."""
 
     partition: int
     fetch_offset: int
@@ -86,17 +88,6 @@ class SessionPartition:
     sent_high_watermark: int = -1
     sent_last_stable_offset: int = -1
     sent_log_start_offset: int = -1
-
-    def changed(self, answer: typed.FetchResponsePartitionData) -> bool:
-        """Whether ``answer`` tells the client something it has not heard; remembers it."""
-        new = (answer["error_code"] != 0 or bool(answer["records"])
-               or answer["high_watermark"] != self.sent_high_watermark
-               or answer["last_stable_offset"] != self.sent_last_stable_offset
-               or answer["log_start_offset"] != self.sent_log_start_offset)
-        self.sent_high_watermark = answer["high_watermark"]
-        self.sent_last_stable_offset = answer["last_stable_offset"]
-        self.sent_log_start_offset = answer["log_start_offset"]
-        return new
 
 
 @dataclasses.dataclass(slots=True)
@@ -110,7 +101,7 @@ class SessionTopic:
 class FetchSession:
     """The partitions a client fetches, in the order it named them."""
 
-    __slots__ = ("epoch", "last_used_ms", "partitions", "privileged", "session_id", "topic_ids")
+    __slots__ = ("_grouped", "epoch", "last_used_ms", "partitions", "privileged", "session_id", "topic_ids")
 
     def __init__(self, session_id: int, privileged: bool, now_ms: int):
         self.session_id = session_id
@@ -121,6 +112,10 @@ class FetchSession:
         # The id the client knows each topic by (Fetch v13+): a topic deleted and made
         # again under the same name is another topic, never read for the old id.
         self.topic_ids: dict[str, uuid.UUID] = {}
+        # ``topics()`` as last grouped: kept until a partition is added or removed (the
+        # partitions are updated in place), so an incremental fetch of a session of
+        # 10,000 partitions does not regroup them all.
+        self._grouped: list[SessionTopic] | None = None
 
     def update(self, topics: Iterable[typed.FetchTopic],
                forgotten: Iterable[typed.FetchRequestForgottenTopic] = ()) -> None:
@@ -130,6 +125,7 @@ class FetchSession:
                 key = (topic.topic, part.partition)
                 known = self.partitions.get(key)
                 if known is None:
+                    self._grouped = None
                     self.partitions[key] = SessionPartition(
                         part.partition, part.fetch_offset, part.partition_max_bytes,
                         part.current_leader_epoch, part.log_start_offset, part.high_watermark)
@@ -141,17 +137,22 @@ class FetchSession:
                     known.high_watermark = part.high_watermark
         for gone in forgotten:
             for partition in gone.partitions:
-                self.partitions.pop((gone.topic, partition), None)
+                if self.partitions.pop((gone.topic, partition), None) is not None:
+                    self._grouped = None
 
     def topics(self) -> list[SessionTopic]:
-        """The session's partitions grouped by topic, for reading."""
+        """The session's partitions grouped by topic, for reading (the list is shared
+        between calls until the partitions change: not to be modified)."""
+        if self._grouped is not None:
+            return self._grouped
         grouped: dict[str, SessionTopic] = {}
         for (name, _partition), state in self.partitions.items():
             entry = grouped.get(name)
             if entry is None:
                 entry = grouped[name] = SessionTopic(name, [])
             entry.partitions.append(state)
-        return list(grouped.values())
+        self._grouped = list(grouped.values())
+        return self._grouped
 
     def next_epoch(self) -> None:
         self.epoch = 1 if self.epoch >= INT32_MAX else self.epoch + 1

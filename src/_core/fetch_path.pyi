@@ -17,3 +17,5 @@ def read_all(ctx: Any, topics: Sequence[Any], replica_id: int, max_bytes: int, f
     """One pass over the requested partitions: (responses, bytes available, answer now)."""
 def count_bytes_out(stats: Any, responses: list[Any], replication: bool) -> None:
     """Per topic, the record bytes of the answer."""
+def session_answer(partitions: Mapping[tuple[str, int], Any], responses: list[Any], incremental: bool) -> list[Any]:
+    """An incremental fetch session's answer: only partitions with news when incremental."""

@@ -197,3 +197,40 @@ def count_bytes_out(stats, list responses, bint replication):
                 topic_stats.replication_bytes_out += sent
             else:
                 topic_stats.bytes_out += sent
+
+
+def session_answer(partitions, list responses, bint incremental):
+    """An answer of an incremental fetch session (KIP-227): remembers in each partition's
+    session state (``partitions``: (topic, partition) -> state with ``sent_high_watermark``,
+    ``sent_last_stable_offset``, ``sent_log_start_offset``) what its answer told the
+    client; an ``incremental`` answer keeps only the partitions with news: records, an
+    error, or offsets other than those last sent. Topics left without partitions go."""
+    cdef list out = []
+    cdef list kept
+    cdef bint news
+    cdef dict entry
+    for topic in responses:
+        name = topic["topic"]
+        kept = []
+        for answer in topic["partitions"]:
+            state = partitions.get((name, answer["partition_index"]))
+            if state is None:
+                news = True
+            else:
+                high_watermark = answer["high_watermark"]
+                last_stable = answer["last_stable_offset"]
+                log_start = answer["log_start_offset"]
+                news = (answer["error_code"] != 0 or bool(answer["records"])
+                        or high_watermark != state.sent_high_watermark
+                        or last_stable != state.sent_last_stable_offset
+                        or log_start != state.sent_log_start_offset)
+                state.sent_high_watermark = high_watermark
+                state.sent_last_stable_offset = last_stable
+                state.sent_log_start_offset = log_start
+            if news or not incremental:
+                kept.append(answer)
+        if kept:
+            entry = dict(topic)
+            entry["partitions"] = kept
+            out.append(entry)
+    return out

@@ -774,10 +774,22 @@ cdef inline int64_t _int64(_Cursor* c) except? -1:
                      | (<uint64_t>p[6] << 8) | p[7])
 
 
+# The topic ids requests carry, by their 16 bytes: a consumer names the same few topics in
+# every Fetch, and making a UUID costs more than walking the rest of a topic's request.
+# UUIDs are immutable, so one object serves every request; bounded, cleared when full.
+cdef dict _UUIDS = {}
+cdef Py_ssize_t _UUIDS_MAX = 4096
+
+
 cdef object _uuid(_Cursor* c):
     _need(c, 16)
-    value = UUID(bytes=PyBytes_FromStringAndSize(<const char*>(c.data + c.pos), 16))
+    raw = PyBytes_FromStringAndSize(<const char*>(c.data + c.pos), 16)
     c.pos += 16
+    value = _UUIDS.get(raw)
+    if value is None:
+        if len(_UUIDS) >= _UUIDS_MAX:
+            _UUIDS.clear()
+        value = _UUIDS[raw] = UUID(bytes=raw)
     return value
 
 

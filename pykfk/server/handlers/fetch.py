@@ -42,7 +42,13 @@ from collections.abc import Coroutine, Sequence
 from typing import cast
 
 from pykfk._core import fetch_path
-from pykfk._core.fetch_path import count_bytes_out, partition_error, read_all, read_partition
+from pykfk._core.fetch_path import (
+    count_bytes_out,
+    partition_error,
+    read_all,
+    read_partition,
+    session_answer,
+)
 from pykfk._core.wire import decode_fetch, encode_fetch_response
 from pykfk.cluster.metadata import ClusterView
 from pykfk.errors import ErrorCode, KafkaError
@@ -221,7 +227,7 @@ class _Fetch:
             count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
         session = self.session
         if session is not None:
-            responses = _session_answer(session, responses, incremental=request.session_id != NO_SESSION)
+            responses = session_answer(session.partitions, responses, request.session_id != NO_SESSION)
         if self.unknown:
             responses = [*responses, *self.unknown]
         return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
@@ -330,23 +336,6 @@ def _session(ctx: RequestContext, request: typed.FetchRequest) -> FetchSession |
     session.update(request.topics, request.forgotten_topics_data)
     session.next_epoch()
     return session
-
-
-def _session_answer(session: FetchSession, responses: list[typed.FetchableTopicResponse], incremental: bool
-                    ) -> list[typed.FetchableTopicResponse]:
-    """Remember what each partition's answer told the client; an incremental answer keeps
-    only the partitions with news."""
-    out: list[typed.FetchableTopicResponse] = []
-    for topic in responses:
-        kept: list[typed.FetchResponsePartitionData] = []
-        for answer in topic["partitions"]:
-            state = session.partitions.get((topic["topic"], answer["partition_index"]))
-            news = state.changed(answer) if state is not None else True
-            if news or not incremental:
-                kept.append(answer)
-        if kept:
-            out.append({**topic, "partitions": kept})
-    return out
 
 
 def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTopic]) -> frozenset[str]:
