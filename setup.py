@@ -42,6 +42,7 @@ extensions = [
     core_extension("regions"),
     core_extension("metadata"),
     core_extension("fetch_path"),
+    core_extension("append_path"),
 ]
 
 # PYKFK_EXTENSIONS=segment,sendfile builds only those (handy while working on one module).

@@ -465,6 +465,10 @@ class Log:
         self._stored_codec = config.stored_codec
         # Whether the log manager's flush scheduler need ask this log (flush.ms set).
         self.flushes_on_time = config.flush_interval_ms < NEVER
+        # An append changed by none of these may take the Produce handler's compiled lane
+        # (pykfk._core.append_path), which writes the segment and moves the log end offset.
+        self._plain_appends = not (config.compacts or config.log_append_time or self.flushes_on_time
+                                   or config.timestamp_window is not None or config.stored_codec is not None)
         with _CONFIG_CHANGES_LOCK:
             CONFIG_CHANGES.count += 1
 

@@ -31,12 +31,13 @@ import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
+from pykfk._core import append_path
 from pykfk._core.errors import CoreError
 from pykfk._core.wire import decode_produce, encode_produce_response
 from pykfk.cluster.replica import LEADER
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
-from pykfk.log.log import AppendInfo
+from pykfk.log.log import OFFSET_MOVES, AppendInfo
 from pykfk.log.validation import InvalidRecords
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
@@ -166,95 +167,108 @@ def _leader_hints(ctx: RequestContext, body: typed.ProduceResponse,
         body["node_endpoints"] = endpoints
 
 
+class _Slow:
+    """The partitions of a request the compiled lane (``pykfk._core.append_path``)
+    leaves to Python: anything but a plain append by this broker as leader (a
+    transactional id, invalid acks, an ACL refusal, an internal topic, no leadership
+    here, producer batches, legacy message sets, settings that change an append, a roll
+    or a flush due) and every refusal, with what the handler finishes after the walk:
+    the deferred transactional partitions and the leader hints."""
+
+    __slots__ = ("acks", "ctx", "deferred", "moved", "pending", "timeout_ms", "transactional_id")
+
+    def __init__(self, ctx: RequestContext, request: ProduceRequest, pending: list[Pending]):
+        self.ctx = ctx
+        self.transactional_id, self.acks, self.timeout_ms, _topics = request
+        self.pending = pending
+        self.deferred: list[Deferred] | None = None
+        self.moved: list[tuple[str, PartitionResponse]] | None = None
+
+    def named(self, topic_id: uuid.UUID, partitions: list[tuple[int, memoryview | None]],
+              responses: list[typed.ProduceResponseTopicProduceResponse]) -> str | None:
+        return _named(self.ctx, topic_id, partitions, responses)
+
+    def partition(self, name: str, index: int, records: memoryview | None, results: list[PartitionResponse],
+                  denied: bool, internal: bool) -> None:
+        """One partition by the Python path: its answer appended to ``results`` (or
+        deferred until the transaction coordinator answers)."""
+        ctx = self.ctx
+        acks = self.acks
+        if acks not in _VALID_ACKS or denied:
+            results.append(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied
+                                  else ErrorCode.INVALID_REQUIRED_ACKS, index))
+            return
+        try:
+            if internal:
+                # Committed offsets are written by the group coordinator only; Kafka
+                # refuses client writes to its internal topics the same way.
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
+            leader = ctx.broker.replica_manager.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
+            transactional_id = self.transactional_id
+            if transactional_id is not None:
+                producer = leader.transaction_to_verify(records)
+                code = _NONE if producer is None else _check_transaction(ctx, transactional_id, leader, producer)
+                if code == _ASK_COORDINATOR:
+                    # Appended once the coordinator answers; the frame may be reused.
+                    assert records is not None and producer is not None  # null records need no coordinator
+                    self.deferred = self.deferred or []
+                    result = _error(_NONE, index)
+                    self.deferred.append((name, index, bytearray(records), result, *producer))
+                    results.append(result)
+                    return
+                if code != _NONE:
+                    raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
+            info, wait = leader.append_records(records, acks, self.timeout_ms,
+                                               require_single_batch=ctx.api_version >= 3, from_client=True)
+            result = _success(info, index)
+            if wait is not None:
+                self.pending.append((result, wait))
+            results.append(result)
+        except (KafkaError, CoreError) as exc:
+            self.refused(name, index, exc, results)
+        except Exception:
+            log.exception("produce to %s-%d failed", name, index)
+            results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
+            ctx.broker.replica_manager.topic_stats.for_topic(name).failed_produce_requests += 1
+
+    def refused(self, name: str, index: int, exc: Exception, results: list[PartitionResponse]) -> None:
+        """A partition whose append raised ``exc``: its answer appended to ``results``."""
+        replicas = self.ctx.broker.replica_manager
+        if not isinstance(exc, (KafkaError, CoreError)):
+            log.error("produce to %s-%d failed", name, index, exc_info=exc)
+            results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
+            replicas.topic_stats.for_topic(name).failed_produce_requests += 1
+            return
+        result = _refused(exc, index)
+        results.append(result)
+        replicas.topic_stats.for_topic(name).failed_produce_requests += 1
+        log.debug("produce to %s-%d refused: %s", name, index, exc)
+        if result["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and self.ctx.api_version >= _LEADER_HINTS_FROM:
+            self.moved = self.moved or []
+            self.moved.append((name, result))
+
+
 def handle(ctx: RequestContext, request: ProduceRequest
            ) -> typed.ProduceResponse | None | Coroutine[None, None, typed.ProduceResponse | None]:
-    """The response body now, or a coroutine giving it when acks=all must wait."""
-    transactional_id, acks, timeout_ms, topics = request
-    replicas = ctx.broker.replica_manager
-    version = ctx.api_version
-    valid_acks = acks in _VALID_ACKS
-    responses: list[typed.ProduceResponseTopicProduceResponse] = []
-    by_topic: dict[str, list[PartitionResponse]] = {}
-    pending: list[Pending] | None = None
-    deferred: list[Deferred] | None = None
-    moved: list[tuple[str, PartitionResponse]] | None = None
-    authorizer = ctx.broker.authorizer
-    single_batch = version >= 3
-    leaders = replicas.partitions  # the common case's lookup, inline (leader_partition otherwise)
-    for topic, partitions in topics:
-        if isinstance(topic, str):
-            name = topic
-        else:
-            known = _named(ctx, topic, partitions, responses)
-            if known is None:
-                continue
-            name, topic_id = known, topic
-        results = by_topic.get(name)
-        if results is None:
-            results = by_topic[name] = []
-            entry: typed.ProduceResponseTopicProduceResponse = {"name": name, "partition_responses": results}
-            if version >= _TOPIC_IDS_FROM:
-                entry["topic_id"] = topic_id
-            responses.append(entry)
-        denied = authorizer is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name)
-        internal = name in INTERNAL_TOPICS
-        for index, records in partitions:
-            if not valid_acks or denied:
-                results.append(_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied
-                                      else ErrorCode.INVALID_REQUIRED_ACKS, index))
-                continue
-            try:
-                if internal:
-                    # Committed offsets are written by the group coordinator only; Kafka
-                    # refuses client writes to its internal topics the same way.
-                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic")
-                leader = leaders.get((name, index))
-                if leader is None or leader.role != LEADER:
-                    leader = replicas.leader_partition(name, index)  # NOT_LEADER_OR_FOLLOWER first
-                if transactional_id is not None:
-                    producer = leader.transaction_to_verify(records)
-                    code = _NONE if producer is None else _check_transaction(ctx, transactional_id, leader, producer)
-                    if code == _ASK_COORDINATOR:
-                        # Appended once the coordinator answers; the frame may be reused.
-                        assert records is not None and producer is not None  # null records need no coordinator
-                        deferred = deferred or []
-                        result = _error(_NONE, index)
-                        deferred.append((name, index, bytearray(records), result, *producer))
-                        results.append(result)
-                        continue
-                    if code != _NONE:
-                        raise KafkaError(code, f"transactional write to {name}-{index} outside its transaction")
-                info, wait = leader.append_records(records, acks, timeout_ms, require_single_batch=single_batch,
-                                                   from_client=True)
-                result = {"index": index, "error_code": _NONE, "base_offset": info.first_offset,
-                          "log_append_time_ms": info.log_append_time_ms,
-                          "log_start_offset": info.log_start_offset}
-                if wait is not None:
-                    pending = pending or []
-                    pending.append((result, wait))
-                results.append(result)
-            except (KafkaError, CoreError) as exc:
-                result = _refused(exc, index)
-                results.append(result)
-                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
-                log.debug("produce to %s-%d refused: %s", name, index, exc)
-                if result["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= _LEADER_HINTS_FROM:
-                    moved = moved or []
-                    moved.append((name, result))
-            except Exception:
-                log.exception("produce to %s-%d failed", name, index)
-                results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
-                replicas.topic_stats.for_topic(name).failed_produce_requests += 1
+    """The response body now, or a coroutine giving it when acks=all must wait. The walk
+    over the partitions and every plain append are compiled (``append_path.produce``);
+    the rest is ``_Slow``'s."""
+    responses, slow, pending = append_path.produce(ctx, request, _Slow)
     body: typed.ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
-    if moved is not None:
-        _leader_hints(ctx, body, moved)
+    deferred = None
+    if slow is not None:
+        if slow.moved is not None:
+            _leader_hints(ctx, body, slow.moved)
+        deferred = slow.deferred
     if ctx.broker.quotas.active:
         body["throttle_time_ms"] = ctx.charge(PRODUCER_BYTE_RATE, sum(
-            len(records) for _name, partitions in topics for _index, records in partitions if records is not None))
+            len(records) for _name, partitions in request[3] for _index, records in partitions if records is not None))
+    acks = request[1]
     if deferred is not None:
+        transactional_id = request[0]
         assert transactional_id is not None
-        return _verified_appends(ctx, transactional_id, deferred, body, pending or [], acks, timeout_ms)
-    if pending is not None:
+        return _verified_appends(ctx, transactional_id, deferred, body, pending, acks, request[2])
+    if pending:
         return _after_replication(body, pending)
     return _answer(acks, body)
 
@@ -306,3 +320,7 @@ def _answer(acks: int, body: typed.ProduceResponse) -> typed.ProduceResponse | N
             raise CloseConnection("a produce request with acks=0 failed")
         return None
     return body
+
+
+append_path.configure(KafkaError, LEADER, INTERNAL_TOPICS, ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                      Operation.WRITE, ResourceType.TOPIC, OFFSET_MOVES)

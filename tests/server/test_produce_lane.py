@@ -1,0 +1,162 @@
+"""The Produce handler's compiled lane (``pykfk._core.append_path``): a plain append
+(one magic-2 batch without producer id, a log without settings that change it) is made
+in compiled code; everything else is handed to the Python path and answers as before.
+Real clients against a broker on an event loop thread of the test process, whose
+counts of appended / handed-over partitions the test reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pykfk._core import append_path
+from pykfk._core.records import build_batch, iter_records
+from pykfk.errors import ErrorCode
+from pykfk.testing import InProcessBroker, RawClient
+
+PRODUCE = 0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    proc = InProcessBroker(str(tmp_path_factory.mktemp("produce-lane") / "data"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _create(broker: InProcessBroker, name: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(15)
+
+
+def _produce(broker: InProcessBroker, topic: str, count: int, **conf: object) -> list[object]:
+    """``count`` records, each in its own request; the delivery errors (None: stored)."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, **conf})
+    producer.list_topics(topic, timeout=10)
+    errors: list[object] = []
+    for i in range(count):
+        producer.produce(topic, key=b"k%d" % i, value=b"value-%d" % i, partition=i % 2,
+                         on_delivery=lambda err, _msg: errors.append(err))
+        producer.flush(10)
+    assert producer.flush(30) == 0
+    return errors
+
+
+def _read(broker: InProcessBroker, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"lane-{topic}",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        out: list[tuple[int, bytes]] = []
+        for _ in range(200):
+            if len(out) >= high:
+                break
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                out.append((message.offset(), message.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def _raw_produce(broker: InProcessBroker, topic: str, records: bytes, *, acks: int = 1, version: int = 9) -> object:
+    client = RawClient(broker.host, broker.port)
+    try:
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": 5000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+        return client.call(PRODUCE, version, body).responses[0].partition_responses[0]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("acks", ["1", "all"])
+def test_plain_appends_take_the_compiled_lane(broker: InProcessBroker, acks: str) -> None:
+    topic = f"plain-{acks}"
+    _create(broker, topic, 2)
+    appended, handed_over = append_path.counts()
+    assert _produce(broker, topic, 20, acks=acks) == [None] * 20
+    now_appended, now_handed_over = append_path.counts()
+    assert now_appended - appended == 20
+    assert now_handed_over == handed_over
+    for partition in (0, 1):
+        stored = _read(broker, topic, partition)
+        assert [offset for offset, _value in stored] == list(range(10))
+        assert [value for _offset, value in stored] == [b"value-%d" % i for i in range(partition, 20, 2)]
+
+
+def test_idempotent_producers_are_handed_to_python(broker: InProcessBroker) -> None:
+    topic = "idempotent"
+    _create(broker, topic, 2)
+    appended, handed_over = append_path.counts()
+    assert _produce(broker, topic, 10, **{"enable.idempotence": True}) == [None] * 10
+    now_appended, now_handed_over = append_path.counts()
+    assert now_appended == appended
+    assert now_handed_over - handed_over == 10
+    assert [offset for offset, _value in _read(broker, topic, 0)] == list(range(5))
+
+
+def test_a_roll_is_handed_to_python_and_every_record_stays_readable(broker: InProcessBroker) -> None:
+    topic = "rolling"
+    _create(broker, topic, 2, **{"segment.bytes": "1024"})
+    appended, handed_over = append_path.counts()
+    assert _produce(broker, topic, 60) == [None] * 60
+    now_appended, now_handed_over = append_path.counts()
+    assert now_appended > appended and now_handed_over > handed_over  # rolls went to Python
+    stored = _read(broker, topic, 1)
+    assert [offset for offset, _value in stored] == list(range(30))
+    assert stored[-1][1] == b"value-59"
+    plog = broker._started_broker().replica_manager.leader_log(topic, 1)
+    assert len(plog.segments) > 2
+
+
+def test_refusals_through_the_lane_answer_as_before(broker: InProcessBroker) -> None:
+    topic = "refusals"
+    _create(broker, topic, 1)
+    batch = bytearray(build_batch([(b"k", b"v", 1_700_000_000_000, [])]))
+    batch[-1] ^= 0xFF  # the CRC no longer matches
+    result = _raw_produce(broker, topic, bytes(batch))
+    assert result.error_code == ErrorCode.CORRUPT_MESSAGE
+    # A record count the records do not have: refused by the same validation.
+    bad = bytearray(build_batch([(b"k", b"v", 1_700_000_000_000, [])]))
+    bad[57:61] = (2).to_bytes(4, "big")
+    bad[17:21] = b"\0\0\0\0"
+    assert _raw_produce(broker, topic, bytes(bad)).error_code == ErrorCode.CORRUPT_MESSAGE
+    # min.insync.replicas above the ISR: acks=all refused before any append, acks=1 stored.
+    strict = "strict"
+    _create(broker, strict, 1, **{"min.insync.replicas": "2"})
+    good = build_batch([(b"k", b"v", 1_700_000_000_000, [])])
+    assert _raw_produce(broker, strict, good, acks=-1).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    stored = _raw_produce(broker, strict, good, acks=1)
+    assert stored.error_code == ErrorCode.NONE and stored.base_offset == 0
+    # Nothing of the refused batches was written: the next append takes offset 0.
+    ok = _raw_produce(broker, topic, good)
+    assert ok.error_code == ErrorCode.NONE and ok.base_offset == 0
+    # A partition this broker does not have, and invalid acks.
+    assert _raw_produce(broker, "no-such-topic", good).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert _raw_produce(broker, topic, good, acks=2).error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert _raw_produce(broker, "__consumer_offsets", good).error_code in (
+        ErrorCode.INVALID_TOPIC_EXCEPTION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def test_compacted_and_log_append_time_topics_keep_their_rules(broker: InProcessBroker) -> None:
+    compacted = "lane-compacted"
+    _create(broker, compacted, 1, **{"cleanup.policy": "compact"})
+    keyless = build_batch([(None, b"v", 1_700_000_000_000, [])])
+    result = _raw_produce(broker, compacted, keyless)
+    assert result.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in result.record_errors] == [0]
+    stamped = "lane-append-time"
+    _create(broker, stamped, 1, **{"message.timestamp.type": "LogAppendTime"})
+    result = _raw_produce(broker, stamped, build_batch([(b"k", b"v", 1_000, [])]))
+    assert result.error_code == ErrorCode.NONE and result.log_append_time_ms > 1_000
+    plog = broker._started_broker().replica_manager.leader_log(stamped, 0)
+    region = plog.read(0, 1 << 20).file_region
+    assert region is not None
+    assert [r.timestamp for r in iter_records(region.read())] == [result.log_append_time_ms]
