@@ -130,6 +130,13 @@ def _join_error(member_id: str, error: ErrorCode) -> Result:
     }
 
 
+def _metadata_too_large(metadata: str, max_bytes: int) -> bool:
+    """Whether an offset's metadata is over ``offset.metadata.max.bytes`` in UTF-8; a
+    string of at most a quarter of that many characters is encoded to no more (UTF-8 is
+    at most 4 bytes a character), so only longer ones are encoded to be measured."""
+    return len(metadata) * 4 > max_bytes and len(metadata.encode("utf-8")) > max_bytes
+
+
 def _sync_result(error: ErrorCode, assignment: bytes = b"", group: Group | None = None) -> Result:
     ok = error == E.NONE and group is not None
     return {
@@ -1041,22 +1048,25 @@ class GroupCoordinator:
         order."""
         now = self._now_ms()
         expire = now + retention_time_ms if retention_time_ms >= 0 else -1
-        codes: list[tuple[str, list[list[Any]]]] = []
+        codes: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
         valid: dict[tuple[str, int], OffsetAndMetadata] = {}
+        max_bytes = self.config.offset_metadata_max_bytes
         for name, partitions in topics:
-            topic_codes: list[list[Any]] = []
+            topic_codes: list[tuple[int, ErrorCode]] = []
             codes.append((name, topic_codes))
+            partitions = partitions if isinstance(partitions, list) else list(partitions)
+            every_one_exists = self._every_partition_exists(name, partitions)
             for partition_index, offset, leader_epoch, metadata in partitions:
                 metadata = metadata or ""
-                if not self._partition_exists(name, partition_index):
+                if not (every_one_exists or self._partition_exists(name, partition_index)):
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
-                elif len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                elif _metadata_too_large(metadata, max_bytes):
                     code = E.OFFSET_METADATA_TOO_LARGE
                 else:
                     code = E.NONE
                     valid[(name, partition_index)] = OffsetAndMetadata(
                         offset, metadata, now, leader_epoch, expire)
-                topic_codes.append([partition_index, code, (name, partition_index)])
+                topic_codes.append((partition_index, code))
 
         group_error = (
             self._commit_error(group_id, generation_id, member_id, group_instance_id)
@@ -1066,14 +1076,24 @@ class GroupCoordinator:
             group = self._groups[group_id]
             group.pending_commits.update(valid.keys())
             group_error = await asyncio.shield(self._spawn(self._store_offsets(group, valid)))
+        # Every partition answered E.NONE is in ``valid``: it gets the commit's own outcome.
         return {"topics": [
             {"name": name, "partitions": [
-                {"partition_index": index,
-                 "error_code": group_error if code == E.NONE and key in valid else code}
-                for index, code, key in topic_codes
+                {"partition_index": index, "error_code": group_error if code == E.NONE else code}
+                for index, code in topic_codes
             ]}
             for name, topic_codes in codes
         ]}
+
+    def _every_partition_exists(self, topic: str, partitions: list[Sequence[Any]]) -> bool:
+        """Whether every partition of one topic in a commit exists, asked with two look-ups
+        whatever the number of partitions: a topic's partitions are numbered 0 to n-1, so
+        all exist when the lowest is at least 0 and the highest exists. False means some
+        may not: the caller then asks about each partition."""
+        if not partitions:
+            return True
+        indexes = [partition[0] for partition in partitions]
+        return min(indexes) >= 0 and self._partition_exists(topic, max(indexes))
 
     def _commit_error(self, group_id: str, generation_id: int, member_id: str,
                       group_instance_id: str | None) -> ErrorCode | None:
@@ -1157,7 +1177,7 @@ class GroupCoordinator:
                 code = E.NONE
                 if not self._partition_exists(name, partition_index):
                     code = E.UNKNOWN_TOPIC_OR_PARTITION
-                elif len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                elif _metadata_too_large(metadata, self.config.offset_metadata_max_bytes):
                     code = E.OFFSET_METADATA_TOO_LARGE
                 else:
                     valid[(name, partition_index)] = OffsetAndMetadata(offset, metadata, now, leader_epoch, -1)
