@@ -42,6 +42,7 @@ extensions = [
     core_extension("regions"),
     core_extension("metadata"),
     core_extension("fetch_path"),
+    core_extension("request_lane"),
     core_extension("append_path"),
 ]
 

@@ -54,9 +54,12 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TypeAlias, cast
 
+from pykfk._core.request_lane import Lane, Slot
 from pykfk._core.sendfile import gather as _gather
 from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk._core.wire import cut_frames as _cut_frames
+from pykfk._core.wire import decode_request_header
+from pykfk.metrics.stats import VERSION_SLOTS
 from pykfk.protocol.types import FileRegion
 from pykfk.server.dispatch import Chunks, CloseConnection, Dispatcher, Failed, RequestContext
 from pykfk.server.session import ANONYMOUS, PLAINTEXT_SECURITY, ListenerSecurity, Session
@@ -103,34 +106,11 @@ def _is_ready(work: SlotWork) -> bool:
     return type(work) is list or work is None or type(work) is Failed or cast("asyncio.Future[object]", work).done()
 
 
-class _Slot:
-    """One request in flight: its task (or ready chunks), its context (api key, pinned
-    regions; None for bytes that are no request) and, when requests are timed, its times
-    (``perf_counter``): the read that completed its frame, the start and end of its
-    handler's first step, its answer (the end of its task when it had one)."""
-
-    __slots__ = ("ctx", "frame_size", "handled", "ready", "received", "started", "timed", "work")
-    # Set only when ``timed`` (not even defaulted: an untimed request pays nothing).
-    received: float
-    started: float
-    handled: float
-    ready: float
-
-    def __init__(self, work: SlotWork, ctx: RequestContext | None, frame_size: int):
-        self.work = work
-        self.ctx = ctx
-        self.frame_size = frame_size
-        self.timed = False
-
-    def release(self) -> None:
-        ctx = self.ctx
-        if ctx is not None and ctx.pinned:
-            for region in ctx.pinned:
-                region.release()
-            ctx.pinned.clear()
-
-    def release_when_done(self, _future: object) -> None:
-        self.release()
+# One request in flight: its work, its context (api key, pinned regions; None for bytes
+# that are no request), the request bytes it holds and, when requests are timed, its
+# times (``perf_counter``): the read that completed its frame, the start and end of its
+# handler's first step, its answer. Compiled (pykfk._core.request_lane).
+_Slot = Slot
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -168,6 +148,8 @@ class Connection(asyncio.BufferedProtocol):
         self._tls = False
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
+        self._sent_turn = -1  # the server's turn in which this connection last sent at once
+        self._deferred = False  # ready answers wait for the end of the turn (server.defer)
         self._write_waiter: asyncio.Future[None] | None = None
         self._can_write = asyncio.Event()  # fallback path flow control
         self._can_write.set()
@@ -299,8 +281,14 @@ class Connection(asyncio.BufferedProtocol):
                                         else self.server.max_prelogin_bytes)
             if frames:
                 self._start = start
-                for frame in frames:
-                    self._deliver(frame)
+                if self._timed_read:
+                    for frame in frames:
+                        self._deliver(frame)
+                        if self._closed:
+                            return
+                else:
+                    # Untimed requests (all but a sample): the compiled lane.
+                    self.server.lane.deliver(self, frames)
                     if self._closed:
                         return
         unpack = _SIZE.unpack_from
@@ -362,7 +350,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         started = self._handled_at
         try:
-            work, ctx = self.server.dispatcher.prepare(frame, self.session)
+            work, ctx = self.server.lane.prepare(frame, self.session)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self.abort()
@@ -387,8 +375,7 @@ class Connection(asyncio.BufferedProtocol):
     def _after_frames(self) -> None:
         """After the frames of one read: send what is ready, wake the writer for the rest."""
         if self._slots and self._writer_idle and not self._closed:
-            self._send_ready_now()
-            self._wake_writer()
+            self._send_or_defer()
         # _update_reading has nothing to do unless reading is paused or should be.
         if (self._reading_paused or self._draining or self._held_bytes > HELD_BYTES_LIMIT
                 or len(self._slots) >= self.server.max_in_flight):
@@ -405,71 +392,39 @@ class Connection(asyncio.BufferedProtocol):
         if (_is_ready(slots[0].work) if slots else self._draining):
             waiter.set_result(None)
 
+    def _send_or_defer(self) -> None:
+        """Send the ready answers at the head of the queue now (the writer is idle), or,
+        when this connection already sent in this turn of the event loop, at the turn's
+        end with whatever else becomes ready meanwhile: answers ready in one turn leave
+        in one send, and a lone answer leaves at once."""
+        server = self.server
+        # (A loop that is not running has no turn to end: requests fed by hand, as the
+        # micro benches do, are answered at once.)
+        if self._sent_turn == server.turn and self.loop.is_running():
+            if not self._deferred:
+                self._deferred = True
+                server.defer(self)
+            return
+        self._sent_turn = server.turn
+        server.mark_turn()
+        self._send_ready_now()
+        self._wake_writer()
+
+    def _send_deferred(self) -> None:
+        """At the end of a loop turn: what ``_send_or_defer`` left."""
+        self._deferred = False
+        if self._slots and self._writer_idle and not self._closed:
+            self._send_ready_now()
+            self._wake_writer()
+
     def _send_ready_now(self) -> None:
         """Send the ready responses at the head of the queue with one send() (the writer
         is idle, so nothing older is outstanding): those answered at once, and those of
         finished tasks, record bytes of at most ``GATHER_BYTES_MAX`` read into the buffer.
         What the socket does not take, and everything from the first response still being
-        worked on (or failed, or larger), is left to the writer."""
-        sock = self._sock
-        if sock is None:
-            return
-        slots = self._slots
-        data: Chunks = []
-        timed: list[_Slot] | None = None
-        while slots:
-            work = slots[0].work
-            if type(work) is list:
-                chunks = work
-            elif work is None:
-                chunks = None
-            elif type(work) is Failed:
-                break  # the writer reports it in turn
-            else:
-                future = cast("asyncio.Future[Chunks | None]", work)
-                if not future.done() or future.cancelled() or future.exception() is not None:
-                    break
-                chunks = future.result()
-            if chunks:
-                if FileRegion in map(type, chunks):
-                    try:
-                        gathered = _gather(chunks, GATHER_BYTES_MAX)
-                    except (OSError, EOFError):  # the writer meets it again and reports it
-                        break
-                    if gathered is None:
-                        break  # too large to copy: sendfile, by the writer
-                    data.append(gathered)
-                else:
-                    data += chunks
-            slot = slots.popleft()
-            ctx = slot.ctx
-            if ctx is not None and ctx.pinned:
-                slot.release()
-            if slot.timed:
-                if timed is None:
-                    timed = []
-                timed.append(slot)
-        if not data:
-            if timed:  # no answer to send (acks=0): its send starts and ends as its handler ends
-                self.server.request_stats.observe_sent(timed, self._handled_at, self._handled_at)
-            return
-        payload = data[0] if len(data) == 1 else b"".join(data)
-        try:
-            sent = sock.send(payload)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError as exc:
-            log.info("closing connection from %s: %s", self.peer, exc)
-            self.abort()
-            return
-        if timed:
-            # The send started as the last handler of the read returned. A response the
-            # socket took only part of counts as sent now (the rest is queued below): its
-            # send time is what the first send() took.
-            self.server.request_stats.observe_sent(timed, self._handled_at, perf_counter())
-        # No last_active update: buffer_updated, the only caller's caller, just set it.
-        if sent < len(payload):
-            slots.appendleft(_Slot([memoryview(payload)[sent:]], None, 0))
+        worked on (or failed, or larger), is left to the writer. Compiled
+        (``Lane.send_ready``)."""
+        self.server.lane.send_ready(self)
 
     def _request_done(self, slot: _Slot, _task: object = None) -> None:
         if slot.timed:
@@ -480,8 +435,7 @@ class Connection(asyncio.BufferedProtocol):
         # send it now, with the ready ones behind it, without a turn of the writer task.
         slots = self._slots
         if slots and slots[0] is slot and self._writer_idle and not self._closed:
-            self._send_ready_now()
-            self._wake_writer()
+            self._send_or_defer()
         self._update_reading()
 
     def _throttle(self, seconds: float) -> None:
@@ -739,11 +693,38 @@ class KafkaServer:
         self.idle_ms = idle_ms
         self.max_in_flight = max_in_flight
         self.request_stats = dispatcher.request_stats
+        self.lane = Lane(dispatcher, dispatcher._handlers, dispatcher._specs, VERSION_SLOTS, CloseConnection, Failed,
+                         RequestContext, decode_request_header, _gather, GATHER_BYTES_MAX, FileRegion,
+                         asyncio.ensure_future, functools.partial, log, dispatcher._framing.encode_response)
+        # Turns of the event loop in which some connection sent at once: a connection
+        # sends at most once a turn from a read or a finished task; what else becomes
+        # ready in that turn leaves at its end (``end_turn``), in one send.
+        self.turn = 0
+        self._turn_marked = False
+        self._deferred: list[Connection] = []
         self.connections: set[Connection] = set()
         self.connections_created = 0
         self.connections_closed = 0
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
+
+    def mark_turn(self) -> None:
+        """A connection sent at once in this turn: end the turn with the next callback."""
+        if not self._turn_marked:
+            self._turn_marked = True
+            self.loop.call_soon(self.end_turn)
+
+    def defer(self, conn: Connection) -> None:
+        self._deferred.append(conn)
+
+    def end_turn(self) -> None:
+        self._turn_marked = False
+        self.turn += 1
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+            for conn in deferred:
+                conn._send_deferred()
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind host:port (port 0 picks a free one) without serving yet; returns the

@@ -1,0 +1,36 @@
+"""A connection's per-request path, compiled (see request_lane.pyx)."""
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+class Slot:
+    """One request in flight on a connection: its work, context, held request bytes and
+    sampled times."""
+
+    work: Any
+    ctx: Any
+    frame_size: int
+    timed: bool
+    received: float
+    started: float
+    handled: float
+    ready: float
+
+    def __init__(self, work: Any, ctx: Any, frame_size: int) -> None: ...
+    def release(self) -> None:
+        """Give back the segment regions its answer sends from."""
+    def release_when_done(self, _future: object) -> None: ...
+
+class Lane:
+    """One broker's compiled request path."""
+
+    def __init__(self, dispatcher: Any, handlers: Mapping[int, Any], specs: Mapping[int, Any], version_slots: int,
+                 close_error: type[Exception], failed: type, ctx_type: type, decode_request_header: Callable[..., Any],
+                 gather: Callable[..., Any], gather_max: int, region_type: type, ensure_future: Callable[..., Any],
+                 partial: Callable[..., Any], log: Any, framing_encode: Callable[..., Any]) -> None: ...
+    def prepare(self, frame: bytearray, session: Any) -> tuple[Any, Any]:
+        """``Dispatcher.prepare``: ``(work, ctx)``, or CloseConnection raised."""
+    def deliver(self, conn: Any, frames: list[bytearray]) -> None:
+        """``Connection._deliver`` for each of ``frames``."""
+    def send_ready(self, conn: Any) -> None:
+        """``Connection._send_ready_now``: the ready answers at the head of the queue in one send."""
