@@ -519,7 +519,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
              "ask clients for a certificate", "string"),
         _key("ssl.enabled.protocols", _parse_list, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted", "list"),
         _key("ssl.protocol", _parse_string, "TLSv1.3", "TLS version brokers offer as clients", "string"),
-        _key("ssl.cipher.suites", _parse_list, [], "TLS 1.2 cipher suites (OpenSSL names; empty: the library's)", "list"),
+        _key("ssl.cipher.suites", _parse_list, [],
+             "enabled cipher suites, TLS 1.3 names (TLS_AES_128_GCM_SHA256) and TLS 1.2 ones in OpenSSL's spelling, "
+             "the server's first choice first; empty: TLS 1.3's usual three with AES-128-GCM first, OpenSSL's "
+             "TLS 1.2 suites", "list"),
         _key("ssl.principal.mapping.rules", _parse_string, "DEFAULT",
              "rules turning a client certificate's subject into a principal", "string"),
         _key("ssl.endpoint.identification.algorithm", _parse_string, "https",

@@ -10,6 +10,8 @@ most specific name first, as Java prints it) passed through ``ssl.principal.mapp
 from __future__ import annotations
 
 import base64
+import ctypes
+import logging
 import os
 import re
 import ssl
@@ -18,6 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pykfk.config import BrokerConfig, ConfigError
+
+log = logging.getLogger("pykfk.security")
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 # Named in Kafka's older examples (ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1): accepted,
@@ -39,12 +43,7 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     if not _load_trust_store(context, setting) and context.verify_mode != ssl.CERT_NONE:
         raise ConfigError("ssl.truststore.location",
                           f"listener {listener}: ssl.client.auth needs a trust store to check clients against")
-    ciphers = setting("ssl.cipher.suites")
-    if ciphers:
-        try:
-            context.set_ciphers(":".join(ciphers))
-        except ssl.SSLError:
-            raise ConfigError("ssl.cipher.suites", f"no usable cipher suite in {','.join(ciphers)}") from None
+    _set_cipher_suites(context, setting("ssl.cipher.suites"))
     return context
 
 
@@ -106,6 +105,118 @@ def _set_versions(context: ssl.SSLContext, names: list[str]) -> None:
     if not versions:
         raise ConfigError("ssl.enabled.protocols", "at least one TLS version is required")
     context.minimum_version, context.maximum_version = min(versions), max(versions)
+
+
+# TLS 1.3 cipher suites: Java, IANA and OpenSSL spell them alike ("TLS_AES_128_GCM_SHA256");
+# a TLS 1.2 suite in OpenSSL's spelling has no "TLS_" prefix.
+TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
+                          "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"})
+# Without ssl.cipher.suites a server offers TLS 1.3's usual three suites (OpenSSL's and
+# Java's default set) and picks AES-128-GCM first: the same set, the cheaper one per byte.
+DEFAULT_TLS13_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+
+
+def _set_cipher_suites(context: ssl.SSLContext, names: list[str]) -> None:
+    """ssl.cipher.suites as Kafka reads it: the suites enabled, TLS 1.2 and TLS 1.3 names
+    alike, in the server's order of preference. A list without TLS 1.3 suites leaves TLS
+    1.2 only, one without TLS 1.2 suites TLS 1.3 only. Raises ConfigError for a list that
+    cannot be honoured."""
+    tls13 = [name for name in names if name in TLS13_SUITES]
+    tls12 = [name for name in names if name not in TLS13_SUITES]
+    shown = ",".join(names)
+    if tls12:
+        try:
+            context.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise ConfigError("ssl.cipher.suites", f"no usable cipher suite in {shown}") from None
+        if not tls13:
+            if context.minimum_version == ssl.TLSVersion.TLSv1_3:
+                raise ConfigError("ssl.cipher.suites", f"{shown} names no TLS 1.3 suite, and only TLSv1.3 is enabled")
+            context.maximum_version = ssl.TLSVersion.TLSv1_2
+    elif tls13:
+        if context.maximum_version != ssl.TLSVersion.TLSv1_3:
+            raise ConfigError("ssl.cipher.suites", f"{shown} names TLS 1.3 suites only, and TLSv1.3 is not enabled")
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+    if names and not tls13:
+        return
+    # The server's order decides (Java's default too), so a client offering AES-256-GCM
+    # first still gets the server's first choice.
+    context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    if set_tls13_suites(context, tls13 or DEFAULT_TLS13_SUITES):
+        return
+    if tls13:
+        raise ConfigError("ssl.cipher.suites", f"this Python's ssl module cannot restrict TLS 1.3 suites to {shown}; "
+                          "name TLS 1.2 suites only, or none")
+    log.debug("TLS 1.3 suites keep OpenSSL's default order: its SSL_CTX_set_ciphersuites is out of reach")
+
+
+class _LibSsl:
+    """The few functions of the libssl that Python's ssl module runs on which it offers no
+    API for (SSL_CTX_set_ciphersuites: TLS 1.3 suites). They are found through the ``_ssl``
+    extension's own handle, so they are that very library's, never another copy's."""
+
+    def __init__(self) -> None:
+        import _ssl
+
+        lib = ctypes.CDLL(_ssl.__file__)
+        self.set_ciphersuites = lib.SSL_CTX_set_ciphersuites
+        self.set_ciphersuites.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self.set_ciphersuites.restype = ctypes.c_int
+        self.get_options = lib.SSL_CTX_get_options
+        self.get_options.argtypes = [ctypes.c_void_p]
+        # uint64_t from OpenSSL 3.0, unsigned long before.
+        self.get_options.restype = ctypes.c_uint64 if ssl.OPENSSL_VERSION_INFO >= (3,) else ctypes.c_ulong
+
+
+_libssl: _LibSsl | None | bool = False  # False: not looked for yet
+
+
+def _openssl() -> _LibSsl | None:
+    global _libssl
+    if _libssl is False:
+        try:
+            _libssl = _LibSsl()
+        except (OSError, AttributeError, ImportError):
+            _libssl = None
+    return _libssl  # type: ignore[return-value]
+
+
+def _ctx_pointer(context: ssl.SSLContext, lib: _LibSsl) -> int | None:
+    """The SSL_CTX under ``context``: CPython keeps it in the object's first field, after
+    the object header. Trusted only once OpenSSL reads through it the very options Python
+    reports, before and after one of them is flipped through Python."""
+    if type(context).__basicsize__ < object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
+        return None
+    pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
+    if not pointer:
+        return None
+    flag = ssl.OP_NO_TICKET
+    before = context.options
+    try:
+        if lib.get_options(pointer) != before:
+            return None
+        context.options = before ^ flag
+        if lib.get_options(pointer) != context.options:
+            return None
+    finally:
+        context.options = before
+    return pointer
+
+
+def set_tls13_suites(context: ssl.SSLContext, names: tuple[str, ...] | list[str]) -> bool:
+    """Enable exactly ``names`` as the TLS 1.3 suites of ``context``, in that order
+    (Python 3.11's ssl module has no call for it: set_ciphers is TLS 1.2's). False, the
+    context untouched, where the interpreter's libssl cannot be reached safely."""
+    lib = _openssl()
+    if lib is None:
+        return False
+    pointer = _ctx_pointer(context, lib)
+    if pointer is None or lib.set_ciphersuites(pointer, ":".join(names).encode()) != 1:
+        return False
+    enabled = [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.3"]
+    if enabled != list(names):
+        raise ssl.SSLError(f"TLS 1.3 suites set to {names}, OpenSSL reports {enabled}")
+    return True
 
 
 def _load_key_store(context: ssl.SSLContext, setting: Callable[[str], Any], listener: str) -> None:
