@@ -106,11 +106,9 @@ def _is_ready(work: SlotWork) -> bool:
     return type(work) is list or work is None or type(work) is Failed or cast("asyncio.Future[object]", work).done()
 
 
-# One request in flight: its work, its context (api key, pinned regions; None for bytes
-# that are no request), the request bytes it holds and, when requests are timed, its
-# times (``perf_counter``): the read that completed its frame, the start and end of its
-# handler's first step, its answer. Compiled (pykfk._core.request_lane).
-_Slot = Slot
+# A request in flight is a ``pykfk._core.request_lane.Slot``: its work, its context (api
+# key, pinned regions; None for bytes that are no request), the request bytes it holds
+# and, when requests are timed, its times (``perf_counter``).
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -130,7 +128,7 @@ class Connection(asyncio.BufferedProtocol):
         self._large_size = -1
         self._large_chunks: list[bytearray] = []
         self._large_got = 0
-        self._slots: collections.deque[_Slot] = collections.deque()
+        self._slots: collections.deque[Slot] = collections.deque()
         self._slot_added: asyncio.Future[None] | None = None
         self._held_bytes = 0
         self._reading_paused = False
@@ -252,8 +250,11 @@ class Connection(asyncio.BufferedProtocol):
                 self._grow_large()
             return
         self._end += nbytes
-        self._parse_frames()
-        self._after_frames()
+        if self._timed_read:
+            self._parse_frames()
+            self._after_frames()
+        else:
+            self.server.lane.read(self)  # the same, compiled
 
     def eof_received(self) -> bool | None:
         # The client will send no more requests; answer what is in flight, then close
@@ -360,12 +361,12 @@ class Connection(asyncio.BufferedProtocol):
             self.abort()
             return
         if type(work) is list or work is None or type(work) is Failed:
-            slot = _Slot(work, ctx, 0)  # answered already
+            slot = Slot(work, ctx, 0)  # answered already
         else:
             task = asyncio.ensure_future(cast("Awaitable[Chunks | None]", work))
-            slot = _Slot(task, ctx, len(frame))
+            slot = Slot(task, ctx, len(frame))
             self._held_bytes += len(frame)
-            task.add_done_callback(functools.partial(self._request_done, slot))
+            task.add_done_callback(functools.partial(self.server.lane.request_done, self, slot))
         self._slots.append(slot)
         if self._timed_read:
             slot.timed = True
@@ -396,19 +397,10 @@ class Connection(asyncio.BufferedProtocol):
         """Send the ready answers at the head of the queue now (the writer is idle), or,
         when this connection already sent in this turn of the event loop, at the turn's
         end with whatever else becomes ready meanwhile: answers ready in one turn leave
-        in one send, and a lone answer leaves at once."""
-        server = self.server
-        # (A loop that is not running has no turn to end: requests fed by hand, as the
-        # micro benches do, are answered at once.)
-        if self._sent_turn == server.turn and self.loop.is_running():
-            if not self._deferred:
-                self._deferred = True
-                server.defer(self)
-            return
-        self._sent_turn = server.turn
-        server.mark_turn()
-        self._send_ready_now()
-        self._wake_writer()
+        in one send, and a lone answer leaves at once. (A loop that is not running has
+        no turn to end: requests fed by hand, as the micro benches do, are answered at
+        once.) Compiled: ``Lane.send_or_defer``."""
+        self.server.lane.send_or_defer(self)
 
     def _send_deferred(self) -> None:
         """At the end of a loop turn: what ``_send_or_defer`` left."""
@@ -426,17 +418,11 @@ class Connection(asyncio.BufferedProtocol):
         (``Lane.send_ready``)."""
         self.server.lane.send_ready(self)
 
-    def _request_done(self, slot: _Slot, _task: object = None) -> None:
-        if slot.timed:
-            slot.ready = perf_counter()
-        self._held_bytes -= slot.frame_size
-        slot.frame_size = 0
-        # Its answer is the oldest outstanding and the writer is idle (sends nothing):
-        # send it now, with the ready ones behind it, without a turn of the writer task.
-        slots = self._slots
-        if slots and slots[0] is slot and self._writer_idle and not self._closed:
-            self._send_or_defer()
-        self._update_reading()
+    def _request_done(self, slot: Slot, _task: object = None) -> None:
+        """A request's task ended: when its answer is the oldest outstanding and the
+        writer is idle, send it with the ready ones behind it, without a turn of the
+        writer task. Compiled: ``Lane.request_done``."""
+        self.server.lane.request_done(self, slot, _task)
 
     def _throttle(self, seconds: float) -> None:
         """Read nothing from this client for ``seconds`` (its answer goes out now)."""
@@ -695,7 +681,8 @@ class KafkaServer:
         self.request_stats = dispatcher.request_stats
         self.lane = Lane(dispatcher, dispatcher._handlers, dispatcher._specs, VERSION_SLOTS, CloseConnection, Failed,
                          RequestContext, decode_request_header, _gather, GATHER_BYTES_MAX, FileRegion,
-                         asyncio.ensure_future, functools.partial, log, dispatcher._framing.encode_response)
+                         asyncio.ensure_future, functools.partial, log, dispatcher._framing.encode_response,
+                         _cut_frames, HELD_BYTES_LIMIT)
         # Turns of the event loop in which some connection sent at once: a connection
         # sends at most once a turn from a read or a finished task; what else becomes
         # ready in that turn leaves at its end (``end_turn``), in one send.
@@ -708,16 +695,9 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
 
-    def mark_turn(self) -> None:
-        """A connection sent at once in this turn: end the turn with the next callback."""
-        if not self._turn_marked:
-            self._turn_marked = True
-            self.loop.call_soon(self.end_turn)
-
-    def defer(self, conn: Connection) -> None:
-        self._deferred.append(conn)
-
     def end_turn(self) -> None:
+        """The next callback after a turn in which a connection sent at once (the lane
+        schedules it): a new turn, and what the connections left for its end is sent."""
         self._turn_marked = False
         self.turn += 1
         deferred = self._deferred

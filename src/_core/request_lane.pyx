@@ -88,11 +88,13 @@ cdef class Lane:
     cdef object partial
     cdef object log
     cdef object framing_encode
+    cdef object cut_frames
     cdef Py_ssize_t gather_max
+    cdef Py_ssize_t held_limit
 
     def __init__(self, dispatcher, handlers, specs, int version_slots, close_error, failed, ctx_type,
                  decode_request_header, gather, Py_ssize_t gather_max, region_type, ensure_future, partial,
-                 log, framing_encode):
+                 log, framing_encode, cut_frames, Py_ssize_t held_limit):
         self.dispatcher = dispatcher
         self.broker = dispatcher.broker
         self.registry = dispatcher.registry
@@ -111,6 +113,8 @@ cdef class Lane:
         self.partial = partial
         self.log = log
         self.framing_encode = framing_encode
+        self.cut_frames = cut_frames
+        self.held_limit = held_limit
         self.table = [None] * KEYS
         cdef _Entry entry
         for api_key, handler in handlers.items():
@@ -211,7 +215,7 @@ cdef class Lane:
                 slot.work = task
                 slot.frame_size = PyByteArray_GET_SIZE(frame) if type(frame) is bytearray else len(frame)
                 conn._held_bytes += slot.frame_size
-                task.add_done_callback(self.partial(conn._request_done, slot))
+                task.add_done_callback(self.partial(self.request_done, conn, slot))
             slots.append(slot)
 
     def send_ready(self, conn):
@@ -279,3 +283,72 @@ cdef class Lane:
             conn.server.request_stats.observe_sent(timed, conn._handled_at, perf_counter())
         if sent < len(payload):
             slots.appendleft(Slot([memoryview(payload)[sent:]], None, 0))
+
+    def read(self, conn):
+        """``Connection._parse_frames`` and ``_after_frames`` after a read whose requests
+        are not timed: every complete frame in the read buffer cut and delivered, then
+        the ready answers sent (or left for the end of the loop turn). A partial frame
+        or a size to refuse is left to ``Connection._parse_frames``."""
+        server = conn.server
+        cdef Py_ssize_t start = conn._start
+        cdef Py_ssize_t end = conn._end
+        limit = server.max_request_bytes if conn.session.authenticated else server.max_prelogin_bytes
+        frames, start = self.cut_frames(conn._buf, start, end, limit)
+        if frames:
+            conn._start = start
+            self.deliver(conn, frames)
+            if conn._closed:
+                return
+        if end - start >= 4:
+            conn._parse_frames()  # what is left: a partial frame, or a size to refuse
+            if conn._closed:
+                return
+        elif start == end:
+            conn._start = conn._end = 0
+        else:
+            conn._start = start
+        slots = conn._slots
+        if slots and conn._writer_idle:
+            self.send_or_defer(conn)
+        if (conn._reading_paused or conn._draining or conn._held_bytes > self.held_limit
+                or len(slots) >= server.max_in_flight):
+            conn._update_reading()
+
+    def request_done(self, conn, Slot slot, _task=None):
+        """``Connection._request_done``: a request's task ended."""
+        if slot.timed:
+            slot.ready = perf_counter()
+        conn._held_bytes -= slot.frame_size
+        slot.frame_size = 0
+        slots = conn._slots
+        if slots and slots[0] is slot and conn._writer_idle and not conn._closed:
+            self.send_or_defer(conn)
+        conn._update_reading()
+
+    cpdef send_or_defer(self, conn):
+        """``Connection._send_or_defer``: send the ready answers now, or at the end of
+        this loop turn when the connection already sent in it."""
+        server = conn.server
+        turn = server.turn
+        if conn._sent_turn == turn and conn.loop.is_running():
+            if not conn._deferred:
+                conn._deferred = True
+                server._deferred.append(conn)
+            return
+        conn._sent_turn = turn
+        if not server._turn_marked:
+            server._turn_marked = True
+            conn.loop.call_soon(server.end_turn)
+        self.send_ready(conn)
+        # Wake the idle writer for what the send left: a failure, a large file region,
+        # the unsent tail (Connection._wake_writer).
+        waiter = conn._slot_added
+        if waiter is None or waiter.done():
+            return
+        slots = conn._slots
+        if slots:
+            work = (<Slot>slots[0]).work
+            if (type(work) is list or work is None or type(work) is self.failed or work.done()):
+                waiter.set_result(None)
+        elif conn._draining:
+            waiter.set_result(None)
