@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     medians = _medians(runs)
     return {"messages": args.messages, "size": args.size, "runs": runs, "medians": medians,
             "ratios_to_plaintext": _ratios(medians), "load_average": os.getloadavg(),
-            "cipher_suites": args.cipher_suites or "(default)"}
+            "cipher_suites": args.cipher_suites or "(default)", "produce_ceiling": produce_ceiling(medians)}
 
 
 KEYS = ("mb_per_s", "broker_cpu_s_per_mb", "broker_user_cpu_s_per_mb", "client_cpu_s_per_mb")
@@ -173,12 +173,36 @@ def report(result: dict[str, Any], out: Path) -> None:
                 value = m[f"{side}_{key}"]
                 cells.append(f"{value * scale:{width}.{1 if scale == 1 else 2}f} ({value / base[f'{side}_{key}']:.2f}x)")
         print(f"{listener:10s} " + " ".join(cells))
+    for line in ceiling_lines(medians):
+        print(line)
     load = result.get("load_average")
     if load:
         print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2))
     _plot(medians, out / "security.png")
+
+
+def produce_ceiling(medians: dict[str, dict[str, float]], listener: str = "SASL_SSL") -> dict[str, float]:
+    """What SASL_SSL/PLAINTEXT produce can reach when broker and client share the cores
+    and both are CPU-bound (then MB/s goes as 1 / (broker + client CPU per MB)):
+    ``now`` at the measured costs, ``free_broker_tls`` if the broker's TLS cost nothing
+    (its PLAINTEXT cost, the client's TLS one): the client's own encryption alone caps it."""
+    plain, tls = medians["PLAINTEXT"], medians[listener]
+    plain_pair = plain["produce_broker_cpu_s_per_mb"] + plain["produce_client_cpu_s_per_mb"]
+    tls_pair = tls["produce_broker_cpu_s_per_mb"] + tls["produce_client_cpu_s_per_mb"]
+    free = plain["produce_broker_cpu_s_per_mb"] + tls["produce_client_cpu_s_per_mb"]
+    return {"plaintext_pair_cpu_s_per_mb": plain_pair, "tls_pair_cpu_s_per_mb": tls_pair,
+            "now": plain_pair / tls_pair, "free_broker_tls": plain_pair / free}
+
+
+def ceiling_lines(medians: dict[str, dict[str, float]]) -> list[str]:
+    if "produce_client_cpu_s_per_mb" not in medians["PLAINTEXT"]:
+        return []
+    c = produce_ceiling(medians)
+    return [(f"produce CPU per MB, broker + client: PLAINTEXT {c['plaintext_pair_cpu_s_per_mb'] * 1000:.2f} ms, "
+            f"SASL_SSL {c['tls_pair_cpu_s_per_mb'] * 1000:.2f} ms; CPU-bound ratio {c['now']:.2f}x, "
+            f"{c['free_broker_tls']:.2f}x if the broker's TLS cost nothing")]
 
 
 def _plot(medians: dict[str, dict[str, float]], path: Path) -> None:
