@@ -85,7 +85,8 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef Py_ssize_t size
-    cdef int64_t max_timestamp, first_offset, last_offset, next_offset, first_ts, hw
+    cdef int64_t max_timestamp, first_offset, last_offset, next_offset, first_ts, hw, segment_size, segment_base
+    cdef int64_t flush_messages, segment_bytes, max_segment_ms
     cdef int32_t batch_length, count
     cdef long long min_isr = 0
     if type(records) is not memoryview:
@@ -121,27 +122,29 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
     lock = plog._lock
     lock.acquire()
     try:
-        config = plog._config
+        flush_messages, segment_bytes, max_segment_ms, max_message_bytes = plog._append_limits
         first_offset = plog._log_end_offset
         last_offset = first_offset + count - 1
         next_offset = last_offset + 1
-        if next_offset - <int64_t>plog._recovery_point >= <int64_t>config.flush_interval_messages:
+        if next_offset - <int64_t>plog._recovery_point >= flush_messages:
             return None  # a flush is due: Python
         segment = plog._view.segments[-1]
-        if size > config.segment_bytes:
+        if size > segment_bytes:
             return None
-        if segment.size != 0:
+        segment_size = segment.size
+        if segment_size != 0:
             # The roll decision of Log._roll_reason; any roll is Python's.
-            if segment.size > config.segment_bytes - size or config.segment_jitter_ms:
+            if segment_size > segment_bytes - size:
                 return None
             first_ts = segment.first_batch_timestamp
-            if first_ts < 0 or max_timestamp - first_ts > config.max_segment_ms:
+            if first_ts < 0 or max_timestamp - first_ts > max_segment_ms:
                 return None
             if segment.is_index_full():
                 return None
-        if last_offset - <int64_t>segment.base_offset > _INT32_MAX or first_offset - <int64_t>segment.base_offset > _INT32_MAX:
+        segment_base = segment.base_offset
+        if last_offset - segment_base > _INT32_MAX:
             return None
-        headers = validate_and_assign(records, first_offset, leader.leader_epoch, config.max_message_bytes,
+        headers = validate_and_assign(records, first_offset, leader.leader_epoch, max_message_bytes,
                                       decompress=plog.validate_compressed, max_batches=1 if single else 0)
         if len(headers) != 1 or headers[0].next_offset != next_offset:
             raise AssertionError("validated batch disagrees with its header")
