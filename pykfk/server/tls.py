@@ -16,6 +16,15 @@ connection (``TlsTransport``): the connection is made once the handshake is done
 peer's certificate is known) and sees the plaintext only. A handshake that fails or
 does not finish within its timeout closes the socket without the connection ever being
 made; bad records, a truncated stream and any other TLS error close that connection.
+
+Where a received MB goes (measured on a 2-core AMD EPYC, OpenSSL 3.0, 1 MiB requests):
+about 0.5 ms of CPU on this side, of which AES-GCM decryption is half (the suite matters
+little: TLS_AES_128_GCM_SHA256, which the server picks by default, saves about 5%), the
+three user-space copies (read buffer to incoming BIO, BIO to OpenSSL's record buffer,
+record buffer to the connection's) about a quarter, OpenSSL's per-record work most of
+the rest. The Python loop over records is about 2% of it: a compiled loop around
+SSL_read_ex measured no better than that. Kernel TLS would remove the copies and the
+BIO, but needs OpenSSL to own the socket and the kernel's "tls" ULP.
 """
 
 from __future__ import annotations
