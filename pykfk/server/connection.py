@@ -147,7 +147,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
         self._sent_turn = -1  # the server's turn in which this connection last sent at once
-        self._deferred = False  # ready answers wait for the end of the turn (server.defer)
+        self._deferred = False  # ready answers wait for the end of the turn (Lane.end_turn)
         self._write_waiter: asyncio.Future[None] | None = None
         self._can_write = asyncio.Event()  # fallback path flow control
         self._can_write.set()
@@ -401,13 +401,6 @@ class Connection(asyncio.BufferedProtocol):
         no turn to end: requests fed by hand, as the micro benches do, are answered at
         once.) Compiled: ``Lane.send_or_defer``."""
         self.server.lane.send_or_defer(self)
-
-    def _send_deferred(self) -> None:
-        """At the end of a loop turn: what ``_send_or_defer`` left."""
-        self._deferred = False
-        if self._slots and self._writer_idle and not self._closed:
-            self._send_ready_now()
-            self._wake_writer()
 
     def _send_ready_now(self) -> None:
         """Send the ready responses at the head of the queue with one send() (the writer
@@ -685,7 +678,7 @@ class KafkaServer:
                          _cut_frames, HELD_BYTES_LIMIT)
         # Turns of the event loop in which some connection sent at once: a connection
         # sends at most once a turn from a read or a finished task; what else becomes
-        # ready in that turn leaves at its end (``end_turn``), in one send.
+        # ready in that turn leaves at its end (``Lane.end_turn``), in one send.
         self.turn = 0
         self._turn_marked = False
         self._deferred: list[Connection] = []
@@ -694,17 +687,6 @@ class KafkaServer:
         self.connections_closed = 0
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
-
-    def end_turn(self) -> None:
-        """The next callback after a turn in which a connection sent at once (the lane
-        schedules it): a new turn, and what the connections left for its end is sent."""
-        self._turn_marked = False
-        self.turn += 1
-        deferred = self._deferred
-        if deferred:
-            self._deferred = []
-            for conn in deferred:
-                conn._send_deferred()
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind host:port (port 0 picks a free one) without serving yet; returns the

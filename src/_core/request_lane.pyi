@@ -41,3 +41,5 @@ class Lane:
         """``Connection._request_done``: a request's task ended."""
     def send_or_defer(self, conn: Any) -> None:
         """Send the ready answers now, or at the end of this loop turn."""
+    def end_turn(self, server: Any) -> None:
+        """``KafkaServer.end_turn``, compiled."""

@@ -338,7 +338,7 @@ cdef class Lane:
         conn._sent_turn = turn
         if not server._turn_marked:
             server._turn_marked = True
-            conn.loop.call_soon(server.end_turn)
+            conn.loop.call_soon(self.end_turn, server)
         self.send_ready(conn)
         # Wake the idle writer for what the send left: a failure, a large file region,
         # the unsent tail (Connection._wake_writer).
@@ -352,3 +352,17 @@ cdef class Lane:
                 waiter.set_result(None)
         elif conn._draining:
             waiter.set_result(None)
+
+    def end_turn(self, server):
+        """``KafkaServer.end_turn``: the next callback after a turn in which a connection
+        sent at once; a new turn, and what the connections left for its end is sent."""
+        server._turn_marked = False
+        server.turn += 1
+        deferred = server._deferred
+        if deferred:
+            server._deferred = []
+            for conn in deferred:
+                conn._deferred = False
+                if conn._slots and conn._writer_idle and not conn._closed:
+                    self.send_ready(conn)
+                    conn._wake_writer()
