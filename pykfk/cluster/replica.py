@@ -171,6 +171,11 @@ class Partition:
         self.epochs = LeaderEpochCache(plog.dir) if epochs is None else epochs
         # The topic's metrics, held here so an append counts without a lookup.
         self.stats = manager.topic_stats.for_topic(topic)
+        # What the Produce handler's compiled lane (pykfk._core.append_path) reads of a
+        # leader that never changes, in one read: the log, its lock, the topic and index,
+        # the topic's metrics and the two purgatories an append may wake.
+        self.append_lane = (plog, plog._lock, manager, topic, partition, self.stats,
+                            manager.high_watermark_waiters, manager.log_end_waiters)
         self.replicas: tuple[int, ...] = ()
         self.state: PartitionState | None = None
         self.role = NONE

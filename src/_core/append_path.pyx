@@ -109,17 +109,13 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
         PyBuffer_Release(&view)
     if count <= 0 or max_timestamp < 0:
         return None
-    plog = leader.log
+    plog, lock, manager, topic, partition, stats, hw_waiters, end_waiters = <tuple>leader.append_lane
     if not plog._plain_appends or not plog._writable:
         return None
-    manager = leader.manager
-    topic = leader.topic
-    partition = leader.partition
     if acks == -1:
         min_isr = manager.min_insync_replicas_for(topic)
         if len(leader.isr) < min_isr:
             return None  # NOT_ENOUGH_REPLICAS, by the Python path
-    lock = plog._lock
     lock.acquire()
     try:
         flush_messages, segment_bytes, max_segment_ms, max_message_bytes = plog._append_limits
@@ -161,18 +157,14 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
     finally:
         lock.release()
     _appended += 1
-    stats = leader.stats
     stats.bytes_in += size
     stats.messages_in += count
     if leader.remote:
         leader.maybe_advance_high_watermark()
-    else:  # no follower: the high watermark moved with the log end offset
-        waiters = manager.high_watermark_waiters
-        if waiters._waiting:
-            waiters.notify(topic, partition)
-    waiters = manager.log_end_waiters
-    if waiters._waiting:
-        waiters.notify(topic, partition)
+    elif hw_waiters._waiting:  # no follower: the high watermark moved with the log end offset
+        hw_waiters.notify(topic, partition)
+    if end_waiters._waiting:
+        end_waiters.notify(topic, partition)
     result = {"index": partition, "error_code": _NONE, "base_offset": first_offset,
               "log_append_time_ms": -1, "log_start_offset": log_start}
     if acks != -1:
