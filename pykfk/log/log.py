@@ -470,9 +470,10 @@ class Log:
         self._plain_appends = not (config.compacts or config.log_append_time or self.flushes_on_time
                                    or config.timestamp_window is not None or config.stored_codec is not None)
         # What that lane reads of the settings, in one read: a segment.jitter.ms leaves
-        # every roll decision to Log._roll_reason (-1: any non-empty segment).
+        # every append to a non-empty segment to Log._roll_reason (a bound no wait is within).
         self._append_limits = (config.flush_interval_messages, config.segment_bytes,
-                               -1 if config.segment_jitter_ms else config.max_segment_ms, config.max_message_bytes)
+                               -(2**62) if config.segment_jitter_ms else config.max_segment_ms,
+                               config.max_message_bytes)
         with _CONFIG_CHANGES_LOCK:
             CONFIG_CHANGES.count += 1
 

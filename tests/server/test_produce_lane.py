@@ -160,3 +160,22 @@ def test_compacted_and_log_append_time_topics_keep_their_rules(broker: InProcess
     region = plog.read(0, 1 << 20).file_region
     assert region is not None
     assert [r.timestamp for r in iter_records(region.read())] == [result.log_append_time_ms]
+
+
+@pytest.mark.parametrize(("config", "lane_takes"), [
+    ({"segment.jitter.ms": "1000"}, 1),     # only the first append (to an empty segment)
+    ({"flush.messages": "1"}, 0),           # every append is due a flush
+    ({"cleanup.policy": "compact"}, 0),     # keys checked by the log
+    ({"message.timestamp.type": "LogAppendTime"}, 0),
+    ({}, 4),
+], ids=["jitter", "flush", "compact", "append-time", "plain"])
+def test_settings_that_change_an_append_leave_it_to_python(broker: InProcessBroker, config: dict[str, str],
+                                                           lane_takes: int) -> None:
+    topic = "settings-" + "-".join(k.replace(".", "_") for k in config) if config else "settings-none"
+    _create(broker, topic, 1, **config)
+    appended, handed_over = append_path.counts()
+    for i in range(4):
+        result = _raw_produce(broker, topic, build_batch([(b"k%d" % i, b"v", 1_700_000_000_000 + i, [])]), acks=-1)
+        assert result.error_code == ErrorCode.NONE and result.base_offset == i
+    now_appended, now_handed_over = append_path.counts()
+    assert (now_appended - appended, now_handed_over - handed_over) == (lane_takes, 4 - lane_takes)
