@@ -363,6 +363,11 @@ cdef class Lane:
             server._deferred = []
             for conn in deferred:
                 conn._deferred = False
+            for conn in deferred:
                 if conn._slots and conn._writer_idle and not conn._closed:
-                    self.send_ready(conn)
-                    conn._wake_writer()
+                    try:
+                        self.send_ready(conn)
+                        conn._wake_writer()
+                    except Exception:  # one connection's failure is not the others'
+                        self.log.exception("closing connection from %s: sending its answers failed", conn.peer)
+                        conn.abort()
