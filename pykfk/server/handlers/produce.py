@@ -17,6 +17,13 @@ A partition whose data is refused gets the error code and, from v8 (KIP-467), th
 topic, a timestamp outside the topic's window), ``record_errors`` naming each by its
 index in the batch.
 
+The walk over a request's partitions is compiled (``pykfk._core.append_path.produce``),
+and so is a plain append (one magic-2 batch without producer id, to a log without
+compaction, LogAppendTime, a timestamp window, recompression or a flush policy, with no
+roll due): validation, offsets, the segment write, the log end offset, the purgatory
+checks and the answer's entry. Everything else, and every refusal, is ``_Slow``'s,
+which does what the Log and the Partition do for any append.
+
 Requests are decoded by the compiled walk ``pykfk._core.wire.decode_produce`` into
 ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])`` and answered
 by ``encode_produce_response``. When nothing waits for replication, ``handle`` answers
