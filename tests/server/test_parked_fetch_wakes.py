@@ -122,5 +122,6 @@ def test_a_consumer_whose_fetches_park_reads_every_record_once(broker):
         consumer.close()
     assert sorted(seen) == [b"%06d" % i for i in range(total)]
     # Every fetch reads all 2,000 partitions once; a parked one then reads only those
-    # appended to. Rereading them all per wake-up took a read per partition per append.
-    assert calls[0] < PARTITIONS * 80, calls[0]
+    # appended to: about 8,600 reads here, where rereading all of them on every wake-up
+    # took 104,000.
+    assert calls[0] < PARTITIONS * 20, calls[0]
