@@ -75,6 +75,10 @@ class AppendWaiters:
     def __init__(self) -> None:
         self._waiting: dict[PartitionKey, set[Parked]] = {}
         self._closed = False
+        # Appends notified so far. A fetch parks a loop turn after its first read (its
+        # task starts then): a change of this count in between says an append it could
+        # not hear may have landed on its partitions.
+        self.notified = 0
 
     def park(self, partitions: Iterable[PartitionKey]) -> Parked:
         """Register a fetch's interest in ``partitions`` until ``Parked.close``."""
@@ -101,6 +105,7 @@ class AppendWaiters:
 
     def notify(self, topic: str, partition: int) -> None:
         """Called after an append to (topic, partition)."""
+        self.notified += 1
         if not self._waiting:
             return  # nobody long-polls (every produce-only run): no key to build
         key = (topic, partition)

@@ -161,10 +161,11 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
     stats.messages_in += count
     if leader.remote:
         leader.maybe_advance_high_watermark()
-    elif hw_waiters._waiting:  # no follower: the high watermark moved with the log end offset
+    else:  # no follower: the high watermark moved with the log end offset
+        # Always told, waiters or not: a fetch about to park checks the count of appends
+        # made since its first read (AppendWaiters.notified).
         hw_waiters.notify(topic, partition)
-    if end_waiters._waiting:
-        end_waiters.notify(topic, partition)
+    end_waiters.notify(topic, partition)
     result = {"index": partition, "error_code": _NONE, "base_offset": first_offset,
               "log_append_time_ms": -1, "log_start_offset": log_start}
     if acks != -1:

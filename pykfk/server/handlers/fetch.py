@@ -172,10 +172,13 @@ class _Fetch:
         # The last reads, kept while parked: the answers and the record bytes they hold.
         self.responses: list[typed.FetchableTopicResponse] = []
         self.available = 0
+        self.notified_before = 0  # the waiters' append count when the first read began
 
     def answer(self, first_pass: bool) -> typed.FetchResponse | None:
         """The body after reading every partition, or None (the reads kept) to park."""
         request = self.request
+        if first_pass:
+            self.notified_before = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id).notified
         responses, available, error = read_all(self.ctx, self.topics, request.replica_id, request.max_bytes,
                                                first_pass, self.denied, self.read_committed, self.client_rack,
                                                self.known_as)
@@ -248,6 +251,10 @@ class _Fetch:
         loop = self.loop = asyncio.get_running_loop()
         self.deadline = loop.time() + request.max_wait_ms / 1000
         parked = waiters.park(where)
+        if waiters.notified != self.notified_before:
+            # Appends landed between the first read and this park, unheard: read every
+            # partition again once rather than wait out max_wait_ms past data.
+            parked.woken.update(where)
         try:
             while True:
                 await parked.wait(self.deadline - loop.time())
