@@ -368,6 +368,11 @@ cdef class Lane:
                     try:
                         self.send_ready(conn)
                         conn._wake_writer()
+                        if conn._reading_paused:
+                            # Paused for a full queue (max in flight, held bytes): the
+                            # answers just sent may have made room, and a paused
+                            # connection has no read of its own to look again.
+                            conn._update_reading()
                     except Exception:  # one connection's failure is not the others'
                         self.log.exception("closing connection from %s: sending its answers failed", conn.peer)
                         conn.abort()
