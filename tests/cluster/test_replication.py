@@ -231,6 +231,13 @@ def test_appends_wake_follower_fetches_and_the_high_watermark_wakes_consumers(cl
                      {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "log_start_offset": -1,
                       "partition_max_bytes": 1 << 20}]}]}
         try:
+            # The ISR is full from the topic's creation: wait until the leader has taken
+            # its leadership (a fetch that does not wait is answered without error).
+            for _ in range(100):
+                probe = await channel.request(1, 11, {**fetch, "max_wait_ms": 0}, timeout_s=10)
+                if probe.responses[0].partitions[0].error_code == 0:
+                    break
+                await asyncio.sleep(0.1)
             started = time.monotonic()
             parked = asyncio.ensure_future(channel.request(1, 11, fetch, timeout_s=60))
             await asyncio.sleep(0.5)  # the window in which the fetch must stay parked
