@@ -248,8 +248,9 @@ class Partition:
         self.state = state
         self.remote = {}
         self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if was_leader:
-            self.manager.log_end_waiters.notify(self.topic, self.partition)  # answer NOT_LEADER now
+        if was_leader:  # parked fetches, followers' and consumers', answer NOT_LEADER now
+            self.manager.log_end_waiters.notify(self.topic, self.partition)
+            self.manager.high_watermark_waiters.notify(self.topic, self.partition)
         self.needs_truncation = True
         self.fetch_paused_until = 0
         log.log(self.manager.transition_log_level,
@@ -266,6 +267,7 @@ class Partition:
         self.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if was_leader:
             self.manager.log_end_waiters.notify(self.topic, self.partition)
+            self.manager.high_watermark_waiters.notify(self.topic, self.partition)
             self.manager.leadership_changed(self, False)
 
     # -- leader: appends and the purgatory ---------------------------------------------

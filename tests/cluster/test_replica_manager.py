@@ -353,3 +353,21 @@ async def test_a_leadership_superseded_while_its_epoch_is_written_is_not_taken(c
     await cluster.manager.leaders_settled()
     assert (leader.role, leader.leader_id, leader.leader_epoch) == ("follower", F2, 8)
     assert LeaderEpochCache(leader.log.dir).entries == [(7, 0)]  # epoch 5 held no record
+
+
+async def test_losing_leadership_wakes_parked_consumer_and_follower_fetches(cluster):
+    """A long-poll fetch parked on a partition whose leadership moves away re-reads it at
+    once (and answers NOT_LEADER_OR_FOLLOWER) instead of waiting out its max_wait_ms."""
+    cluster.partition()
+    manager = cluster.manager
+    consumer = manager.fetch_waiters(-1).park([("t", 0)])
+    follower = manager.fetch_waiters(F1).park([("t", 0)])
+    try:
+        waiting = asyncio.gather(consumer.wait(60), follower.wait(60))
+        await asyncio.sleep(0)
+        cluster.store.set_state("t", 0, F1, 6, [F1, F2])
+        await asyncio.wait_for(waiting, 5)
+        assert consumer.take() == {("t", 0)} and follower.take() == {("t", 0)}
+    finally:
+        consumer.close()
+        follower.close()
