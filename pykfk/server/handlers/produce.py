@@ -231,12 +231,8 @@ class _Slow:
             if wait is not None:
                 self.pending.append((result, wait))
             results.append(result)
-        except (KafkaError, CoreError) as exc:
+        except Exception as exc:  # noqa: BLE001 - refused says which: a Kafka error code, or a logged failure
             self.refused(name, index, exc, results)
-        except Exception:
-            log.exception("produce to %s-%d failed", name, index)
-            results.append(_error(ErrorCode.UNKNOWN_SERVER_ERROR, index))
-            ctx.broker.replica_manager.topic_stats.for_topic(name).failed_produce_requests += 1
 
     def refused(self, name: str, index: int, exc: Exception, results: list[PartitionResponse]) -> None:
         """A partition whose append raised ``exc``: its answer appended to ``results``."""
