@@ -183,10 +183,14 @@ class _Fetch:
                                                first_pass, self.denied, self.read_committed, self.client_rack,
                                                self.known_as)
         self.responses, self.available = responses, available
-        if not (available >= request.min_bytes or error or self.ctx.broker.stopping
-                or (request.max_wait_ms <= 0 if self.loop is None else self.deadline - self.loop.time() <= 0)):
-            return None
-        return self._body(responses, available)
+        return self._body(responses, available) if self._done(error) else None
+
+    def _done(self, error: bool) -> bool:
+        """Answer now: enough bytes, an error, shutdown, or the wait over (no wait asked
+        before the fetch parks)."""
+        request = self.request
+        return (self.available >= request.min_bytes or error or self.ctx.broker.stopping
+                or (request.max_wait_ms <= 0 if self.loop is None else self.deadline - self.loop.time() <= 0))
 
     def reread(self, woken: set[tuple[str, int]], where: _Where) -> typed.FetchResponse | None:
         """After a wake-up: read again only the ``woken`` partitions (their old answers'
@@ -216,10 +220,7 @@ class _Fetch:
             self.available = others + size
             if failed:
                 error = True
-        if not (self.available >= request.min_bytes or error or ctx.broker.stopping
-                or self.deadline - self.loop.time() <= 0):  # type: ignore[union-attr]
-            return None
-        return self._body(self.responses, self.available)
+        return self._body(self.responses, self.available) if self._done(error) else None
 
     def _body(self, responses: list[typed.FetchableTopicResponse], available: int) -> typed.FetchResponse:
         ctx, request, broker = self.ctx, self.request, self.ctx.broker
