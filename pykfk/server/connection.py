@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TypeAlias, cast
 
-from pykfk._core.request_lane import Lane, Slot
+from pykfk._core.request_lane import ConnState, Lane, ServerState, Slot
 from pykfk._core.sendfile import gather as _gather
 from pykfk._core.sendfile import sendfile as _sendfile
 from pykfk._core.wire import cut_frames as _cut_frames
@@ -111,8 +111,16 @@ def _is_ready(work: SlotWork) -> bool:
 # and, when requests are timed, its times (``perf_counter``).
 
 
-class Connection(asyncio.BufferedProtocol):
-    """One client connection. Lives on the server's event loop."""
+class Connection(ConnState, asyncio.BufferedProtocol):
+    """One client connection. Lives on the server's event loop. The state the compiled
+    lane reads and writes per request (``_slots``, ``_start``, ``_closed``, ...) is in
+    the C fields of ``ConnState``; the rest is in the instance's dict."""
+
+    server: KafkaServer
+    session: Session
+    _slots: collections.deque[Slot]
+    _slot_added: asyncio.Future[None] | None
+    _sock: socket.socket | None
 
     def __init__(self, server: KafkaServer):
         self.server = server
@@ -128,8 +136,8 @@ class Connection(asyncio.BufferedProtocol):
         self._large_size = -1
         self._large_chunks: list[bytearray] = []
         self._large_got = 0
-        self._slots: collections.deque[Slot] = collections.deque()
-        self._slot_added: asyncio.Future[None] | None = None
+        self._slots = collections.deque()
+        self._slot_added = None
         self._held_bytes = 0
         self._reading_paused = False
         self._closed = False
@@ -142,7 +150,7 @@ class Connection(asyncio.BufferedProtocol):
         self._timed_read = False  # this read's requests are timed
         self._read_at = 0.0
         self._handled_at = 0.0
-        self._sock: socket.socket | None = None
+        self._sock = None
         self._tls = False
         self._writer_task: asyncio.Task[None] | None = None
         self._writer_idle = False  # the writer waits for a slot: ready ones may be sent at once
@@ -649,8 +657,11 @@ def _tls_connection(server: KafkaServer, context: ssl.SSLContext, handshake_time
     return TlsProtocol(context, Connection(server), handshake_timeout, shared_buffer)
 
 
-class KafkaServer:
-    """The listener: accepts connections and closes idle ones."""
+class KafkaServer(ServerState):
+    """The listener: accepts connections and closes idle ones. What the compiled lane
+    reads per request (limits, turn state) is in the C fields of ``ServerState``."""
+
+    _deferred: list[Connection]
 
     def __init__(
         self,
@@ -674,14 +685,14 @@ class KafkaServer:
         self.request_stats = dispatcher.request_stats
         self.lane = Lane(dispatcher, dispatcher._handlers, dispatcher._specs, VERSION_SLOTS, CloseConnection, Failed,
                          RequestContext, decode_request_header, _gather, GATHER_BYTES_MAX, FileRegion,
-                         asyncio.ensure_future, functools.partial, log, dispatcher._framing.encode_response,
+                         asyncio.ensure_future, log, dispatcher._framing.encode_response,
                          _cut_frames, HELD_BYTES_LIMIT)
         # Turns of the event loop in which some connection sent at once: a connection
         # sends at most once a turn from a read or a finished task; what else becomes
         # ready in that turn leaves at its end (``Lane.end_turn``), in one send.
         self.turn = 0
         self._turn_marked = False
-        self._deferred: list[Connection] = []
+        self._deferred = []
         self.connections: set[Connection] = set()
         self.connections_created = 0
         self.connections_closed = 0

@@ -25,6 +25,7 @@ Dispatch rules (Kafka's ``SocketServer``/``KafkaApis``):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import logging
@@ -34,6 +35,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from types import ModuleType
 from typing import Any, cast
 
+from pykfk._core.request_lane import RequestCore
 from pykfk._core.wire import decode_request_header
 from pykfk.metrics.stats import VERSION_SLOTS, RequestStats
 from pykfk.protocol.typed import ApiVersionsResponseApiVersion
@@ -166,7 +168,7 @@ class ApiHandler:
     flexible_from: int = NEVER_FLEXIBLE  # first version with request header v2
 
 
-class RequestContext:
+class RequestContext(RequestCore):
     """What a handler knows about the request besides its body, and what it may use.
 
     ``broker`` is the BrokerServices protocol (the only way into the broker),
@@ -177,10 +179,17 @@ class RequestContext:
     or closed meanwhile is never closed under a send. ``own_time`` is the time in seconds
     the handler worked after its first step, when it had to be awaited (the request
     metrics' local time; the rest of its wait is remote time).
+
+    The fields are C fields of ``pykfk._core.request_lane.RequestCore``, which the
+    compiled request path fills without a Python attribute set; this class adds the
+    methods (and no fields: ``__slots__`` is empty).
     """
 
-    __slots__ = ("api_key", "api_version", "broker", "client_id", "correlation_id", "own_time", "pinned",
-                 "registry", "session")
+    __slots__ = ()
+
+    broker: BrokerServices
+    registry: Registry
+    session: Session
 
     def __init__(
         self,
@@ -200,7 +209,7 @@ class RequestContext:
         self.correlation_id = correlation_id
         self.client_id = client_id
         self.session = session  # the connection's listener, principal and login state
-        self.pinned: list[FileRegion] = [] if pinned is None else pinned
+        self.pinned = [] if pinned is None else pinned
         self.own_time = 0.0
 
     @property
@@ -443,7 +452,16 @@ class Dispatcher:
             raise CloseConnection(f"SASL login failed: {exc}") from None
         return [_SIZE.pack(len(token)) + token]
 
-    async def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
+    def _run(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]
+             ) -> Awaitable[Chunks | None]:
+        """The work of a handler that answers later. A loop Future a handler gives holds
+        the encoded answer already (a parked Fetch, ``pykfk._core.fetch_path``): it is the
+        work itself, with no task; any other awaitable gives the body to encode."""
+        if isinstance(pending, asyncio.Future):
+            return cast("asyncio.Future[Chunks | None]", pending)
+        return self._answer(handler, ctx, pending)
+
+    async def _answer(self, handler: ApiHandler, ctx: RequestContext, pending: Awaitable[Body]) -> Chunks | None:
         if not self._timing:
             return self._encode(handler, ctx, await pending)
         # The handler's own steps are local time, its waits between them remote time.
