@@ -229,17 +229,19 @@ class Connection(ConnState, asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large_size >= 0:
-            chunk = self._large_chunks[-1]
-            filled = self._large_got - LARGE_FRAME_CHUNK * (len(self._large_chunks) - 1)
-            return memoryview(chunk)[filled:]
-        if self._end == len(self._buf):
-            self._compact()
-        return self._buf_view[self._end :]
+    # get_buffer and buffer_updated are ConnState's (compiled): a read of small frames
+    # goes from there to the lane without a Python frame; the rest comes here.
 
-    def buffer_updated(self, nbytes: int) -> None:
-        now = self.last_active = self.loop.time()
+    def _large_buffer(self) -> memoryview:
+        """``get_buffer`` while a large frame is read into its own storage."""
+        chunk = self._large_chunks[-1]
+        filled = self._large_got - LARGE_FRAME_CHUNK * (len(self._large_chunks) - 1)
+        return memoryview(chunk)[filled:]
+
+    def _read_slow(self, nbytes: int) -> None:
+        """``buffer_updated`` when requests are timed (the metrics endpoint is on) or a
+        large frame is being read."""
+        now = self.last_active
         if self._timing:
             stats = self.server.request_stats
             self._timed_read = now >= stats.next_timed_read

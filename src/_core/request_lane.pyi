@@ -23,6 +23,11 @@ class ConnState:
     session: Any
     peer: str
     _buf: bytearray
+    _buf_view: memoryview
+    _large_size: int
+    _timing: bool
+    _timed_read: bool
+    last_active: float
     _start: int
     _end: int
     _slots: Any
@@ -37,6 +42,11 @@ class ConnState:
     _reading_paused: bool
     _writer_idle: bool
     _deferred: bool
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """``asyncio.BufferedProtocol.get_buffer``: the free end of the read buffer."""
+    def buffer_updated(self, nbytes: int) -> None:
+        """``asyncio.BufferedProtocol.buffer_updated``: untimed reads to ``Lane.read``."""
 
 class RequestCore:
     """A request context's fields (base of ``pykfk.server.dispatch.RequestContext``)."""

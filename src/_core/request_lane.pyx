@@ -49,6 +49,11 @@ cdef class ConnState:
     cdef public object session
     cdef public object peer
     cdef public bytearray _buf
+    cdef public object _buf_view  # memoryview of _buf
+    cdef public Py_ssize_t _large_size  # >= 0 while a large frame is read into its own storage
+    cdef public bint _timing  # requests may be timed (a sample of reads)
+    cdef public bint _timed_read  # this read's requests are timed
+    cdef public double last_active
     cdef public Py_ssize_t _start
     cdef public Py_ssize_t _end
     cdef public object _slots
@@ -63,6 +68,28 @@ cdef class ConnState:
     cdef public bint _reading_paused
     cdef public bint _writer_idle
     cdef public bint _deferred
+
+    def get_buffer(self, Py_ssize_t sizehint):
+        """``asyncio.BufferedProtocol.get_buffer``: the free end of the read buffer."""
+        if self._large_size >= 0:
+            return self._large_buffer()
+        if self._end == PyByteArray_GET_SIZE(self._buf):
+            self._compact()
+        return self._buf_view[self._end:]
+
+    def buffer_updated(self, Py_ssize_t nbytes):
+        """``asyncio.BufferedProtocol.buffer_updated``: a read of requests that are not
+        timed goes to the lane (``Lane.read``); the rest to ``Connection._read_slow``."""
+        self.last_active = self.loop.time()
+        if self._timing or self._large_size >= 0:
+            self._read_slow(nbytes)
+            return
+        self._end += nbytes
+        lane = self.server.lane
+        if type(lane) is Lane:
+            (<Lane>lane)._read(self)
+        else:
+            lane.read(self)
 
 
 cdef class RequestCore:
@@ -408,6 +435,9 @@ cdef class Lane:
         are not timed: every complete frame in the read buffer cut and delivered, then
         the ready answers sent (or left for the end of the loop turn). A partial frame
         or a size to refuse is left to ``Connection._parse_frames``."""
+        self._read(conn)
+
+    cdef int _read(self, ConnState conn) except -1:
         cdef ServerState server = conn.server
         cdef Py_ssize_t start = conn._start
         cdef Py_ssize_t end = conn._end
@@ -432,11 +462,11 @@ cdef class Lane:
             start += 4 + size
             conn._start = start
             if not self._deliver(conn, frame) or conn._closed:
-                return
+                return 0
         if end - start >= 4:
             conn._parse_frames()  # what is left: a partial frame, or a size to refuse
             if conn._closed:
-                return
+                return 0
         elif start == end:
             conn._start = conn._end = 0
         else:
@@ -445,6 +475,7 @@ cdef class Lane:
             self._send_or_defer(conn)
         if _reading_to_change(conn, self.held_limit):
             conn._update_reading()
+        return 0
 
     def request_done(self, ConnState conn, Slot slot, _task=None):
         """``Connection._request_done``: a request's task ended."""
