@@ -398,3 +398,92 @@ def test_fetch_request_wide(benchmark, report, tmp_path) -> None:  # type: ignor
         _time_fetches(benchmark, report, harness, frames, repeats, "Fetch v16, 8 partitions, a 5 KiB batch from each")
     finally:
         harness.close()
+
+
+# -- a tailing consumer's Fetch: parked, then woken by an append ----------------------------
+
+def _tail_frames(cycles: int, topic_id: Any) -> tuple[list[bytes], list[bytes]]:
+    """Per cycle, the Fetch v16 of a consumer caught up on all 8 partitions (max_wait_ms
+    500, min_bytes 1: it parks), and the Produce v9 (acks=all, one 1 KiB record) to one
+    partition, in turn, that wakes it."""
+    fetches, produces = [], []
+    for i in range(cycles):
+        body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                "rack_id": "",
+                "topics": [{"topic_id": topic_id, "partitions": [
+                    {"partition": p, "current_leader_epoch": 0,
+                     "fetch_offset": i // WIDE_PARTITIONS + (1 if p < i % WIDE_PARTITIONS else 0),
+                     "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+                    for p in range(WIDE_PARTITIONS)]}]}
+        fetches.append(framing.encode_request(FETCH, 16, 2 * i, "rdkafka", body))
+        batch = build_batch([(b"k", bytes(1024), 1_700_000_000_000 + i, [])])
+        produce = {"transactional_id": None, "acks": -1, "timeout_ms": 30000,
+                   "topic_data": [{"name": WIDE_TOPIC, "partition_data": [
+                       {"index": i % WIDE_PARTITIONS, "records": batch}]}]}
+        produces.append(framing.encode_request(PRODUCE, 9, 2 * i + 1, "rdkafka", produce))
+    return fetches, produces
+
+
+async def _tail(harness: Any, fetches: list[bytes], produces: list[bytes]) -> int:
+    """Each cycle: the fetch arrives and parks; a loop turn later the produce arrives, its
+    append wakes the fetch; both answers are read. Returns the bytes received."""
+    loop = asyncio.get_running_loop()
+    conn = harness.conn
+    received = 0
+    for fetch, produce in zip(fetches, produces, strict=True):
+        for frame in (fetch, produce):
+            n = len(frame)
+            conn.get_buffer(n)[:n] = frame
+            conn.buffer_updated(n)
+            await asyncio.sleep(0)  # the fetch parked before the append lands
+        answered, pending = 0, b""
+        while answered < 2:
+            chunk = await loop.sock_recv(harness.peer, 1 << 20)
+            received += len(chunk)
+            pending += chunk
+            while len(pending) >= 4 and len(pending) >= 4 + _SIZE.unpack_from(pending, 0)[0]:
+                pending = pending[4 + _SIZE.unpack_from(pending, 0)[0]:]
+                answered += 1
+    return received
+
+
+@pytest.mark.benchmark(group="fetch-request")
+def test_fetch_request_parked(benchmark, report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The latency workload's tailing consumer: a Fetch v16 over 8 partitions parks (no
+    data), a Produce to one of them wakes it, and it answers with that record. Figures
+    per cycle (fetch + produce): wall microseconds and this process's CPU microseconds."""
+    from pykfk.server.handlers.metadata import topic_ids
+
+    disabled = getattr(benchmark, "disabled", False)
+    cycles, repeats = (40, 2) if disabled else (1000, 9)
+    harness = _Harness(str(tmp_path / "data"))
+    try:
+        harness.run(harness.broker.topics.create_topic(WIDE_TOPIC, WIDE_PARTITIONS, 1, {}))
+        topic_id = topic_ids(harness.broker.metadata).id_of(WIDE_TOPIC)
+        fetches, produces = _tail_frames(cycles * (repeats + 2), topic_id)
+        start = time.monotonic()
+        received = harness.run(_tail(harness, fetches[:cycles], produces[:cycles]))
+        assert received > cycles * 1024  # every fetch came back with its record
+        assert time.monotonic() - start < cycles * 0.4  # woken by the appends, not max_wait_ms
+        walls, cpus = [], []
+        for r in range(1, repeats + 1):
+            part = slice(r * cycles, (r + 1) * cycles)
+            wall, cpu = time.perf_counter(), time.process_time()
+            harness.run(_tail(harness, fetches[part], produces[part]))
+            cpus.append((time.process_time() - cpu) / cycles)
+            walls.append((time.perf_counter() - wall) / cycles)
+        for p in range(WIDE_PARTITIONS):
+            assert harness.broker.get_log(WIDE_TOPIC, p).log_end_offset == (repeats + 1) * cycles // WIDE_PARTITIONS
+        best, median = min(walls) * 1e6, statistics.median(walls) * 1e6
+        cpu_best, cpu_median = min(cpus) * 1e6, statistics.median(cpus) * 1e6
+        benchmark.extra_info["us_per_cycle"] = round(best, 3)
+        benchmark.extra_info["cpu_us_per_cycle"] = round(cpu_best, 3)
+        report(f"Fetch v16 over 8 partitions parked, woken by a Produce (one cycle: both requests): "
+               f"{best:.2f} us/cycle best-of-{repeats}, {median:.2f} median; CPU {cpu_best:.2f} us/cycle best, "
+               f"{cpu_median:.2f} median")
+        last = slice((repeats + 1) * cycles, (repeats + 2) * cycles)
+        benchmark.pedantic(lambda: harness.run(_tail(harness, fetches[last], produces[last])),
+                           rounds=1, iterations=1)
+    finally:
+        harness.close()

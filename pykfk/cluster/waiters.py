@@ -4,15 +4,20 @@ A Fetch that has less than ``min_bytes`` available parks here until an append to
 its partitions, its ``max_wait_ms`` deadline, or broker shutdown. Appends wake waiters;
 nobody polls.
 
-A fetch parks once (``park``: its partitions registered once, whatever the number of
-wake-ups) and learns which partitions woke it (``Parked.take``), so a fetch of 10,000
-partitions woken by an append to one re-reads that one, not all 10,000.
+The waiters are compiled (``pykfk._core.fetch_path.Waiters``: ``notify`` runs on every
+append), and so is the Fetch handler's parked fetch, which registers itself there with
+no task. ``park`` and ``wait`` serve Python callers (ShareFetch): a fetch parks once
+(``park``: its partitions registered once, whatever the number of wake-ups) and learns
+which partitions woke it (``Parked.take``), so a fetch of 10,000 partitions woken by an
+append to one re-reads that one, not all 10,000.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+
+from pykfk._core.fetch_path import Waiters
 
 PartitionKey = tuple[str, int]
 
@@ -53,6 +58,10 @@ class Parked:
 
     def notify(self, key: PartitionKey) -> None:
         self.woken.add(key)
+        self.wake()
+
+    def wake(self) -> None:
+        """End the current ``wait`` (shutdown, or an append)."""
         future = self._future
         if future is not None:
             _wake(future)
@@ -69,16 +78,8 @@ class Parked:
         self._keys = []
 
 
-class AppendWaiters:
-    """Partition -> fetches parked on it (``Parked``). Loop-affine."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[PartitionKey, set[Parked]] = {}
-        self._closed = False
-        # Appends notified so far. A fetch parks a loop turn after its first read (its
-        # task starts then): a change of this count in between says an append it could
-        # not hear may have landed on its partitions.
-        self.notified = 0
+class AppendWaiters(Waiters):
+    """Partition -> fetches parked on it. Loop-affine."""
 
     def park(self, partitions: Iterable[PartitionKey]) -> Parked:
         """Register a fetch's interest in ``partitions`` until ``Parked.close``."""
@@ -102,26 +103,6 @@ class AppendWaiters:
             await parked.wait(timeout)
         finally:
             parked.close()
-
-    def notify(self, topic: str, partition: int) -> None:
-        """Called after an append to (topic, partition)."""
-        self.notified += 1
-        if not self._waiting:
-            return  # nobody long-polls (every produce-only run): no key to build
-        key = (topic, partition)
-        parked = self._waiting.get(key)
-        if parked:
-            for waiter in parked:
-                waiter.notify(key)
-
-    def wake_all(self) -> None:
-        """Shutdown: every parked fetch answers now with what it has."""
-        self._closed = True
-        for parked in self._waiting.values():
-            for waiter in parked:
-                future = waiter._future
-                if future is not None:
-                    _wake(future)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

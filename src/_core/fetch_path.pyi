@@ -19,3 +19,22 @@ def count_bytes_out(stats: Any, responses: list[Any], replication: bool) -> None
     """Per topic, the record bytes of the answer."""
 def session_answer(partitions: Mapping[tuple[str, int], Any], responses: list[Any], incremental: bool) -> list[Any]:
     """An incremental fetch session's answer: only partitions with news when incremental."""
+
+class Waiters:
+    """Partition -> fetches parked on it (the fetch purgatory); loop-affine."""
+
+    _waiting: dict[tuple[str, int], set[Any]]
+    _closed: bool
+    notified: int
+    def notify(self, topic: str, partition: int) -> None:
+        """Called after an append to (topic, partition)."""
+    def wake_all(self) -> None:
+        """Shutdown: every parked fetch answers now with what it has."""
+
+def configure_handler(get_running_loop: Callable[[], Any], named_by_id: Callable[..., Any],
+                      open_session: Callable[..., Any], denied_topics: Callable[..., Any],
+                      encode_generic: Callable[..., Any], answer_later: Callable[..., Any],
+                      consumer_byte_rate: str) -> None:
+    """The handler's Python pieces."""
+def handle(ctx: Any, request: Any) -> Any:
+    """Fetch (key 1): the body now, or the parked fetch's Future (or coroutine)."""

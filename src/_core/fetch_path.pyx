@@ -11,10 +11,12 @@ selector (``configure``). The log and the replica manager are called through the
 Python methods (``log_for_fetch``, ``Log.read``), so their rules stay in one place.
 """
 
+from time import perf_counter
 from uuid import UUID
 
 from pykfk._core.records import to_legacy
 from pykfk._core.regions import FileRegion
+from pykfk._core.wire import encode_fetch_response
 
 cdef object _ZERO_UUID = UUID(int=0)
 
@@ -234,3 +236,369 @@ def session_answer(partitions, list responses, bint incremental):
             entry["partitions"] = kept
             out.append(entry)
     return out
+
+
+# -- long polling: the waiters, and a fetch parked without a task ---------------------------
+
+cdef object _get_running_loop = None
+cdef object _named_by_id = None
+cdef object _open_session = None
+cdef object _denied_topics = None
+cdef object _encode_generic = None
+cdef object _answer_later = None
+cdef object _charge_key = None
+cdef object _EMPTY = frozenset()
+
+
+def configure_handler(get_running_loop, named_by_id, open_session, denied_topics, encode_generic, answer_later,
+                      consumer_byte_rate):
+    """The handler's Python pieces (``pykfk.server.handlers.fetch``): the running loop's
+    getter, the v13+ topic-id resolution, the fetch-session step, the ACL check, the
+    generic response encoder, the coroutine that awaits a parked fetch's body (the path
+    of request-time quotas), and the byte-rate quota key."""
+    global _get_running_loop, _named_by_id, _open_session, _denied_topics, _encode_generic, _answer_later
+    global _charge_key
+    _get_running_loop = get_running_loop
+    _named_by_id = named_by_id
+    _open_session = open_session
+    _denied_topics = denied_topics
+    _encode_generic = encode_generic
+    _answer_later = answer_later
+    _charge_key = consumer_byte_rate
+
+
+cdef class Waiters:
+    """Partition -> fetches parked on it (a minimal fetch purgatory, Kafka's
+    DelayedFetch); loop-affine. ``notify`` after an append, ``wake_all`` at shutdown.
+    A waiter is a ``Fetch`` (compiled) or any object with ``notify(key)`` and ``wake()``
+    (``pykfk.cluster.waiters.Parked``)."""
+
+    cdef public dict _waiting
+    cdef public bint _closed
+    # Appends notified so far: a change between a fetch's first read and its park says
+    # an append it could not hear may have landed on its partitions.
+    cdef public long long notified
+
+    def __init__(self):
+        self._waiting = {}
+        self._closed = False
+        self.notified = 0
+
+    cpdef notify(self, topic, partition):
+        """Called after an append to (topic, partition)."""
+        self.notified += 1
+        if not self._waiting:
+            return  # nobody long-polls (every produce-only run): no key to build
+        key = (topic, partition)
+        parked = self._waiting.get(key)
+        if parked:
+            for waiter in parked:
+                if type(waiter) is Fetch:
+                    (<Fetch>waiter)._heard(key)
+                else:
+                    waiter.notify(key)
+
+    def wake_all(self):
+        """Shutdown: every parked fetch answers now with what it has."""
+        self._closed = True
+        for parked in list(self._waiting.values()):
+            for waiter in list(parked):
+                if type(waiter) is Fetch:
+                    (<Fetch>waiter)._wake_now()
+                else:
+                    waiter.wake()
+
+    cdef void _register(self, list keys, object waiter):
+        cdef dict waiting = self._waiting
+        for key in keys:
+            found = waiting.get(key)
+            if found is None:
+                waiting[key] = {waiter}
+            else:
+                (<set>found).add(waiter)
+
+    cdef void _unregister(self, list keys, object waiter):
+        cdef dict waiting = self._waiting
+        for key in keys:
+            found = waiting.get(key)
+            if found is not None:
+                (<set>found).discard(waiter)
+                if not found:
+                    del waiting[key]
+
+
+cdef void _release_region(object ctx, object region):
+    """Ends the hold of a region read before (a partition read again after a wake-up)."""
+    cdef list pinned = ctx.pinned
+    cdef Py_ssize_t index
+    for index in range(len(pinned)):
+        if pinned[index] is region:
+            del pinned[index]
+            region.release()
+            return
+
+
+cdef class Fetch:
+    """One Fetch request: the first read of every partition, and when fewer than
+    ``min_bytes`` are there, its parking until an append to one of its partitions,
+    ``max_wait_ms``, a lost leadership or shutdown. A parked fetch is a loop Future
+    (what the connection's request queue waits on, in place of a task) plus its
+    registration in the waiters and one timer; a wake-up re-reads only the partitions
+    appended to (the answers of the others stand, their regions pinned), and when the
+    fetch is done encodes the answer and completes the Future with its chunks. A Future
+    cancelled (the connection closed) unregisters, stops its timer and releases its
+    pinned regions."""
+
+    cdef object ctx
+    cdef object broker
+    cdef object request
+    cdef object topics
+    cdef object session
+    cdef object known_as
+    cdef object unknown
+    cdef object denied
+    cdef object client_rack
+    cdef int version
+    cdef int replica_id
+    cdef bint read_committed
+    cdef long long max_bytes
+    cdef long long min_bytes
+    cdef list responses
+    cdef long long available
+    # Parked: the waiters, the keys registered there, each key's place in the answers,
+    # the partitions appended to since the last re-read, the Future, its timer, the
+    # pending wake-up and the done callback that hears a cancel.
+    cdef Waiters waiters
+    cdef list keys
+    cdef dict where
+    cdef set woken
+    cdef object loop
+    cdef object future
+    cdef object timer
+    cdef object wake_handle
+    cdef object on_done
+    cdef bint expired
+    cdef bint encode
+    cdef bint timed
+
+    cdef object _first(self):
+        """The first read of every partition: the body when the fetch is done at once,
+        else the parked fetch's Future (or, with request-time quotas, a coroutine)."""
+        cdef object request = self.request
+        cdef object broker = self.broker
+        self.waiters = broker.replica_manager.fetch_waiters(self.replica_id)
+        cdef long long notified_before = self.waiters.notified
+        responses, available, error = read_all(self.ctx, self.topics, self.replica_id, self.max_bytes, True,
+                                               self.denied, self.read_committed, self.client_rack, self.known_as)
+        self.responses = responses
+        self.available = available
+        if self.available >= self.min_bytes or error or request.max_wait_ms <= 0 or broker.stopping \
+                or self.waiters._closed:
+            return self._body()
+        return self._park(notified_before)
+
+    cdef object _park(self, long long notified_before):
+        cdef dict where = {}
+        cdef list keys = []
+        cdef list answers
+        cdef Py_ssize_t index
+        for topic, answer in zip(self.topics, self.responses):
+            answers = answer["partitions"]
+            name = topic.topic
+            index = 0
+            for part in topic.partitions:
+                key = (name, part.partition)
+                where[key] = (answers, index, part)
+                keys.append(key)
+                index += 1
+        self.where = where
+        self.keys = keys
+        self.woken = set()
+        broker = self.broker
+        quotas = broker.quotas
+        self.encode = not quotas.times_requests
+        stats = getattr(broker, "request_stats", None)
+        self.timed = self.encode and stats is not None and stats.timing
+        loop = self.loop = _get_running_loop()
+        future = self.future = loop.create_future()
+        self.timer = loop.call_at(loop.time() + self.request.max_wait_ms / 1000.0, self._expire)
+        self.waiters._register(keys, self)
+        self.on_done = self._done_callback
+        future.add_done_callback(self.on_done)
+        if self.waiters.notified != notified_before:
+            # Appends landed between the first read and this park, unheard: read every
+            # partition again once rather than wait out max_wait_ms past data.
+            self.woken.update(keys)
+            self.wake_handle = loop.call_soon(self._wake)
+        if self.encode:
+            return future
+        return _answer_later(future)
+
+    cdef void _heard(self, key):
+        """An append to ``key`` (or a leadership change there): re-read it on the next
+        turn of the loop, with whatever else the same turn appends."""
+        self.woken.add(key)
+        if self.wake_handle is None and self.future is not None:
+            self.wake_handle = self.loop.call_soon(self._wake)
+
+    cdef void _wake_now(self):
+        """Shutdown: answer on the next turn with what the fetch has."""
+        self.expired = True
+        if self.wake_handle is None and self.future is not None:
+            self.wake_handle = self.loop.call_soon(self._wake)
+
+    def _expire(self):
+        self.timer = None
+        self.expired = True
+        if self.wake_handle is not None:
+            self.wake_handle.cancel()
+        self._wake()
+
+    def _wake(self):
+        self.wake_handle = None
+        future = self.future
+        if future is None or future.done():
+            return
+        cdef double started = perf_counter() if self.timed else 0.0
+        try:
+            body = self._reread()
+            if body is None:
+                return
+            self._unpark()
+            if self.encode:
+                chunks = encode_fetch_response(self.version, self.ctx.correlation_id, body)
+                if chunks is None:  # a field the compiled encoder leaves out
+                    chunks = _encode_generic(self.version, self.ctx.correlation_id, body)
+                body = chunks
+        except Exception as exc:  # the request fails as its task would have
+            self._unpark()
+            future.set_exception(exc)
+            return
+        if self.timed:
+            self.ctx.own_time += perf_counter() - started
+        future.set_result(body)
+
+    cdef object _reread(self):
+        """Read again the partitions appended to since the last re-read (their old
+        answers' regions released); the body when the fetch is done, else None."""
+        cdef object ctx = self.ctx
+        cdef bint error = False
+        cdef long long old_size, others, budget, size
+        cdef list answers
+        cdef dict old
+        woken = self.woken
+        if woken:
+            self.woken = set()
+            for key in woken:
+                found = self.where.get(key)
+                if found is None:
+                    continue
+                answers, index, part = found
+                old = answers[index]
+                records = old["records"]
+                old_size = 0
+                if records:
+                    # Records the reads put in an answer: a FileRegion or bytes (never a list).
+                    if type(records) is FileRegion:
+                        old_size = records.size
+                        _release_region(ctx, records)
+                    else:
+                        old_size = len(records)
+                others = self.available - old_size
+                budget = self.max_bytes - others if self.version >= 3 else INT32_MAX
+                answer, size, failed = _read_partition(ctx, self.broker.replica_manager, self.version, key[0], part,
+                                                       self.replica_id, budget, others == 0, False,
+                                                       self.read_committed, self.client_rack)
+                answers[index] = answer
+                self.available = others + size
+                if failed:
+                    error = True
+        if self.available >= self.min_bytes or error or self.expired or self.broker.stopping \
+                or self.waiters._closed:
+            return self._body()
+        return None
+
+    cdef void _unpark(self):
+        """Out of the waiters, the timer stopped, the Future's cancel hook removed."""
+        if self.keys is not None:
+            self.waiters._unregister(self.keys, self)
+            self.keys = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.wake_handle is not None:
+            self.wake_handle.cancel()
+            self.wake_handle = None
+        if self.on_done is not None:
+            self.future.remove_done_callback(self.on_done)
+            self.on_done = None
+
+    def _done_callback(self, future):
+        """The Future ended by anyone but the fetch itself: a cancel when the connection
+        closed. The fetch leaves the waiters and gives back the regions it pinned."""
+        self.on_done = None
+        self._unpark()
+        self.future = None
+        pinned = self.ctx.pinned
+        if pinned:
+            for region in pinned:
+                region.release()
+            pinned.clear()
+
+    cdef dict _body(self):
+        ctx, request, broker = self.ctx, self.request, self.broker
+        responses = self.responses
+        cdef long long available = self.available
+        throttle_ms = 0
+        if self.replica_id < 0 and broker.quotas.active:
+            throttle_ms = ctx.charge(_charge_key, available)
+        if available:
+            count_bytes_out(broker.replica_manager.topic_stats, responses, self.replica_id >= 0)
+        session = self.session
+        if session is not None:
+            responses = session_answer(session.partitions, responses, request.session_id != 0)
+        if self.unknown:
+            responses = [*responses, *self.unknown]
+        return {"throttle_time_ms": throttle_ms, "error_code": _NONE,
+                "session_id": session.session_id if session is not None else 0,
+                "responses": responses}
+
+
+def handle(ctx, request):
+    """Fetch (key 1), compiled: the answer at once when the first read has it (data, an
+    error, no wait asked), else the parked fetch's Future, completed with the encoded
+    answer (``Fetch``); with request-time quotas a coroutine giving the body."""
+    cdef int version = ctx.api_version
+    broker = ctx.broker
+    if version >= 15:  # the replica id moved into the tagged replica state
+        state = request.replica_state
+        request.replica_id = state.replica_id if state is not None else -1
+    cdef int replica_id = request.replica_id
+    known_as = None
+    unknown = None
+    if version >= 13:
+        known_as, unknown = _named_by_id(broker.metadata, request)
+    topics = request.topics
+    session = None
+    if version >= 7 and (request.session_id != 0 or request.session_epoch != -1):
+        found = _open_session(ctx, request, known_as, unknown)
+        if type(found) is dict:  # an error: the client starts over with a full fetch
+            return found
+        session, topics, known_as, unknown = found
+    cdef Fetch fetch = Fetch.__new__(Fetch)
+    fetch.ctx = ctx
+    fetch.broker = broker
+    fetch.request = request
+    fetch.topics = topics
+    fetch.session = session
+    fetch.known_as = known_as
+    fetch.unknown = unknown
+    fetch.version = version
+    fetch.replica_id = replica_id
+    fetch.max_bytes = request.max_bytes
+    fetch.min_bytes = request.min_bytes
+    fetch.read_committed = version >= 4 and replica_id < 0 and request.isolation_level == 1
+    fetch.denied = _denied_topics(ctx, replica_id, topics) if broker.authorizer is not None else _EMPTY
+    if version >= 11 and replica_id < 0 and broker.config["replica.selector.class"]:
+        fetch.client_rack = request.rack_id or None
+    return fetch._first()

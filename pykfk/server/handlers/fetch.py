@@ -35,6 +35,7 @@ v17's replica_directory_id (KIP-853) is for KRaft voters and is not used here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 import weakref
@@ -42,13 +43,8 @@ from collections.abc import Coroutine, Sequence
 from typing import cast
 
 from pykfk._core import fetch_path
-from pykfk._core.fetch_path import (
-    count_bytes_out,
-    partition_error,
-    read_all,
-    read_partition,
-    session_answer,
-)
+from pykfk._core.fetch_path import handle as _handle
+from pykfk._core.fetch_path import partition_error
 from pykfk._core.wire import decode_fetch, encode_fetch_response
 from pykfk.cluster.metadata import ClusterView
 from pykfk.errors import ErrorCode, KafkaError
@@ -63,17 +59,14 @@ from pykfk.server.fetch_sessions import (
     NO_SESSION,
     FetchSession,
     FetchSessionCache,
-    ReadPartition,
     ReadTopic,
 )
-from pykfk.server.handlers.metadata import topic_ids
+from pykfk.server.handlers.metadata import TopicIds, topic_ids
 
 API_KEY = 1
 VERSIONS = (0, 18)
 
 log = logging.getLogger("pykfk.server")
-
-INT32_MAX = 2**31 - 1
 
 
 def decode_request(view: memoryview, offset: int, version: int) -> Struct:
@@ -104,166 +97,66 @@ def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, cli
     return min(in_rack, default=-1)
 
 
+# A parked fetch: the Future of its response frame's chunks (bytes, and FileRegions sent
+# with sendfile).
+_Parked = asyncio.Future[list[bytes | FileRegion]]
+
+
 def handle(ctx: RequestContext, request: typed.FetchRequest
-           ) -> typed.FetchResponse | Coroutine[None, None, typed.FetchResponse]:
-    """The answer at once when the first read has it (data, an error, no wait asked);
-    otherwise a coroutine that parks until an append or ``max_wait_ms``. A fetch
-    answered at once costs no task."""
-    broker = ctx.broker
-    if ctx.api_version >= 15:  # the replica id moved into the tagged replica state
-        state = request.replica_state
-        request.replica_id = state.replica_id if state is not None else -1
-    known_as: dict[str, uuid.UUID] | None = None
-    unknown: list[typed.FetchableTopicResponse] = []
-    if ctx.api_version >= 13:
-        known_as, unknown = _named_by_id(broker.metadata, request)
+           ) -> typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]:
+    """Compiled (``pykfk._core.fetch_path.handle``): the answer at once when the first read
+    has it (data, an error, no wait asked); otherwise the parked fetch's loop Future,
+    completed with the encoded answer by the wake-up that finishes it (an append,
+    ``max_wait_ms``, a lost leadership, shutdown), so a parked fetch costs no task and no
+    coroutine (``Dispatcher._run`` takes the Future as the request's work). With
+    request-time quotas (whose handling time the dispatcher measures per step) the parked
+    fetch is awaited by ``_answer_later`` instead. The functions below are the Python
+    pieces it calls: fetch sessions, topic ids, ACLs."""
+    return cast("typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]", _handle(ctx, request))
+
+
+def _open_session(ctx: RequestContext, request: typed.FetchRequest, known_as: dict[str, uuid.UUID] | None,
+                  unknown: list[typed.FetchableTopicResponse] | None
+                  ) -> typed.FetchResponse | tuple[FetchSession | None, Sequence[ReadTopic],
+                                                   dict[str, uuid.UUID] | None,
+                                                   list[typed.FetchableTopicResponse] | None]:
+    """A v7+ fetch that opens, continues or closes a session: the error answer that
+    refuses it, or (the session, the topics to read, the topic ids, the answers for
+    topics unknown by id)."""
+    found = _session(ctx, request)
+    if isinstance(found, int):  # an error code: the client starts over with a full fetch
+        return {"throttle_time_ms": 0, "error_code": found, "session_id": NO_SESSION, "responses": []}
+    session = found
     topics: Sequence[ReadTopic] = request.topics
-    session: FetchSession | None = None
-    if ctx.api_version >= 7 and (request.session_id, request.session_epoch) != (NO_SESSION, FINAL_EPOCH):
-        found = _session(ctx, request)
-        if isinstance(found, int):  # an error code: the client starts over with a full fetch
-            return {"throttle_time_ms": 0, "error_code": found, "session_id": NO_SESSION, "responses": []}
-        session = found
-        if session is not None and known_as is not None:
-            session.topic_ids.update(known_as)
-            known_as = session.topic_ids
-        if session is not None and request.session_id != NO_SESSION:
-            topics = session.topics()
-            if known_as is not None:
-                topics, stale = _split_stale(broker.metadata, topics, known_as)
-                unknown += stale
-    fetch = _Fetch(ctx, request, topics, session, known_as, unknown)
-    body = fetch.answer(first_pass=True)
-    if body is not None:
-        return body
-    return fetch.parked()
+    if session is not None and known_as is not None:
+        session.topic_ids.update(known_as)
+        known_as = session.topic_ids
+    if session is not None and request.session_id != NO_SESSION:
+        topics = session.topics()
+        if known_as is not None:
+            topics, stale = _split_stale(ctx.broker.metadata, topics, known_as)
+            if stale:
+                unknown = [*(unknown or ()), *stale]
+    return session, topics, known_as, unknown
 
 
-# Where a parked fetch keeps each partition's answer: (the topic's answers, the index).
-_Where = dict[tuple[str, int], tuple[list[typed.FetchResponsePartitionData], int, ReadPartition]]
+async def _answer_later(parked: asyncio.Future[typed.FetchResponse]) -> typed.FetchResponse:
+    """A parked fetch's body, for the dispatcher's request-time quota path."""
+    return await parked
 
 
-class _Fetch:
-    """One Fetch request's reads: ``answer`` reads every partition once and gives the
-    response body when the request is done (enough bytes, an error, its wait over);
-    ``parked`` waits for appends until then, re-reading only the partitions appended to
-    (the answers of the others stand, their regions pinned), so a fetch of 10,000
-    partitions woken by one append reads one partition, not 10,000."""
+# The topic ids of the last store asked (a broker's), without a cache lookup per request.
+_last_ids: tuple[weakref.ref[ClusterView], TopicIds] | None = None
 
-    def __init__(self, ctx: RequestContext, request: typed.FetchRequest, topics: Sequence[ReadTopic],
-                 session: FetchSession | None, known_as: dict[str, uuid.UUID] | None,
-                 unknown: list[typed.FetchableTopicResponse]):
-        broker = ctx.broker
-        self.ctx = ctx
-        self.request = request
-        self.topics = topics
-        self.session = session
-        self.known_as = known_as
-        self.unknown = unknown
-        # The deadline is set when the fetch parks: a fetch answered at once reads no clock
-        # and never looks the loop up (asyncio.get_running_loop() costs a getpid system call).
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.deadline = 0.0
-        self.read_committed = ctx.api_version >= 4 and request.isolation_level == 1 and request.replica_id < 0
-        self.denied = _denied_topics(ctx, request.replica_id, topics) if broker.authorizer is not None \
-            else frozenset()
-        self.client_rack = (request.rack_id or None) if ctx.api_version >= 11 and request.replica_id < 0 and \
-            broker.config["replica.selector.class"] else None
-        # The last reads, kept while parked: the answers and the record bytes they hold.
-        self.responses: list[typed.FetchableTopicResponse] = []
-        self.available = 0
-        self.notified_before = 0  # the waiters' append count when the first read began
 
-    def answer(self, first_pass: bool) -> typed.FetchResponse | None:
-        """The body after reading every partition, or None (the reads kept) to park."""
-        request = self.request
-        if first_pass:
-            self.notified_before = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id).notified
-        responses, available, error = read_all(self.ctx, self.topics, request.replica_id, request.max_bytes,
-                                               first_pass, self.denied, self.read_committed, self.client_rack,
-                                               self.known_as)
-        self.responses, self.available = responses, available
-        return self._body(responses, available) if self._done(error) else None
-
-    def _done(self, error: bool) -> bool:
-        """Answer now: enough bytes, an error, shutdown, or the wait over (no wait asked
-        before the fetch parks)."""
-        request = self.request
-        return (self.available >= request.min_bytes or error or self.ctx.broker.stopping
-                or (request.max_wait_ms <= 0 if self.loop is None else self.deadline - self.loop.time() <= 0))
-
-    def reread(self, woken: set[tuple[str, int]], where: _Where) -> typed.FetchResponse | None:
-        """After a wake-up: read again only the ``woken`` partitions (their old answers'
-        regions released), then the body as ``answer`` gives it, or None to park on."""
-        ctx, request = self.ctx, self.request
-        error = False
-        for key in woken:
-            found = where.get(key)
-            if found is None:
-                continue
-            answers, index, part = found
-            old = answers[index]
-            records = old["records"]
-            old_size = 0
-            if records:
-                # Records the reads put in an answer: a FileRegion or bytes (never a list).
-                if type(records) is FileRegion:
-                    old_size = records.size
-                    _release_region(ctx, records)
-                else:
-                    old_size = len(records)  # type: ignore[arg-type]
-            others = self.available - old_size
-            budget = request.max_bytes - others if ctx.api_version >= 3 else INT32_MAX
-            answer, size, failed = read_partition(ctx, key[0], part, request.replica_id, budget, others == 0,
-                                                  False, self.read_committed, self.client_rack)
-            answers[index] = answer
-            self.available = others + size
-            if failed:
-                error = True
-        return self._body(self.responses, self.available) if self._done(error) else None
-
-    def _body(self, responses: list[typed.FetchableTopicResponse], available: int) -> typed.FetchResponse:
-        ctx, request, broker = self.ctx, self.request, self.ctx.broker
-        throttle_ms = 0
-        if request.replica_id < 0 and broker.quotas.active:
-            throttle_ms = ctx.charge(CONSUMER_BYTE_RATE, available)
-        if available:
-            count_bytes_out(broker.replica_manager.topic_stats, responses, request.replica_id >= 0)
-        session = self.session
-        if session is not None:
-            responses = session_answer(session.partitions, responses, request.session_id != NO_SESSION)
-        if self.unknown:
-            responses = [*responses, *self.unknown]
-        return {"throttle_time_ms": throttle_ms, "error_code": ErrorCode.NONE,
-                "session_id": session.session_id if session is not None else NO_SESSION,
-                "responses": responses}
-
-    async def parked(self) -> typed.FetchResponse:
-        request = self.request
-        # Where each partition's answer is: parking (and unparking) walks the partitions
-        # once; a wake-up touches only those appended to.
-        where: _Where = {}
-        for topic, answer in zip(self.topics, self.responses, strict=True):
-            answers = cast("list[typed.FetchResponsePartitionData]", answer["partitions"])
-            for index, part in enumerate(topic.partitions):
-                where[topic.topic, part.partition] = (answers, index, part)
-        # A follower waits for the leader's log to grow; a consumer for the high watermark.
-        waiters = self.ctx.broker.replica_manager.fetch_waiters(request.replica_id)
-        loop = self.loop = asyncio.get_running_loop()
-        self.deadline = loop.time() + request.max_wait_ms / 1000
-        parked = waiters.park(where)
-        if waiters.notified != self.notified_before:
-            # Appends landed between the first read and this park, unheard: read every
-            # partition again once rather than wait out max_wait_ms past data.
-            parked.woken.update(where)
-        try:
-            while True:
-                await parked.wait(self.deadline - loop.time())
-                body = self.reread(parked.take(), where)
-                if body is not None:
-                    return body
-        finally:
-            parked.close()
+def _topic_ids(store: ClusterView) -> TopicIds:
+    global _last_ids
+    last = _last_ids
+    if last is not None and last[0]() is store:
+        return last[1]
+    ids = topic_ids(store)
+    _last_ids = (weakref.ref(store), ids)
+    return ids
 
 
 def _named_by_id(store: ClusterView, request: typed.FetchRequest
@@ -271,7 +164,7 @@ def _named_by_id(store: ClusterView, request: typed.FetchRequest
     """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
     topics whose id no topic has are taken out of the request and answered
     UNKNOWN_TOPIC_ID. Returns the id of each name and those answers."""
-    ids = topic_ids(store)
+    ids = _topic_ids(store)
     known_as: dict[str, uuid.UUID] = {}
     unknown: list[typed.FetchableTopicResponse] = []
     kept: list[typed.FetchTopic] = []
@@ -293,7 +186,7 @@ def _split_stale(store: ClusterView, topics: Sequence[ReadTopic], known_as: dict
                  ) -> tuple[list[ReadTopic], list[typed.FetchableTopicResponse]]:
     """A session's topics still the topics the client knows (same id), and answers for
     those deleted and made again since (UNKNOWN_TOPIC_ID: never the new topic's records)."""
-    ids = topic_ids(store)
+    ids = _topic_ids(store)
     current: list[ReadTopic] = []
     stale: list[typed.FetchableTopicResponse] = []
     for topic in topics:
@@ -357,12 +250,6 @@ def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTo
 
 fetch_path.configure(KafkaError, _preferred_read_replica, ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                      ErrorCode.OFFSET_OUT_OF_RANGE)
+fetch_path.configure_handler(asyncio.get_running_loop, _named_by_id, _open_session, _denied_topics,
+                             functools.partial(framing.encode_response, API_KEY), _answer_later, CONSUMER_BYTE_RATE)
 
-
-def _release_region(ctx: RequestContext, region: FileRegion) -> None:
-    """Ends the hold of a region read before (a partition read again after a wake-up)."""
-    for index, pinned in enumerate(ctx.pinned):
-        if pinned is region:
-            del ctx.pinned[index]
-            region.release()
-            return
