@@ -172,9 +172,10 @@ class Partition:
         # The topic's metrics, held here so an append counts without a lookup.
         self.stats = manager.topic_stats.for_topic(topic)
         # What the Produce handler's compiled lane (pykfk._core.append_path) reads of a
-        # leader that never changes, in one read: the log, its lock, the topic and index,
-        # the topic's metrics and the two purgatories an append may wake.
-        self.append_lane = (plog, plog._lock, manager, topic, partition, self.stats,
+        # leader that never changes, in one read: the log (whose LogState fields the lane
+        # reads and moves), the manager, the topic and index, the topic's metrics and the
+        # two purgatories an append may wake.
+        self.append_lane = (plog, manager, topic, partition, self.stats,
                             manager.high_watermark_waiters, manager.log_end_waiters)
         self.replicas: tuple[int, ...] = ()
         self.state: PartitionState | None = None

@@ -38,6 +38,7 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from pykfk._core import records as core_records
+from pykfk._core.append_path import LogState
 from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
 from pykfk.clock import SYSTEM_CLOCK, Clock
@@ -279,7 +280,7 @@ class _View:
         self.fetch_hint: tuple[Segment, int, int] | None = None
 
 
-class Log:
+class Log(LogState):
     """The log of one partition in directory ``dir`` (named ``<topic>-<partition>``).
 
     Opening loads every segment; unless ``clean_shutdown`` is set, segments past
@@ -288,7 +289,16 @@ class Log:
     from the log-start-offset checkpoint (the first segment's base when higher). ``new``:
     a partition just created, whose directory does not exist yet (one mkdir and one file,
     nothing to load; an existing directory is loaded as usual).
+
+    The offsets, the segment list and the settings an append reads are fields of its
+    compiled base (``pykfk._core.append_path.LogState``), which the Produce handler's
+    compiled lane reads and moves directly: one state, two writers under one lock.
     """
+
+    # Fields of LogState (C fields the Produce handler's compiled lane reads and moves
+    # too), typed here for the Python code: the segment list snapshot and the producer state.
+    _view: _View
+    producer_state: ProducerStateManager
 
     # Decompress compressed batches on leader appends to check their records (Kafka does).
     validate_compressed = True
@@ -469,11 +479,13 @@ class Log:
         # (pykfk._core.append_path), which writes the segment and moves the log end offset.
         self._plain_appends = not (config.compacts or config.log_append_time or self.flushes_on_time
                                    or config.timestamp_window is not None or config.stored_codec is not None)
-        # What that lane reads of the settings, in one read: a segment.jitter.ms leaves
-        # every append to a non-empty segment to Log._roll_reason (a bound no wait is within).
-        self._append_limits = (config.flush_interval_messages, config.segment_bytes,
-                               -(2**62) if config.segment_jitter_ms else config.max_segment_ms,
-                               config.max_message_bytes)
+        # What that lane reads of the settings (C fields of LogState): a segment.jitter.ms
+        # leaves every append to a non-empty segment to Log._roll_reason (a bound no wait
+        # is within).
+        self._flush_messages = min(config.flush_interval_messages, NEVER)
+        self._segment_bytes = config.segment_bytes
+        self._max_segment_ms = -(2**62) if config.segment_jitter_ms else min(config.max_segment_ms, NEVER)
+        self._max_message_bytes = config.max_message_bytes
         with _CONFIG_CHANGES_LOCK:
             CONFIG_CHANGES.count += 1
 

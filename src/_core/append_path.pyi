@@ -3,8 +3,29 @@
 from collections.abc import Callable
 from typing import Any
 
+class LogState:
+    """A log's state that appends read and move, as C fields (the base of Log)."""
+
+    _log_end_offset: int
+    _log_start_offset: int
+    _recovery_point: int
+    _high_watermark: int | None
+    _writable: bool
+    _plain_appends: bool
+    _flush_messages: int
+    _segment_bytes: int
+    _max_segment_ms: int
+    _max_message_bytes: int
+    _lock: Any
+    producer_state: Any
+    _view: Any
+    @property
+    def _active(self) -> Any:
+        """The last segment of ``_view`` (None while it has none)."""
+
 def configure(kafka_error: type[Exception], leader_role: str, internal_topics: frozenset[str], none_code: int,
-              not_enough_after_code: int, write_operation: Any, topic_resource: Any, offset_moves: Any) -> None:
+              not_enough_after_code: int, write_operation: Any, topic_resource: Any, offset_moves: Any,
+              batch_metadata: Any) -> None:
     """The broker's pieces the core must not import."""
 def counts() -> tuple[int, int]:
     """(partitions appended by the compiled lane, partitions handed to Python)."""

@@ -1,12 +1,14 @@
 # cython: language_level=3
 """The Produce handler's work per partition, compiled: the walk over the request's
 topics and partitions, the leader lookup, and for a plain partition (one magic-2 batch
-without producer id, not a control batch, a log with none of the settings that change
-an append, no roll and no flush due) the append itself: validation and offset
-assignment in place (``records.validate_and_assign``), the segment write, the log end
-offset, the producer state's end, the topic's byte and message counts, the purgatory
-checks (a Python call only when a fetch waits), the high watermark and the answer's
-dict as the response encoder takes it.
+without producer id or an idempotent producer's next in sequence, not a control or
+transactional batch, a log with none of the settings that change an append, no roll
+and no flush due) the append itself: validation and offset assignment in place
+(``records.validate_and_assign``), the segment write (``Segment.append_active``, which
+also makes the roll decision), the log end offset and the producer state, the topic's
+byte and message counts, the purgatory checks, the high watermark and the answer's dict
+as the response encoder takes it. The log's state it reads and moves is the log's own
+(``LogState``, the compiled base of ``pykfk.log.log.Log``), under the log's lock.
 
 Whatever is not plain goes to the handler's Python (``slow.partition``), which does
 what it always did, and so does every refusal (``slow.refused``): the compiled lane
@@ -27,6 +29,7 @@ cdef object _NOT_ENOUGH_AFTER = 20
 cdef object _WRITE = None
 cdef object _TOPIC = None
 cdef object _OFFSET_MOVES = None
+cdef object _BatchMetadata = None
 cdef tuple _VALID_ACKS = (-1, 0, 1)
 cdef long long _INT32_MAX = 2**31 - 1
 cdef long long _appended = 0
@@ -40,16 +43,56 @@ DEF _ATTRIBUTES_AT = 21
 DEF _LAST_OFFSET_DELTA_AT = 23
 DEF _MAX_TIMESTAMP_AT = 35
 DEF _PRODUCER_ID_AT = 43
+DEF _PRODUCER_EPOCH_AT = 51
+DEF _BASE_SEQUENCE_AT = 53
 DEF _ATTR_CONTROL = 0x20
+DEF _ATTR_TRANSACTIONAL = 0x10
+
+
+cdef class LogState:
+    """The state of one partition's log that an append reads and moves, as C fields: the
+    base of ``pykfk.log.log.Log``, whose Python code reads and writes the same fields
+    (one truth, no copy). The compiled lane reads them without an attribute lookup.
+
+    ``_view`` is the log's segment list snapshot; setting it also sets ``_active``, its
+    last segment (None while the log has none). The four limits are what the lane
+    needs of the log's settings (``Log.config`` sets them); ``_plain_appends`` says
+    whether the settings leave an append to the lane at all."""
+
+    cdef public int64_t _log_end_offset
+    cdef public int64_t _log_start_offset
+    cdef public int64_t _recovery_point
+    cdef public object _high_watermark
+    cdef public bint _writable
+    cdef public bint _plain_appends
+    cdef public int64_t _flush_messages
+    cdef public int64_t _segment_bytes
+    cdef public int64_t _max_segment_ms
+    cdef public int64_t _max_message_bytes
+    cdef public object _lock
+    cdef public object producer_state
+    cdef object _view_
+    cdef readonly object _active
+
+    @property
+    def _view(self):
+        return self._view_
+
+    @_view.setter
+    def _view(self, view):
+        segments = view.segments
+        self._active = segments[-1] if segments else None
+        self._view_ = view
 
 
 def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_after_code,
-              write_operation, topic_resource, offset_moves):
+              write_operation, topic_resource, offset_moves, batch_metadata):
     """The broker's pieces the core must not import: the exception a refusal after the
     append raises (NOT_ENOUGH_REPLICAS_AFTER_APPEND), the leader role's value, the internal topics, the error
-    codes, the ACL operation and resource type of a write, and the log's count of
-    offset moves (``pykfk.log.log.OFFSET_MOVES``)."""
-    global _KafkaError, _LEADER, _INTERNAL, _NONE, _NOT_ENOUGH_AFTER, _WRITE, _TOPIC, _OFFSET_MOVES
+    codes, the ACL operation and resource type of a write, the log's count of
+    offset moves (``pykfk.log.log.OFFSET_MOVES``) and the producer state's record of a
+    batch (``pykfk.log.producer_state.BatchMetadata``)."""
+    global _KafkaError, _LEADER, _INTERNAL, _NONE, _NOT_ENOUGH_AFTER, _WRITE, _TOPIC, _OFFSET_MOVES, _BatchMetadata
     _KafkaError = kafka_error
     _LEADER = leader_role
     _INTERNAL = internal_topics
@@ -58,6 +101,7 @@ def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_a
     _WRITE = write_operation
     _TOPIC = topic_resource
     _OFFSET_MOVES = offset_moves
+    _BatchMetadata = batch_metadata
 
 
 def counts():
@@ -78,17 +122,28 @@ cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
     return <int32_t>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
-cdef object _append(object leader, object records, int acks, object timeout_ms, bint single, list pending):
-    """One plain partition appended: its answer's dict, or None (nothing done) when the
-    append is not plain. Raises what the Python path raises for the same data."""
+cdef object _append(object leader, object records, int acks, long long min_isr, object timeout_ms, bint single,
+                    list pending):
+    """One partition appended by the lane: its answer's dict, or None (nothing done) when
+    the append is not the lane's. Raises what the Python path raises for the same data.
+
+    The lane's appends: one magic-2 batch, not a control batch, to a log whose settings
+    leave appends plain and with no roll or flush due; the batch carries no producer
+    id, or is an idempotent producer's (not transactional) next batch: same epoch as the
+    producer's last batch here, sequence following on from its last without wrapping.
+    That is the one case Kafka's producer-state rules admit without further question (no
+    duplicate can match it: every kept batch of the epoch ends at or before the last
+    sequence); every other producer batch (a producer new to the partition, a retry, a
+    gap, a new or older epoch) is the Python path's, which applies all the rules
+    (``pykfk.log.producer_state``)."""
     global _appended
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef Py_ssize_t size
-    cdef int64_t max_timestamp, first_offset, last_offset, next_offset, first_ts, hw, segment_size, segment_base
-    cdef int64_t flush_messages, segment_bytes, max_segment_ms
-    cdef int32_t batch_length, count
-    cdef long long min_isr = 0
+    cdef int64_t max_timestamp, first_offset, last_offset, next_offset, hw, producer_id
+    cdef int32_t batch_length, count, first_seq = -1, last_seq = -1
+    cdef int producer_epoch = -1
+    cdef LogState plog
     if type(records) is not memoryview:
         return None
     if PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0:
@@ -101,62 +156,73 @@ cdef object _append(object leader, object records, int acks, object timeout_ms, 
         batch_length = _be32(p + _BATCH_LENGTH_AT)
         if <Py_ssize_t>batch_length + 12 != size:  # exactly one batch (more, or a bad length: Python)
             return None
-        if (p[_ATTRIBUTES_AT + 1] & _ATTR_CONTROL) or _be64(p + _PRODUCER_ID_AT) >= 0:
-            return None  # control batches (refused) and producer batches: Python
+        if p[_ATTRIBUTES_AT + 1] & (_ATTR_CONTROL | _ATTR_TRANSACTIONAL):
+            return None  # control batches (refused) and transactional batches: Python
         count = _be32(p + _LAST_OFFSET_DELTA_AT) + 1
         max_timestamp = _be64(p + _MAX_TIMESTAMP_AT)
+        producer_id = _be64(p + _PRODUCER_ID_AT)
+        if producer_id >= 0:
+            producer_epoch = <int16_t>((p[_PRODUCER_EPOCH_AT] << 8) | p[_PRODUCER_EPOCH_AT + 1])
+            first_seq = _be32(p + _BASE_SEQUENCE_AT)
+            if first_seq < 0 or count <= 0 or first_seq > _INT32_MAX - (count - 1):
+                return None  # no sequence (refused), or one that wraps: Python
+            last_seq = first_seq + (count - 1)
     finally:
         PyBuffer_Release(&view)
     if count <= 0 or max_timestamp < 0:
         return None
-    plog, lock, manager, topic, partition, stats, hw_waiters, end_waiters = <tuple>leader.append_lane
+    lane = <tuple>leader.append_lane
+    plog = <LogState>lane[0]
     if not plog._plain_appends or not plog._writable:
         return None
-    if acks == -1:
-        min_isr = manager.min_insync_replicas_for(topic)
-        if len(leader.isr) < min_isr:
-            return None  # NOT_ENOUGH_REPLICAS, by the Python path
+    if acks == -1 and len(leader.isr) < min_isr:
+        return None  # NOT_ENOUGH_REPLICAS, by the Python path
+    lock = plog._lock
     lock.acquire()
     try:
-        flush_messages, segment_bytes, max_segment_ms, max_message_bytes = plog._append_limits
         first_offset = plog._log_end_offset
         last_offset = first_offset + count - 1
         next_offset = last_offset + 1
-        if next_offset - <int64_t>plog._recovery_point >= flush_messages:
+        if next_offset - plog._recovery_point >= plog._flush_messages:
             return None  # a flush is due: Python
-        segment = plog._view.segments[-1]
-        if size > segment_bytes:
+        if size > plog._segment_bytes:
             return None
-        segment_size = segment.size
-        if segment_size != 0:
-            # The roll decision of Log._roll_reason; any roll is Python's.
-            if segment_size > segment_bytes - size:
-                return None
-            first_ts = segment.first_batch_timestamp
-            if first_ts < 0 or max_timestamp - first_ts > max_segment_ms:
-                return None
-            if segment.is_index_full():
-                return None
-        segment_base = segment.base_offset
-        if last_offset - segment_base > _INT32_MAX:
+        segment = plog._active
+        if segment is None:
             return None
-        headers = validate_and_assign(records, first_offset, leader.leader_epoch, max_message_bytes,
+        state = plog.producer_state
+        entry = None
+        if producer_id >= 0:
+            entry = state.producers.get(producer_id)
+            if entry is None or entry.producer_epoch != producer_epoch:
+                return None
+            batches = entry.batches
+            if not batches or (<tuple>batches[-1])[1] + 1 != first_seq:
+                return None
+        headers = validate_and_assign(records, first_offset, leader.leader_epoch, plog._max_message_bytes,
                                       decompress=plog.validate_compressed, max_batches=1 if single else 0)
         if len(headers) != 1 or headers[0].next_offset != next_offset:
             raise AssertionError("validated batch disagrees with its header")
         try:
-            segment.append(records)  # leaves no partial batch behind when the write fails
+            # Leaves no partial batch behind when the write fails.
+            if segment.append_active(records, plog._segment_bytes, plog._max_segment_ms) < 0:
+                return None  # a roll (or the segment's age) decides: Python, which validates again
         except (OSError, ValueError) as exc:
             plog._append_failed(segment, exc, True)
         plog._log_end_offset = next_offset
         _OFFSET_MOVES.count += 1
-        state = plog.producer_state
         if next_offset > state.map_end_offset:
             state.map_end_offset = next_offset
+        if entry is not None:
+            # ProducerStateManager.commit_append of the batch (same epoch: nothing to clear).
+            batches.append(_BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_timestamp))
+            if max_timestamp > entry.last_timestamp:
+                entry.last_timestamp = max_timestamp
         log_start = plog._log_start_offset
     finally:
         lock.release()
     _appended += 1
+    _plog, _manager, topic, partition, stats, hw_waiters, end_waiters = lane
     stats.bytes_in += size
     stats.messages_in += count
     if leader.remote:
@@ -196,6 +262,7 @@ def produce(ctx, request, slow_factory):
     cdef bint plain = transactional_id is None and acks in _VALID_ACKS
     cdef bint fast, denied, internal
     cdef int acks_c = acks if plain else 0
+    cdef long long min_isr = 0
     authorizer = ctx.broker.authorizer
     leaders = replicas.partitions
     cdef list responses = []
@@ -221,12 +288,14 @@ def produce(ctx, request, slow_factory):
         denied = authorizer is not None and not ctx.allowed(_WRITE, _TOPIC, name)
         internal = name in _INTERNAL
         fast = plain and not denied and not internal
+        if fast and acks_c == -1:
+            min_isr = replicas.min_insync_replicas_for(name)  # once per topic of the request
         for index, records in partitions:
             if fast:
                 leader = leaders.get((name, index))
                 if leader is not None and leader.role == _LEADER:
                     try:
-                        result = _append(leader, records, acks_c, timeout_ms, single, pending)
+                        result = _append(leader, records, acks_c, min_isr, timeout_ms, single, pending)
                     except Exception as exc:  # answered as the Python path answers it
                         if slow is None:
                             slow = slow_factory(ctx, request, pending)

@@ -166,6 +166,11 @@ class Segment:
         (the caller validated the batches). The write runs without the GIL and handles
         partial writes; on a write error the file is cut back and OSError raised. A full
         index stops taking entries (see is_index_full); the append still succeeds."""
+    def append_active(self, buf: _Buffer, segment_bytes: int, max_segment_ms: int) -> int:
+        """``append`` of one batch the leader gave offsets to, unless the log may have to
+        roll first (segment.bytes, segment.ms by the batch's largest timestamp, a full
+        index, the relative offset range, a segment without a first timestamp): then -1
+        and nothing written."""
     def is_index_full(self) -> bool:
         """True when either index takes no more entries (time to roll), including after an
         index write failed (the index is then frozen; lookups stay correct)."""

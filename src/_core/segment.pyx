@@ -1178,6 +1178,42 @@ cdef class Segment:
 
     def append(self, buf, Py_ssize_t start=0, end=None) -> int:
         """Appends the whole batches in buf[start:end]; returns the position written at."""
+        return self._append(buf, start, end)
+
+    def append_active(self, buf, int64_t segment_bytes, int64_t max_segment_ms) -> int:
+        """The Produce lane's append of one batch whose offsets the leader assigned
+        (``buf``, exactly one magic-2 batch): the position written at, or -1 with nothing
+        written when the log may have to roll first (the decisions of
+        ``Log._roll_reason``: segment.bytes, segment.ms / max.compaction.lag.ms by the
+        batch's largest timestamp, a full index, an offset out of the relative range;
+        and a segment without a first timestamp, whose age needs the clock). The caller
+        hands those appends to the log. A failed write raises as ``append`` does."""
+        cdef Py_buffer view
+        cdef int64_t size, last
+        cdef const uint8_t *data
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            size = view.len
+            if size < _batch.PK_BATCH_HEADER_SIZE:
+                raise ValueError(f"{size} bytes hold no batch")
+            data = <const uint8_t *>view.buf
+            last = <int64_t>pk_load_u64(data) + <int32_t>pk_load_u32(data + _batch.PK_BATCH_LAST_OFFSET_DELTA)
+            if self.size != 0:
+                if self.size > segment_bytes - size:
+                    return -1
+                if self.first_batch_timestamp < 0 or \
+                        <int64_t>pk_load_u64(data + _batch.PK_BATCH_MAX_TIMESTAMP) - self.first_batch_timestamp \
+                        > max_segment_ms:
+                    return -1
+                if not (_index_has_room(&self._oi) and _index_has_room(&self._ti)):
+                    return -1
+            if last - self.base_offset > INT32_MAX:
+                return -1
+        finally:
+            PyBuffer_Release(&view)
+        return self._append(buf, 0, None)
+
+    cdef int64_t _append(self, buf, Py_ssize_t start, object end) except -1:
         cdef Py_buffer view
         cdef Py_ssize_t stop, p
         cdef const uint8_t *data

@@ -1,6 +1,7 @@
 """The Produce handler's compiled lane (``pykfk._core.append_path``): a plain append
-(one magic-2 batch without producer id, a log without settings that change it) is made
-in compiled code; everything else is handed to the Python path and answers as before.
+(one magic-2 batch without producer id, or an idempotent producer's next batch in
+sequence, to a log without settings that change it) is made in compiled code;
+everything else is handed to the Python path and answers as before.
 Real clients against a broker on an event loop thread of the test process, whose
 counts of appended / handed-over partitions the test reads."""
 
@@ -91,15 +92,95 @@ def test_plain_appends_take_the_compiled_lane(broker: InProcessBroker, acks: str
         assert [value for _offset, value in stored] == [b"value-%d" % i for i in range(partition, 20, 2)]
 
 
-def test_idempotent_producers_are_handed_to_python(broker: InProcessBroker) -> None:
+def test_idempotent_producers_take_the_lane_after_their_first_batch(broker: InProcessBroker) -> None:
+    """An idempotent producer's first batch to a partition (a producer new to it) goes
+    to the Python path, which applies every producer-state rule; its next batches in
+    sequence take the lane."""
     topic = "idempotent"
     _create(broker, topic, 2)
     appended, handed_over = append_path.counts()
     assert _produce(broker, topic, 10, **{"enable.idempotence": True}) == [None] * 10
     now_appended, now_handed_over = append_path.counts()
-    assert now_appended == appended
-    assert now_handed_over - handed_over == 10
-    assert [offset for offset, _value in _read(broker, topic, 0)] == list(range(5))
+    assert (now_appended - appended, now_handed_over - handed_over) == (8, 2)
+    for partition in (0, 1):
+        stored = _read(broker, topic, partition)
+        assert [offset for offset, _value in stored] == list(range(5))
+        assert [value for _offset, value in stored] == [b"value-%d" % i for i in range(partition, 10, 2)]
+        state = broker._started_broker().replica_manager.leader_log(topic, partition).producer_state
+        ((entry),) = state.producers.values()
+        assert entry.last_seq == 4
+        assert [(b.first_seq, b.first_offset, b.last_offset) for b in entry.batches] == [(i, i, i) for i in range(5)]
+
+
+def _idempotent(producer_id: int, epoch: int, sequence: int, count: int = 1) -> bytes:
+    return build_batch([(b"k", b"v%d" % (sequence + i), 1_700_000_000_000 + sequence + i, []) for i in range(count)],
+                       producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+
+
+def test_producer_state_rules_hold_with_the_lane(broker: InProcessBroker) -> None:
+    """Sequences and epochs of one idempotent producer, as raw Produce v9 requests: the
+    batches the lane takes are recorded as the Python path records them (a retry of one
+    is answered with its original offsets), and retries, gaps and old epochs are
+    answered as Kafka answers them."""
+    topic = "idempotent-rules"
+    _create(broker, topic, 1)
+    pid = 7000
+
+    def produce(epoch: int, sequence: int, count: int = 1) -> tuple[int, int]:
+        result = _raw_produce(broker, topic, _idempotent(pid, epoch, sequence, count))
+        return result.error_code, result.base_offset
+
+    def taken(call: tuple[int, int, int] | tuple[int, int], lane: bool) -> tuple[int, int]:
+        appended, handed_over = append_path.counts()
+        answer = produce(*call)
+        now_appended, now_handed_over = append_path.counts()
+        assert (now_appended - appended, now_handed_over - handed_over) == ((1, 0) if lane else (0, 1)), call
+        return answer
+
+    assert taken((0, 0), lane=False) == (ErrorCode.NONE, 0)     # a producer new to the partition
+    assert taken((0, 1), lane=True) == (ErrorCode.NONE, 1)
+    assert taken((0, 2, 3), lane=True) == (ErrorCode.NONE, 2)   # sequences 2-4, offsets 2-4
+    # Retries of batches the lane and the Python path wrote: their original offsets, nothing written.
+    assert taken((0, 2, 3), lane=False) == (ErrorCode.NONE, 2)
+    assert taken((0, 1), lane=False) == (ErrorCode.NONE, 1)
+    assert taken((0, 0), lane=False) == (ErrorCode.NONE, 0)
+    plog = broker._started_broker().replica_manager.leader_log(topic, 0)
+    assert plog.log_end_offset == 5
+    # A gap in the sequence, and a batch that overlaps the last one without matching it.
+    assert taken((0, 7), lane=False) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    assert taken((0, 4, 2), lane=False) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    assert taken((0, 5), lane=True) == (ErrorCode.NONE, 5)
+    # A new epoch starts at sequence 0 (by the Python path); the old epoch is fenced.
+    assert taken((1, 3), lane=False) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    assert taken((1, 0), lane=False) == (ErrorCode.NONE, 6)
+    assert taken((0, 6), lane=False) == (ErrorCode.INVALID_PRODUCER_EPOCH, -1)
+    assert taken((1, 1, 2), lane=True) == (ErrorCode.NONE, 7)
+    assert taken((1, 1, 2), lane=False) == (ErrorCode.NONE, 7)
+    assert plog.log_end_offset == 9
+    entry = plog.producer_state.producers[pid]
+    assert (entry.producer_epoch, entry.last_seq) == (1, 2)
+    assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in entry.batches] == [
+        (0, 0, 6, 6), (1, 2, 7, 8)]
+    # What a consumer reads: every record once, in order.
+    assert [value for _offset, value in _read(broker, topic, 0)] == [
+        b"v0", b"v1", b"v2", b"v3", b"v4", b"v5", b"v0", b"v1", b"v2"]
+
+
+def test_a_transactional_batch_without_a_transaction_goes_to_python(broker: InProcessBroker) -> None:
+    topic = "idempotent-txn-flag"
+    _create(broker, topic, 1)
+    pid = 7100
+    assert _raw_produce(broker, topic, _idempotent(pid, 0, 0)).error_code == ErrorCode.NONE
+    flagged = build_batch([(b"k", b"t", 1_700_000_000_000, [])], producer_id=pid, producer_epoch=0,
+                          base_sequence=1, is_transactional=True)
+    appended, handed_over = append_path.counts()
+    result = _raw_produce(broker, topic, flagged)  # (stored by the Python path, as before the lane)
+    assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 1)
+    assert append_path.counts() == (appended, handed_over + 1)
+    # The producer's next batch without the flag takes the lane again.
+    result = _raw_produce(broker, topic, _idempotent(pid, 0, 2))
+    assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 2)
+    assert append_path.counts() == (appended + 1, handed_over + 1)
 
 
 def test_a_roll_is_handed_to_python_and_every_record_stays_readable(broker: InProcessBroker) -> None:

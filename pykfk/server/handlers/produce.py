@@ -18,11 +18,12 @@ topic, a timestamp outside the topic's window), ``record_errors`` naming each by
 index in the batch.
 
 The walk over a request's partitions is compiled (``pykfk._core.append_path.produce``),
-and so is a plain append (one magic-2 batch without producer id, to a log without
-compaction, LogAppendTime, a timestamp window, recompression or a flush policy, with no
-roll due): validation, offsets, the segment write, the log end offset, the purgatory
-checks and the answer's entry. Everything else, and every refusal, is ``_Slow``'s,
-which does what the Log and the Partition do for any append.
+and so is a plain append (one magic-2 batch without producer id, or an idempotent
+producer's next batch in sequence, to a log without compaction, LogAppendTime, a
+timestamp window, recompression or a flush policy, with no roll due): validation,
+offsets, the segment write, the log end offset, the producer state, the purgatory checks
+and the answer's entry. Everything else, and every refusal, is ``_Slow``'s, which does
+what the Log and the Partition do for any append.
 
 Requests are decoded by the compiled walk ``pykfk._core.wire.decode_produce`` into
 ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])`` and answered
@@ -45,6 +46,7 @@ from pykfk.cluster.replica import LEADER
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
 from pykfk.log.log import OFFSET_MOVES, AppendInfo
+from pykfk.log.producer_state import BatchMetadata
 from pykfk.log.validation import InvalidRecords
 from pykfk.protocol import typed
 from pykfk.security.acl import Operation, ResourceType
@@ -178,8 +180,9 @@ class _Slow:
     """The partitions of a request the compiled lane (``pykfk._core.append_path``)
     leaves to Python: anything but a plain append by this broker as leader (a
     transactional id, invalid acks, an ACL refusal, an internal topic, no leadership
-    here, producer batches, legacy message sets, settings that change an append, a roll
-    or a flush due) and every refusal, with what the handler finishes after the walk:
+    here, transactional batches and producer batches other than an idempotent producer's
+    next in sequence, legacy message sets, settings that change an append, a roll or a
+    flush due) and every refusal, with what the handler finishes after the walk:
     the deferred transactional partitions and the leader hints."""
 
     __slots__ = ("acks", "ctx", "deferred", "moved", "pending", "timeout_ms", "transactional_id")
@@ -326,4 +329,4 @@ def _answer(acks: int, body: typed.ProduceResponse) -> typed.ProduceResponse | N
 
 
 append_path.configure(KafkaError, LEADER, INTERNAL_TOPICS, ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                      Operation.WRITE, ResourceType.TOPIC, OFFSET_MOVES)
+                      Operation.WRITE, ResourceType.TOPIC, OFFSET_MOVES, BatchMetadata)
