@@ -20,6 +20,7 @@ cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint16_t, uint32_t
 
+from asyncio import Future
 from time import perf_counter
 from types import CoroutineType
 
@@ -179,6 +180,23 @@ cdef class _Entry:
     cdef object spec_decode
 
 
+async def _answer(Lane lane, _Entry entry, RequestCore ctx, pending):
+    """``Dispatcher._run`` without request metrics, compiled: the response chunks of the
+    body ``pending`` gives (None for no response)."""
+    body = await pending
+    if body is None:
+        return None
+    if entry.encode is not None:
+        return entry.encode(ctx.api_version, ctx.correlation_id, body)
+    return lane.framing_encode(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+
+
+_probe = _answer(None, None, None, None)
+_COMPILED_COROUTINE = type(_probe)  # what ``_answer`` gives
+_probe.close()
+del _probe
+
+
 cdef inline bint _reading_to_change(ConnState conn, Py_ssize_t held_limit):
     """Whether ``Connection._update_reading`` would pause or resume reading."""
     busy = (conn._draining or len(conn._slots) >= conn.server.max_in_flight
@@ -208,6 +226,7 @@ cdef class Lane:
     cdef object framing_encode
     cdef object cut_frames
     cdef object run
+    cdef bint timing
     cdef Py_ssize_t gather_max
     cdef Py_ssize_t held_limit
 
@@ -234,6 +253,7 @@ cdef class Lane:
         self.framing_encode = framing_encode
         self.cut_frames = cut_frames
         self.run = dispatcher._run
+        self.timing = dispatcher._timing
         self.held_limit = held_limit
         self.table = [None] * KEYS
         cdef _Entry entry
@@ -309,8 +329,12 @@ cdef class Lane:
                     slot.work = entry.encode(version, correlation_id, body)
                 else:
                     slot.work = self.framing_encode(api_key, version, correlation_id, body)
+            elif isinstance(body, Future):
+                slot.work = body  # completed with the encoded answer (a parked fetch)
             else:
-                slot.work = self.run(entry.handler, ctx, body)  # answered later
+                # Answered later: its task encodes the body its handler gives (with
+                # request metrics on, the dispatcher's _run also times its steps).
+                slot.work = self.run(entry.handler, ctx, body) if self.timing else _answer(self, entry, ctx, body)
         except Exception as exc:  # reported when this request's turn comes
             slot.work = self.failed(exc)
         return 0
@@ -331,8 +355,10 @@ cdef class Lane:
             return False
         work = slot.work
         if not (work is None or type(work) is list or type(work) is self.failed):
-            if type(work) is CoroutineType:
+            if type(work) is _COMPILED_COROUTINE or type(work) is CoroutineType:
                 task = conn.loop.create_task(work)
+            elif isinstance(work, Future):
+                task = work
             else:
                 task = self.ensure_future(work)
             slot.work = task
