@@ -31,10 +31,10 @@ class Waiters:
     def wake_all(self) -> None:
         """Shutdown: every parked fetch answers now with what it has."""
 
-def configure_handler(get_running_loop: Callable[[], Any], named_by_id: Callable[..., Any],
+def configure_handler(get_running_loop: Callable[[], Any], topic_names: Callable[[Any], Any],
                       open_session: Callable[..., Any], denied_topics: Callable[..., Any],
                       encode_generic: Callable[..., Any], answer_later: Callable[..., Any],
-                      consumer_byte_rate: str) -> None:
+                      consumer_byte_rate: str, unknown_topic_id_code: int) -> None:
     """The handler's Python pieces."""
 def handle(ctx: Any, request: Any) -> Any:
     """Fetch (key 1): the body now, or the parked fetch's Future (or coroutine)."""

@@ -13,6 +13,7 @@ Python methods (``log_for_fetch``, ``Log.read``), so their rules stay in one pla
 
 from time import perf_counter
 from uuid import UUID
+from weakref import ref
 
 from pykfk._core.records import to_legacy
 from pykfk._core.regions import FileRegion
@@ -104,10 +105,13 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
         limit = remaining
     records = b""
     region = None
+    cdef bint caught_up = False
     try:
-        if fetch_offset == max_offset and plog.log_start_offset <= max_offset:
-            # Nothing new (a caught-up follower or consumer): no segment lookup.
-            log_start = plog.log_start_offset
+        if fetch_offset == max_offset:
+            log_start = plog.log_start_offset  # a property: read once
+            caught_up = log_start <= max_offset
+        if caught_up:
+            pass  # nothing new (a caught-up follower or consumer): no segment lookup
         elif limit > 0 or first:
             # Only the first partition with data may exceed the limits (one whole batch);
             # later ones are cut, and clients drop a partial last batch.
@@ -241,7 +245,10 @@ def session_answer(partitions, list responses, bint incremental):
 # -- long polling: the waiters, and a fetch parked without a task ---------------------------
 
 cdef object _get_running_loop = None
-cdef object _named_by_id = None
+cdef object _topic_names = None
+cdef object _UNKNOWN_TOPIC_ID = 100
+cdef object _names_of = None  # the _topic_names(store) of the last store asked
+cdef object _names_store = None  # a weak reference to that store
 cdef object _open_session = None
 cdef object _denied_topics = None
 cdef object _encode_generic = None
@@ -250,16 +257,19 @@ cdef object _charge_key = None
 cdef object _EMPTY = frozenset()
 
 
-def configure_handler(get_running_loop, named_by_id, open_session, denied_topics, encode_generic, answer_later,
-                      consumer_byte_rate):
+def configure_handler(get_running_loop, topic_names, open_session, denied_topics, encode_generic, answer_later,
+                      consumer_byte_rate, unknown_topic_id_code):
     """The handler's Python pieces (``pykfk.server.handlers.fetch``): the running loop's
-    getter, the v13+ topic-id resolution, the fetch-session step, the ACL check, the
+    getter, a store's topic names by id for v13+ (``topic_names(store)``: an object whose
+    ``by_int`` dict maps the ids it resolved, as 128-bit ints, to names, and whose
+    ``name_of(topic_id)`` resolves one and remembers it), the fetch-session step, the ACL check, the
     generic response encoder, the coroutine that awaits a parked fetch's body (the path
     of request-time quotas), and the byte-rate quota key."""
-    global _get_running_loop, _named_by_id, _open_session, _denied_topics, _encode_generic, _answer_later
-    global _charge_key
+    global _get_running_loop, _topic_names, _open_session, _denied_topics, _encode_generic, _answer_later
+    global _charge_key, _UNKNOWN_TOPIC_ID
     _get_running_loop = get_running_loop
-    _named_by_id = named_by_id
+    _topic_names = topic_names
+    _UNKNOWN_TOPIC_ID = unknown_topic_id_code
     _open_session = open_session
     _denied_topics = denied_topics
     _encode_generic = encode_generic
@@ -564,6 +574,46 @@ cdef class Fetch:
                 "responses": responses}
 
 
+cdef object _names_for(object store):
+    global _names_of, _names_store
+    if _names_store is not None and _names_store() is store:
+        return _names_of
+    names = _topic_names(store)
+    _names_of, _names_store = names, ref(store)
+    return names
+
+
+cdef tuple _named_by_id(object store, object request):
+    """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
+    topics whose id no topic has are taken out of the request and answered
+    UNKNOWN_TOPIC_ID. Returns the id of each name and those answers."""
+    names = _names_for(store)
+    cdef dict by_int = names.by_int
+    cdef dict known_as = {}
+    cdef list unknown = []
+    cdef list kept = []
+    for topic in request.topics:
+        topic_id = topic.topic_id
+        name = by_int.get(topic_id.int)
+        if name is None:
+            name = names.name_of(topic_id)
+            if name is None:
+                unknown.append({"topic": "", "topic_id": topic_id, "partitions": [
+                    _error(part.partition, _UNKNOWN_TOPIC_ID) for part in topic.partitions]})
+                continue
+        topic.topic = name
+        known_as[name] = topic_id
+        kept.append(topic)
+    request.topics = kept
+    for forgotten in request.forgotten_topics_data:
+        topic_id = forgotten.topic_id
+        name = by_int.get(topic_id.int)
+        if name is None:
+            name = names.name_of(topic_id)
+        forgotten.topic = name or ""
+    return known_as, unknown
+
+
 def handle(ctx, request):
     """Fetch (key 1), compiled: the answer at once when the first read has it (data, an
     error, no wait asked), else the parked fetch's Future, completed with the encoded
@@ -599,6 +649,8 @@ def handle(ctx, request):
     fetch.min_bytes = request.min_bytes
     fetch.read_committed = version >= 4 and replica_id < 0 and request.isolation_level == 1
     fetch.denied = _denied_topics(ctx, replica_id, topics) if broker.authorizer is not None else _EMPTY
-    if version >= 11 and replica_id < 0 and broker.config["replica.selector.class"]:
-        fetch.client_rack = request.rack_id or None
+    if version >= 11 and replica_id < 0:
+        rack = request.rack_id
+        if rack and broker.config["replica.selector.class"]:  # a consumer naming its rack
+            fetch.client_rack = rack
     return fetch._first()

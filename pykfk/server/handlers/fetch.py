@@ -39,11 +39,9 @@ import functools
 import logging
 import uuid
 import weakref
-from collections.abc import Coroutine, Sequence
-from typing import cast
+from collections.abc import Callable, Coroutine, Sequence
 
 from pykfk._core import fetch_path
-from pykfk._core.fetch_path import handle as _handle
 from pykfk._core.fetch_path import partition_error
 from pykfk._core.wire import decode_fetch, encode_fetch_response
 from pykfk.cluster.metadata import ClusterView
@@ -61,7 +59,7 @@ from pykfk.server.fetch_sessions import (
     FetchSessionCache,
     ReadTopic,
 )
-from pykfk.server.handlers.metadata import TopicIds, topic_ids
+from pykfk.server.handlers.metadata import store_cache, topic_ids
 
 API_KEY = 1
 VERSIONS = (0, 18)
@@ -69,9 +67,8 @@ VERSIONS = (0, 18)
 log = logging.getLogger("pykfk.server")
 
 
-def decode_request(view: memoryview, offset: int, version: int) -> Struct:
-    """The request body, compiled (``pykfk._core.wire``): the generic decoder's Struct."""
-    return decode_fetch(view, offset, version)
+# The request body, compiled (``pykfk._core.wire``): the generic decoder's Struct.
+decode_request: Callable[[memoryview, int, int], Struct] = decode_fetch
 
 
 def encode_response(version: int, correlation_id: int, body: typed.FetchResponse) -> Chunks:
@@ -102,6 +99,10 @@ def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, cli
 _Parked = asyncio.Future[list[bytes | FileRegion]]
 
 
+_handle: Callable[[RequestContext, typed.FetchRequest],
+                  typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]] = fetch_path.handle
+
+
 def handle(ctx: RequestContext, request: typed.FetchRequest
            ) -> typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]:
     """Compiled (``pykfk._core.fetch_path.handle``): the answer at once when the first read
@@ -112,7 +113,7 @@ def handle(ctx: RequestContext, request: typed.FetchRequest
     request-time quotas (whose handling time the dispatcher measures per step) the parked
     fetch is awaited by ``_answer_later`` instead. The functions below are the Python
     pieces it calls: fetch sessions, topic ids, ACLs."""
-    return cast("typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]", _handle(ctx, request))
+    return _handle(ctx, request)
 
 
 def _open_session(ctx: RequestContext, request: typed.FetchRequest, known_as: dict[str, uuid.UUID] | None,
@@ -145,48 +146,37 @@ async def _answer_later(parked: asyncio.Future[typed.FetchResponse]) -> typed.Fe
     return await parked
 
 
-# The topic ids of the last store asked (a broker's), without a cache lookup per request.
-_last_ids: tuple[weakref.ref[ClusterView], TopicIds] | None = None
+class _TopicNames:
+    """Topic id -> name of a store's topics for Fetch v13+ (which names topics by id on
+    every request), read by the compiled handler with no Python call: ``by_int`` maps
+    each id resolved so far, as its 128-bit int (a dict lookup without ``UUID.__hash__``),
+    to its name, and is emptied when a topic comes, goes or changes."""
+
+    def __init__(self, store: ClusterView):
+        self.by_int: dict[int, str] = {}
+        self._ids = topic_ids(store)
+        store.add_listener(self._changed)
+
+    def _changed(self, kind: str, _key: object) -> None:
+        if kind in ("topic", "delete_topic"):
+            self.by_int.clear()
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        name = self._ids.name_of(topic_id)
+        if name is not None:
+            self.by_int[topic_id.int] = name
+        return name
 
 
-def _topic_ids(store: ClusterView) -> TopicIds:
-    global _last_ids
-    last = _last_ids
-    if last is not None and last[0]() is store:
-        return last[1]
-    ids = topic_ids(store)
-    _last_ids = (weakref.ref(store), ids)
-    return ids
-
-
-def _named_by_id(store: ClusterView, request: typed.FetchRequest
-                 ) -> tuple[dict[str, uuid.UUID], list[typed.FetchableTopicResponse]]:
-    """Fetch v13+ names topics by id: each requested (and forgotten) topic gets its name;
-    topics whose id no topic has are taken out of the request and answered
-    UNKNOWN_TOPIC_ID. Returns the id of each name and those answers."""
-    ids = _topic_ids(store)
-    known_as: dict[str, uuid.UUID] = {}
-    unknown: list[typed.FetchableTopicResponse] = []
-    kept: list[typed.FetchTopic] = []
-    for topic in request.topics:
-        name = ids.name_of(topic.topic_id)
-        if name is None:
-            unknown.append(_unknown_topic_id(topic.topic_id, [p.partition for p in topic.partitions]))
-            continue
-        topic.topic = name
-        known_as[name] = topic.topic_id
-        kept.append(topic)
-    request.topics = kept
-    for forgotten in request.forgotten_topics_data:
-        forgotten.topic = ids.name_of(forgotten.topic_id) or ""
-    return known_as, unknown
+def _topic_names(store: ClusterView) -> _TopicNames:
+    return store_cache(_TopicNames, store)
 
 
 def _split_stale(store: ClusterView, topics: Sequence[ReadTopic], known_as: dict[str, uuid.UUID]
                  ) -> tuple[list[ReadTopic], list[typed.FetchableTopicResponse]]:
     """A session's topics still the topics the client knows (same id), and answers for
     those deleted and made again since (UNKNOWN_TOPIC_ID: never the new topic's records)."""
-    ids = _topic_ids(store)
+    ids = topic_ids(store)
     current: list[ReadTopic] = []
     stale: list[typed.FetchableTopicResponse] = []
     for topic in topics:
@@ -250,6 +240,7 @@ def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTo
 
 fetch_path.configure(KafkaError, _preferred_read_replica, ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                      ErrorCode.OFFSET_OUT_OF_RANGE)
-fetch_path.configure_handler(asyncio.get_running_loop, _named_by_id, _open_session, _denied_topics,
-                             functools.partial(framing.encode_response, API_KEY), _answer_later, CONSUMER_BYTE_RATE)
+fetch_path.configure_handler(asyncio.get_running_loop, _topic_names, _open_session, _denied_topics,
+                             functools.partial(framing.encode_response, API_KEY), _answer_later, CONSUMER_BYTE_RATE,
+                             ErrorCode.UNKNOWN_TOPIC_ID)
 
