@@ -227,6 +227,7 @@ cdef class Lane:
     cdef object cut_frames
     cdef object run
     cdef bint timing
+    cdef object end_turn_callback  # self.end_turn, made once
     cdef Py_ssize_t gather_max
     cdef Py_ssize_t held_limit
 
@@ -255,6 +256,7 @@ cdef class Lane:
         self.run = dispatcher._run
         self.timing = dispatcher._timing
         self.held_limit = held_limit
+        self.end_turn_callback = self.end_turn
         self.table = [None] * KEYS
         cdef _Entry entry
         for api_key, handler in handlers.items():
@@ -536,10 +538,15 @@ cdef class Lane:
         conn._sent_turn = server.turn
         if not server._turn_marked:
             server._turn_marked = True
-            conn.loop.call_soon(self.end_turn, server)
+            conn.loop.call_soon(self.end_turn_callback, server)
         self._send_ready(conn)
-        # Wake the idle writer for what the send left: a failure, a large file region,
-        # the unsent tail (Connection._wake_writer).
+        self._wake_writer(conn)
+        return 0
+
+    cdef int _wake_writer(self, ConnState conn) except -1:
+        """``Connection._wake_writer``: wake the idle writer for what a send left (a
+        failure, a large file region, the unsent tail), or a draining connection with
+        nothing left to answer."""
         waiter = conn._slot_added
         if waiter is None or waiter.done():
             return 0
@@ -568,7 +575,7 @@ cdef class Lane:
                 if conn._slots and conn._writer_idle and not conn._closed:
                     try:
                         self._send_ready(conn)
-                        conn._wake_writer()
+                        self._wake_writer(conn)
                         if conn._reading_paused:
                             # Paused for a full queue (max in flight, held bytes): the
                             # answers just sent may have made room, and a paused
