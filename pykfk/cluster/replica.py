@@ -49,6 +49,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pykfk._core import records as core_records
+from pykfk._core.append_path import LeaderState
 from pykfk.clock import SYSTEM_CLOCK, Clock
 from pykfk.cluster.channel import BrokerChannel, ChannelError, ChannelSecurity
 from pykfk.cluster.fetch_session import FollowerFetchSession
@@ -159,8 +160,12 @@ class _PreparedReplica:
         self.epochs = epochs
 
 
-class Partition:
-    """One partition replica on this broker. Loop-affine."""
+class Partition(LeaderState):
+    """One partition replica on this broker. Loop-affine.
+
+    Its role, leader epoch, ISR, followers and ``append_lane`` are fields of its compiled
+    base (``pykfk._core.append_path.LeaderState``), which the Produce handler's compiled
+    lane reads without an attribute lookup."""
 
     def __init__(self, manager: ReplicaManager, topic: str, partition: int, plog: Log,
                  epochs: LeaderEpochCache | None = None):

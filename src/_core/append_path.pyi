@@ -23,6 +23,15 @@ class LogState:
     def _active(self) -> Any:
         """The last segment of ``_view`` (None while it has none)."""
 
+class LeaderState:
+    """What the Produce lane reads of a partition replica, as C fields (the base of Partition)."""
+
+    role: str
+    leader_epoch: int
+    isr: frozenset[int]
+    remote: dict[int, Any]
+    append_lane: tuple[Any, ...]
+
 def configure(kafka_error: type[Exception], leader_role: str, internal_topics: frozenset[str], none_code: int,
               not_enough_after_code: int, write_operation: Any, topic_resource: Any, offset_moves: Any,
               batch_metadata: Any) -> None:

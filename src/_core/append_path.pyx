@@ -30,6 +30,9 @@ cdef object _WRITE = None
 cdef object _TOPIC = None
 cdef object _OFFSET_MOVES = None
 cdef object _BatchMetadata = None
+# A partition's answer as the response encoder takes it; the lane fills in a copy.
+cdef dict _ANSWER = {"index": 0, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
+                     "log_start_offset": -1}
 cdef tuple _VALID_ACKS = (-1, 0, 1)
 cdef long long _INT32_MAX = 2**31 - 1
 cdef long long _appended = 0
@@ -85,6 +88,19 @@ cdef class LogState:
         self._view_ = view
 
 
+cdef class LeaderState:
+    """What the Produce lane reads of a partition replica, as C fields: the base of
+    ``pykfk.cluster.replica.Partition``, whose Python code reads and writes the same
+    fields. ``append_lane``: the pieces of a partition that never change (its log, the
+    replica manager, topic, index, the topic's metrics and the two purgatories)."""
+
+    cdef public object role
+    cdef public int64_t leader_epoch
+    cdef public object isr
+    cdef public object remote
+    cdef public tuple append_lane
+
+
 def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_after_code,
               write_operation, topic_resource, offset_moves, batch_metadata):
     """The broker's pieces the core must not import: the exception a refusal after the
@@ -102,6 +118,7 @@ def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_a
     _TOPIC = topic_resource
     _OFFSET_MOVES = offset_moves
     _BatchMetadata = batch_metadata
+    _ANSWER["error_code"] = none_code
 
 
 def counts():
@@ -122,7 +139,7 @@ cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
     return <int32_t>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
-cdef object _append(object leader, object records, int acks, long long min_isr, object timeout_ms, bint single,
+cdef object _append(object partition_leader, object records, int acks, long long min_isr, object timeout_ms, bint single,
                     list pending):
     """One partition appended by the lane: its answer's dict, or None (nothing done) when
     the append is not the lane's. Raises what the Python path raises for the same data.
@@ -144,6 +161,7 @@ cdef object _append(object leader, object records, int acks, long long min_isr, 
     cdef int32_t batch_length, count, first_seq = -1, last_seq = -1
     cdef int producer_epoch = -1
     cdef LogState plog
+    cdef LeaderState leader = <LeaderState>partition_leader
     if type(records) is not memoryview:
         return None
     if PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0:
@@ -171,7 +189,7 @@ cdef object _append(object leader, object records, int acks, long long min_isr, 
         PyBuffer_Release(&view)
     if count <= 0 or max_timestamp < 0:
         return None
-    lane = <tuple>leader.append_lane
+    lane = leader.append_lane
     plog = <LogState>lane[0]
     if not plog._plain_appends or not plog._writable:
         return None
@@ -232,8 +250,10 @@ cdef object _append(object leader, object records, int acks, long long min_isr, 
         # made since its first read (AppendWaiters.notified).
         hw_waiters.notify(topic, partition)
     end_waiters.notify(topic, partition)
-    result = {"index": partition, "error_code": _NONE, "base_offset": first_offset,
-              "log_append_time_ms": -1, "log_start_offset": log_start}
+    result = _ANSWER.copy()  # (a copy of a dict of these keys costs less than a new one)
+    result["index"] = partition
+    result["base_offset"] = first_offset
+    result["log_start_offset"] = log_start
     if acks != -1:
         return result
     hw = plog._log_end_offset if plog._high_watermark is None else plog._high_watermark
@@ -293,7 +313,7 @@ def produce(ctx, request, slow_factory):
         for index, records in partitions:
             if fast:
                 leader = leaders.get((name, index))
-                if leader is not None and leader.role == _LEADER:
+                if isinstance(leader, LeaderState) and (<LeaderState>leader).role == _LEADER:
                     try:
                         result = _append(leader, records, acks_c, min_isr, timeout_ms, single, pending)
                     except Exception as exc:  # answered as the Python path answers it
