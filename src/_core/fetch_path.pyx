@@ -5,9 +5,14 @@ read through the log, the pinned FileRegion the answer sends with sendfile (reco
 are never copied; down-converted for v0-3), the aborted transactions, and the answer's
 dicts as the response encoder takes them.
 
+The handler itself is here too (``handle``, ``Fetch``): the first read, and for a long
+poll its parking as a loop Future in the waiters (``Waiters``, the fetch purgatory),
+re-read and answered by the wake-up, with no coroutine or task.
+
 The core imports nothing of the broker: the handler hands in the exception its reads
-raise (``KafkaError``, with a ``code``), the error codes, and the rack-aware replica
-selector (``configure``). The log and the replica manager are called through their
+raise (``KafkaError``, with a ``code``), the error codes, the rack-aware replica
+selector (``configure``), and the Python pieces of the handler: sessions, topic ids,
+ACLs (``configure_handler``). The log and the replica manager are called through their
 Python methods (``log_for_fetch``, ``Log.read``), so their rules stay in one place.
 """
 
