@@ -121,3 +121,28 @@ def test_a_fetch_parked_when_its_connection_closes_releases_its_regions_and_wait
     # The broker serves on: a new fetch of the same partition reads the batch.
     again = raw.call(FETCH, 11, fetch_request(topic, 0, 0))
     assert b"pinned while the fetch waits" in bytes(again.responses[0].partitions[0].records)
+
+
+def test_under_a_request_time_quota_a_parked_fetch_is_awaited_by_a_task_and_woken(broker, raw):
+    """Request-time quotas measure a request's own steps: a parked fetch then goes the
+    Python way (a coroutine awaiting the parked fetch), still woken by the append."""
+    topic = "parked-quota"
+    assert create_topic(raw, topic, partitions=1)[0] == 0
+    quota = {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": None}],
+                          "ops": [{"key": "request_percentage", "value": 10_000.0, "remove": False}]}],
+             "validate_only": False}
+    assert raw.call(49, 1, quota).entries[0].error_code == 0
+    _until(broker, lambda: broker.broker.quotas.times_requests, "the request-time quota in force")
+    fetcher = raw.connect()
+    started = time.monotonic()
+    fetcher.send(FETCH, 11, fetch_request(topic, 0, 0, max_wait_ms=20_000, min_bytes=1))
+    _until(broker, lambda: _waiting_keys(broker, topic), "the fetch parked")
+    slots = _on_loop(broker, lambda: _parked_slots(broker))
+    assert len(slots) == 1 and isinstance(slots[0].work, asyncio.Task)
+    _produce(raw, topic, 0, b"wakes it under a quota")
+    _got, fetched = fetcher.recv(FETCH, 11)
+    assert time.monotonic() - started < 10
+    part = fetched.responses[0].partitions[0]
+    assert part.error_code == 0 and b"wakes it under a quota" in bytes(part.records)
+    assert fetched.throttle_time_ms == 0
+    assert _on_loop(broker, lambda: _waiting_keys(broker, topic)) == set()
