@@ -30,6 +30,7 @@ cdef object _WRITE = None
 cdef object _TOPIC = None
 cdef object _OFFSET_MOVES = None
 cdef object _BatchMetadata = None
+cdef object _tuple_new = tuple.__new__
 # A partition's answer as the response encoder takes it; the lane fills in a copy.
 cdef dict _ANSWER = {"index": 0, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
                      "log_start_offset": -1}
@@ -117,6 +118,9 @@ def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_a
     _WRITE = write_operation
     _TOPIC = topic_resource
     _OFFSET_MOVES = offset_moves
+    if not (issubclass(batch_metadata, tuple) and batch_metadata._fields == (
+            "first_seq", "last_seq", "first_offset", "last_offset", "timestamp")):
+        raise TypeError("batch_metadata must be the named tuple of a kept batch")
     _BatchMetadata = batch_metadata
     _ANSWER["error_code"] = none_code
 
@@ -211,7 +215,7 @@ cdef object _append(object partition_leader, object records, int acks, long long
         state = plog.producer_state
         entry = None
         if producer_id >= 0:
-            entry = state.producers.get(producer_id)
+            entry = (<dict>state.producers).get(producer_id)
             if entry is None or entry.producer_epoch != producer_epoch:
                 return None
             batches = entry.batches
@@ -233,7 +237,8 @@ cdef object _append(object partition_leader, object records, int acks, long long
             state.map_end_offset = next_offset
         if entry is not None:
             # ProducerStateManager.commit_append of the batch (same epoch: nothing to clear).
-            batches.append(_BatchMetadata(first_seq, last_seq, first_offset, last_offset, max_timestamp))
+            # (made as its named tuple class makes it, without the Python frame of its __new__)
+            batches.append(_tuple_new(_BatchMetadata, (first_seq, last_seq, first_offset, last_offset, max_timestamp)))
             if max_timestamp > entry.last_timestamp:
                 entry.last_timestamp = max_timestamp
         log_start = plog._log_start_offset
