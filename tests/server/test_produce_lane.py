@@ -183,11 +183,12 @@ def test_a_transactional_batch_without_a_transaction_goes_to_python(broker: InPr
     assert append_path.counts() == (appended + 1, handed_over + 1)
 
 
-def test_a_roll_is_handed_to_python_and_every_record_stays_readable(broker: InProcessBroker) -> None:
-    topic = "rolling"
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_a_roll_is_handed_to_python_and_every_record_stays_readable(broker: InProcessBroker, idempotent: bool) -> None:
+    topic = "rolling-idempotent" if idempotent else "rolling"
     _create(broker, topic, 2, **{"segment.bytes": "1024"})
     appended, handed_over = append_path.counts()
-    assert _produce(broker, topic, 60) == [None] * 60
+    assert _produce(broker, topic, 60, **{"enable.idempotence": idempotent}) == [None] * 60
     now_appended, now_handed_over = append_path.counts()
     assert now_appended > appended and now_handed_over > handed_over  # rolls went to Python
     stored = _read(broker, topic, 1)
@@ -195,6 +196,9 @@ def test_a_roll_is_handed_to_python_and_every_record_stays_readable(broker: InPr
     assert stored[-1][1] == b"value-59"
     plog = broker._started_broker().replica_manager.leader_log(topic, 1)
     assert len(plog.segments) > 2
+    if idempotent:  # the batches of both paths are in the producer state, in order
+        ((entry),) = plog.producer_state.producers.values()
+        assert [(b.first_seq, b.first_offset) for b in entry.batches] == [(i, i) for i in range(25, 30)]
 
 
 def test_refusals_through_the_lane_answer_as_before(broker: InProcessBroker) -> None:
