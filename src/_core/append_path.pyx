@@ -143,8 +143,14 @@ cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
     return <int32_t>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
+cdef struct _Counts:
+    # What a topic's appends by the lane add to its metrics, added once per topic.
+    int64_t bytes_in
+    int64_t messages_in
+
+
 cdef object _append(object partition_leader, object records, int acks, long long min_isr, object timeout_ms, bint single,
-                    list pending):
+                    list pending, _Counts *counts):
     """One partition appended by the lane: its answer's dict, or None (nothing done) when
     the append is not the lane's. Raises what the Python path raises for the same data.
 
@@ -245,9 +251,9 @@ cdef object _append(object partition_leader, object records, int acks, long long
     finally:
         lock.release()
     _appended += 1
-    _plog, _manager, topic, partition, stats, hw_waiters, end_waiters = lane
-    stats.bytes_in += size
-    stats.messages_in += count
+    _plog, _manager, topic, partition, _stats, hw_waiters, end_waiters = lane
+    counts.bytes_in += size
+    counts.messages_in += count
     if leader.remote:
         leader.maybe_advance_high_watermark()
     else:  # no follower: the high watermark moved with the log end offset
@@ -288,6 +294,7 @@ def produce(ctx, request, slow_factory):
     cdef bint fast, denied, internal
     cdef int acks_c = acks if plain else 0
     cdef long long min_isr = 0
+    cdef _Counts added
     authorizer = ctx.broker.authorizer
     leaders = replicas.partitions
     cdef list responses = []
@@ -315,22 +322,30 @@ def produce(ctx, request, slow_factory):
         fast = plain and not denied and not internal
         if fast and acks_c == -1:
             min_isr = replicas.min_insync_replicas_for(name)  # once per topic of the request
-        for index, records in partitions:
-            if fast:
-                leader = leaders.get((name, index))
-                if isinstance(leader, LeaderState) and (<LeaderState>leader).role == _LEADER:
-                    try:
-                        result = _append(leader, records, acks_c, min_isr, timeout_ms, single, pending)
-                    except Exception as exc:  # answered as the Python path answers it
-                        if slow is None:
-                            slow = slow_factory(ctx, request, pending)
-                        slow.refused(name, index, exc, results)
-                        continue
-                    if result is not None:
-                        results.append(result)
-                        continue
-            _handed_over += 1
-            if slow is None:
-                slow = slow_factory(ctx, request, pending)
-            slow.partition(name, index, records, results, denied, internal)
+        added.bytes_in = added.messages_in = 0
+        stats = None
+        try:
+            for index, records in partitions:
+                if fast:
+                    leader = leaders.get((name, index))
+                    if isinstance(leader, LeaderState) and (<LeaderState>leader).role == _LEADER:
+                        stats = (<LeaderState>leader).append_lane[4]
+                        try:
+                            result = _append(leader, records, acks_c, min_isr, timeout_ms, single, pending, &added)
+                        except Exception as exc:  # answered as the Python path answers it
+                            if slow is None:
+                                slow = slow_factory(ctx, request, pending)
+                            slow.refused(name, index, exc, results)
+                            continue
+                        if result is not None:
+                            results.append(result)
+                            continue
+                _handed_over += 1
+                if slow is None:
+                    slow = slow_factory(ctx, request, pending)
+                slow.partition(name, index, records, results, denied, internal)
+        finally:
+            if added.bytes_in:  # the topic's metrics, once for its partitions the lane appended
+                stats.bytes_in += added.bytes_in
+                stats.messages_in += added.messages_in
     return responses, slow, pending

@@ -86,6 +86,10 @@ def test_plain_appends_take_the_compiled_lane(broker: InProcessBroker, acks: str
     now_appended, now_handed_over = append_path.counts()
     assert now_appended - appended == 20
     assert now_handed_over == handed_over
+    stats = broker._started_broker().replica_manager.topic_stats.for_topic(topic)
+    assert stats.messages_in == 20
+    assert stats.bytes_in == sum(plog.size_bytes for plog in (
+        broker._started_broker().replica_manager.leader_log(topic, p) for p in (0, 1)))
     for partition in (0, 1):
         stored = _read(broker, topic, partition)
         assert [offset for offset, _value in stored] == list(range(10))
