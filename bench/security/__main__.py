@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -137,6 +138,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       f"({consume['broker_user_cpu_s_per_mb'] * 1000:.2f} user)", flush=True)
     finally:
         broker.stop()
+        # The broker's data (gigabytes of records a run) and the certificates: the
+        # results are printed and written elsewhere.
+        shutil.rmtree(workdir, ignore_errors=True)
     medians = _medians(runs)
     return {"messages": args.messages, "size": args.size, "runs": runs, "medians": medians,
             "ratios_to_plaintext": _ratios(medians), "load_average": os.getloadavg(),

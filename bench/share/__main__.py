@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -201,6 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         broker.stop()
         rabbitmq.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # both systems' data: the results are printed
     medians = {name: {key: statistics.median(r[key] for r in items) for key in items[0]}
                for name, items in runs.items()}
     return {"records": args.records, "size": args.size, "runs": runs, "medians": medians,
