@@ -45,7 +45,6 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -663,7 +662,9 @@ class LogManager:
         loop = self._scheduler.loop
         if loop is None or loop.is_closed() or self._shut_down:
             return self._scheduler
-        self._burst_last = time.monotonic()  # real time: a test's manual clock must not hold it
+        # The loop's own time, which its call_later counts in: a test's manual clock must
+        # not hold the burst.
+        self._burst_last = loop.time()
         burst = self._burst
         if burst is None:
             burst = self._burst = HeldScheduler(self._scheduler)
@@ -678,8 +679,8 @@ class LogManager:
         """On the loop: releases ``burst`` once no log was created for NEW_LOGS_QUIET_S."""
         with self._lock:
             if self._burst is burst:
-                wait = NEW_LOGS_QUIET_S - (time.monotonic() - self._burst_last)
                 loop = self._scheduler.loop
+                wait = NEW_LOGS_QUIET_S - ((loop.time() if loop is not None else 0.0) - self._burst_last)
                 if wait > 0 and loop is not None and not loop.is_closed() and not self._shut_down:
                     loop.call_later(wait, self._release_when_quiet, burst)
                     return
