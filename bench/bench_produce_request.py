@@ -307,9 +307,14 @@ async def _fetch_window(harness: Any, frames: list[bytes]) -> int:
         n = len(frame)
         conn.get_buffer(n)[:n] = frame
         conn.buffer_updated(n)
+    return await _read_answers(loop, harness.peer, len(frames))
+
+
+async def _read_answers(loop: asyncio.AbstractEventLoop, peer: Any, count: int) -> int:
+    """Reads ``count`` answer frames from ``peer``; the bytes received."""
     received, answered, pending = 0, 0, b""
-    while answered < len(frames):
-        chunk = await loop.sock_recv(harness.peer, 1 << 20)
+    while answered < count:
+        chunk = await loop.sock_recv(peer, 1 << 20)
         received += len(chunk)
         pending += chunk
         while len(pending) >= 4 and len(pending) >= 4 + _SIZE.unpack_from(pending, 0)[0]:
@@ -437,14 +442,7 @@ async def _tail(harness: Any, fetches: list[bytes], produces: list[bytes]) -> in
             conn.get_buffer(n)[:n] = frame
             conn.buffer_updated(n)
             await asyncio.sleep(0)  # the fetch parked before the append lands
-        answered, pending = 0, b""
-        while answered < 2:
-            chunk = await loop.sock_recv(harness.peer, 1 << 20)
-            received += len(chunk)
-            pending += chunk
-            while len(pending) >= 4 and len(pending) >= 4 + _SIZE.unpack_from(pending, 0)[0]:
-                pending = pending[4 + _SIZE.unpack_from(pending, 0)[0]:]
-                answered += 1
+        received += await _read_answers(loop, harness.peer, 2)
     return received
 
 
