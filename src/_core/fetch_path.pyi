@@ -36,5 +36,7 @@ def configure_handler(get_running_loop: Callable[[], Any], topic_names: Callable
                       encode_generic: Callable[..., Any], answer_later: Callable[..., Any],
                       consumer_byte_rate: str, unknown_topic_id_code: int) -> None:
     """The handler's Python pieces."""
+def encode_answer(version: int, correlation_id: int, body: Any) -> Any:
+    """A Fetch response frame as chunks (the generic encoder for what the compiled one leaves out)."""
 def handle(ctx: Any, request: Any) -> Any:
     """Fetch (key 1): the body now, or the parked fetch's Future (or coroutine)."""

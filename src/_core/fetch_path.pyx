@@ -282,6 +282,15 @@ def configure_handler(get_running_loop, topic_names, open_session, denied_topics
     _charge_key = consumer_byte_rate
 
 
+cpdef object encode_answer(int version, object correlation_id, object body):
+    """A Fetch response frame as chunks: the compiled encoder, or the generic one for a
+    body with a field the compiled encoder leaves out (tagged fields)."""
+    chunks = encode_fetch_response(version, correlation_id, body)
+    if chunks is None:
+        chunks = _encode_generic(version, correlation_id, body)
+    return chunks
+
+
 cdef class Waiters:
     """Partition -> fetches parked on it (a minimal fetch purgatory, Kafka's
     DelayedFetch); loop-affine. ``notify`` after an append, ``wake_all`` at shutdown.
@@ -481,10 +490,7 @@ cdef class Fetch:
                 return
             self._unpark()
             if self.encode:
-                chunks = encode_fetch_response(self.version, self.ctx.correlation_id, body)
-                if chunks is None:  # a field the compiled encoder leaves out
-                    chunks = _encode_generic(self.version, self.ctx.correlation_id, body)
-                body = chunks
+                body = encode_answer(self.version, self.ctx.correlation_id, body)
         except Exception as exc:  # the request fails as its task would have
             self._unpark()
             future.set_exception(exc)

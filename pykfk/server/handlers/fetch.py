@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine, Sequence
 
 from pykfk._core import fetch_path
 from pykfk._core.fetch_path import partition_error
-from pykfk._core.wire import decode_fetch, encode_fetch_response
+from pykfk._core.wire import decode_fetch
 from pykfk.cluster.metadata import ClusterView
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import framing, typed
@@ -72,11 +72,10 @@ decode_request: Callable[[memoryview, int, int], Struct] = decode_fetch
 
 
 def encode_response(version: int, correlation_id: int, body: typed.FetchResponse) -> Chunks:
-    """The response frame as chunks, compiled (``pykfk._core.wire``); a body with a field
-    that encoder leaves out (tagged fields) goes through the generic encoder."""
-    chunks = encode_fetch_response(version, correlation_id, body)
-    if chunks is None:
-        return framing.encode_response(API_KEY, version, correlation_id, body)
+    """The response frame as chunks, compiled (``pykfk._core.fetch_path.encode_answer``);
+    a body with a field that encoder leaves out (tagged fields) goes through the generic
+    encoder."""
+    chunks: Chunks = fetch_path.encode_answer(version, correlation_id, body)
     return chunks
 
 
