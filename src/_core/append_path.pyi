@@ -34,10 +34,14 @@ class LeaderState:
 
 def configure(kafka_error: type[Exception], leader_role: str, internal_topics: frozenset[str], none_code: int,
               not_enough_after_code: int, write_operation: Any, topic_resource: Any, offset_moves: Any,
-              batch_metadata: Any) -> None:
-    """The broker's pieces the core must not import."""
+              batch_metadata: Any, slow_factory: Callable[[Any, Any, list[Any]], Any],
+              finish: Callable[[Any, Any, Any, Any, list[Any]], Any], may_write_transactions: Callable[[Any, Any], bool],
+              refuse_transactional: Callable[[Any, Any], Any]) -> None:
+    """The broker's pieces the core must not import, and the handler's Python for what
+    ``handle`` leaves to it."""
 def counts() -> tuple[int, int]:
     """(partitions appended by the compiled lane, partitions handed to Python)."""
-def produce(ctx: Any, request: tuple[Any, int, int, list[Any]],
-            slow_factory: Callable[[Any, Any, list[Any]], Any]) -> tuple[list[Any], Any, list[Any]]:
-    """(responses, the Python path's object or None, the acks=all waits)."""
+def handle(ctx: Any, request: tuple[Any, int, int, list[Any]]) -> Any:
+    """The Produce handler: the response body, None (acks=0) or a coroutine giving it."""
+def encode_response(version: int, correlation_id: int, body: Any) -> list[bytes]:
+    """The Produce answer's frame as one chunk."""

@@ -14,12 +14,38 @@ Whatever is not plain goes to the handler's Python (``slow.partition``), which d
 what it always did, and so does every refusal (``slow.refused``): the compiled lane
 only takes an append when its answer is the one the Python path gives. The core
 imports nothing of the broker: the handler hands in its pieces (``configure``).
+
+The handler itself is compiled too (``handle``, the module's ``handle`` of
+``pykfk.server.handlers.produce``): the walk, the response body and, when nothing is left
+to do (every partition appended by the lane, no quota, nothing waiting for replication),
+the answer, with no Python frame. What is left goes back to the handler's Python
+(``finish``): leader hints, quotas, transactional partitions whose coordinator must be
+asked, acks=all waits. So does a request carrying transactional batches without a
+transactional id its principal may write (``refuse_transactional``, Kafka's rule).
+``encode_response`` gives the answer's frame as the request lane sends it.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
 
 from pykfk._core.records import validate_and_assign
+from pykfk._core.wire import encode_produce_response
+
+
+cdef extern from "Python.h":
+    """
+    /* The bytes a memoryview shows, read without a new buffer export: NULL unless it
+       is a live (not released), writable, contiguous view of bytes. */
+    static const unsigned char *__pk_view_bytes(PyObject *obj, Py_ssize_t *size) {
+        PyMemoryViewObject *mv = (PyMemoryViewObject *)obj;
+        Py_buffer *view = &mv->view;
+        if (mv->flags & _Py_MEMORYVIEW_RELEASED || view->readonly || view->itemsize != 1
+                || (view->ndim > 1) || (view->strides != NULL && view->ndim == 1 && view->strides[0] != 1))
+            return NULL;
+        *size = view->len;
+        return (const unsigned char *)view->buf;
+    }
+    """
+    const uint8_t *_view_bytes "__pk_view_bytes"(object obj, Py_ssize_t *size)
 
 cdef object _KafkaError = None
 cdef object _LEADER = None
@@ -30,6 +56,12 @@ cdef object _WRITE = None
 cdef object _TOPIC = None
 cdef object _OFFSET_MOVES = None
 cdef object _BatchMetadata = None
+# The handler's Python (pykfk.server.handlers.produce), for what the compiled path leaves.
+cdef object _slow_factory = None
+cdef object _finish = None
+cdef object _may_write_transactions = None
+cdef object _refuse_transactional = None
+cdef object _encode = encode_produce_response
 cdef object _tuple_new = tuple.__new__
 # A partition's answer as the response encoder takes it; the lane fills in a copy.
 cdef dict _ANSWER = {"index": 0, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
@@ -103,13 +135,21 @@ cdef class LeaderState:
 
 
 def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_after_code,
-              write_operation, topic_resource, offset_moves, batch_metadata):
+              write_operation, topic_resource, offset_moves, batch_metadata, slow_factory, finish,
+              may_write_transactions, refuse_transactional):
     """The broker's pieces the core must not import: the exception a refusal after the
     append raises (NOT_ENOUGH_REPLICAS_AFTER_APPEND), the leader role's value, the internal topics, the error
     codes, the ACL operation and resource type of a write, the log's count of
     offset moves (``pykfk.log.log.OFFSET_MOVES``) and the producer state's record of a
-    batch (``pykfk.log.producer_state.BatchMetadata``)."""
+    batch (``pykfk.log.producer_state.BatchMetadata``); and the handler's Python for
+    what ``handle`` leaves to it: ``slow_factory(ctx, request, pending)`` (the object
+    that answers the partitions the lane does not take, see ``_walk``),
+    ``finish(ctx, request, body, slow, pending)`` (the answer when anything is left to
+    do), ``may_write_transactions(ctx, transactional_id)`` and
+    ``refuse_transactional(ctx, request)`` (the answer to a request whose transactional
+    batches may not be written)."""
     global _KafkaError, _LEADER, _INTERNAL, _NONE, _NOT_ENOUGH_AFTER, _WRITE, _TOPIC, _OFFSET_MOVES, _BatchMetadata
+    global _slow_factory, _finish, _may_write_transactions, _refuse_transactional
     _KafkaError = kafka_error
     _LEADER = leader_role
     _INTERNAL = internal_topics
@@ -123,6 +163,10 @@ def configure(kafka_error, leader_role, internal_topics, none_code, not_enough_a
         raise TypeError("batch_metadata must be the named tuple of a kept batch")
     _BatchMetadata = batch_metadata
     _ANSWER["error_code"] = none_code
+    _slow_factory = slow_factory
+    _finish = finish
+    _may_write_transactions = may_write_transactions
+    _refuse_transactional = refuse_transactional
 
 
 def counts():
@@ -164,9 +208,8 @@ cdef object _append(object partition_leader, object records, int acks, long long
     gap, a new or older epoch) is the Python path's, which applies all the rules
     (``pykfk.log.producer_state``)."""
     global _appended
-    cdef Py_buffer view
     cdef const uint8_t *p
-    cdef Py_ssize_t size
+    cdef Py_ssize_t size = 0
     cdef int64_t max_timestamp, first_offset, last_offset, next_offset, hw, producer_id
     cdef int32_t batch_length, count, first_seq = -1, last_seq = -1
     cdef int producer_epoch = -1
@@ -174,29 +217,24 @@ cdef object _append(object partition_leader, object records, int acks, long long
     cdef LeaderState leader = <LeaderState>partition_leader
     if type(records) is not memoryview:
         return None
-    if PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0:
+    # (read in place: the records are the request's, held by ``records`` meanwhile)
+    p = _view_bytes(records, &size)
+    if p == NULL or size < _HEADER_SIZE or p[_MAGIC_AT] != 2:
         return None
-    try:
-        p = <const uint8_t *>view.buf
-        size = view.len
-        if view.readonly or size < _HEADER_SIZE or p[_MAGIC_AT] != 2:
-            return None
-        batch_length = _be32(p + _BATCH_LENGTH_AT)
-        if <Py_ssize_t>batch_length + 12 != size:  # exactly one batch (more, or a bad length: Python)
-            return None
-        if p[_ATTRIBUTES_AT + 1] & (_ATTR_CONTROL | _ATTR_TRANSACTIONAL):
-            return None  # control batches (refused) and transactional batches: Python
-        count = _be32(p + _LAST_OFFSET_DELTA_AT) + 1
-        max_timestamp = _be64(p + _MAX_TIMESTAMP_AT)
-        producer_id = _be64(p + _PRODUCER_ID_AT)
-        if producer_id >= 0:
-            producer_epoch = <int16_t>((p[_PRODUCER_EPOCH_AT] << 8) | p[_PRODUCER_EPOCH_AT + 1])
-            first_seq = _be32(p + _BASE_SEQUENCE_AT)
-            if first_seq < 0 or count <= 0 or first_seq > _INT32_MAX - (count - 1):
-                return None  # no sequence (refused), or one that wraps: Python
-            last_seq = first_seq + (count - 1)
-    finally:
-        PyBuffer_Release(&view)
+    batch_length = _be32(p + _BATCH_LENGTH_AT)
+    if <Py_ssize_t>batch_length + 12 != size:  # exactly one batch (more, or a bad length: Python)
+        return None
+    if p[_ATTRIBUTES_AT + 1] & (_ATTR_CONTROL | _ATTR_TRANSACTIONAL):
+        return None  # control batches (refused) and transactional batches: Python
+    count = _be32(p + _LAST_OFFSET_DELTA_AT) + 1
+    max_timestamp = _be64(p + _MAX_TIMESTAMP_AT)
+    producer_id = _be64(p + _PRODUCER_ID_AT)
+    if producer_id >= 0:
+        producer_epoch = <int16_t>((p[_PRODUCER_EPOCH_AT] << 8) | p[_PRODUCER_EPOCH_AT + 1])
+        first_seq = _be32(p + _BASE_SEQUENCE_AT)
+        if first_seq < 0 or count <= 0 or first_seq > _INT32_MAX - (count - 1):
+            return None  # no sequence (refused), or one that wraps: Python
+        last_seq = first_seq + (count - 1)
     if count <= 0 or max_timestamp < 0:
         return None
     lane = leader.append_lane
@@ -276,18 +314,62 @@ cdef object _append(object partition_leader, object records, int acks, long long
     return result
 
 
-def produce(ctx, request, slow_factory):
-    """The request's partitions answered: ``(responses, slow, pending)``. ``slow`` is
-    None when every partition took the compiled lane, else the object
+def handle(ctx, request):
+    """The Produce handler (``pykfk.server.handlers.produce``): the response body now,
+    None (acks=0), or a coroutine giving the body when something must be waited for.
+    ``request`` is ``wire.decode_produce``'s tuple. When every partition took the lane,
+    no quota applies and nothing waits for replication, the body is answered here;
+    otherwise the handler's ``finish`` completes it."""
+    transactional_id, acks, timeout_ms, topics = <tuple>request
+    if _transactional_batches(<list>topics) and not _may_write_transactions(ctx, transactional_id):
+        return _refuse_transactional(ctx, request)
+    broker = ctx.broker
+    cdef list pending = []
+    cdef list slow_box = [None]
+    responses = _walk(ctx, broker, transactional_id, acks, timeout_ms, <list>topics, request, pending, slow_box)
+    slow = slow_box[0]
+    body = {"responses": responses, "throttle_time_ms": 0}
+    if slow is not None or pending or broker.quotas.active:
+        return _finish(ctx, request, body, slow, pending)
+    if acks == 0:
+        return None  # every partition appended: nothing to answer
+    return body
+
+
+def encode_response(int version, int32_t correlation_id, body):
+    """The Produce answer's frame as the request lane sends it: one chunk
+    (``wire.encode_produce_response``)."""
+    return [_encode(version, correlation_id, body)]
+
+
+cdef bint _transactional_batches(list topics) except -1:
+    """Whether a partition's data starts with a whole transactional batch: the request
+    needs a transactional id its principal may write (Kafka's KafkaApis: it looks at the
+    first batch of each partition's records, RequestUtils.flags)."""
+    cdef const uint8_t *p
+    cdef Py_ssize_t size = 0
+    for _topic, partitions in topics:
+        for _index, records in <list>partitions:
+            if type(records) is not memoryview:
+                continue
+            p = _view_bytes(records, &size)
+            if (p != NULL and size >= _HEADER_SIZE and p[_MAGIC_AT] == 2
+                    and <Py_ssize_t>_be32(p + _BATCH_LENGTH_AT) + 12 <= size
+                    and p[_ATTRIBUTES_AT + 1] & _ATTR_TRANSACTIONAL):
+                return True
+    return False
+
+
+cdef list _walk(ctx, broker, transactional_id, acks, timeout_ms, list topics, request, list pending, list slow_box):
+    """The request's partitions answered: the topics' response entries. ``slow_box[0]``
+    stays None when every partition took the compiled lane, else holds the object
     ``slow_factory(ctx, request, pending)`` made for the first that did not, whose
     ``partition(name, index, records, results, denied, internal)`` and
     ``refused(name, index, exc, results)`` (any exception an append raised) did the
-    Python path's work (it holds what
-    the handler finishes: deferred transactional partitions, leader hints). ``pending``:
-    the acks=all waits, ``(entry, coroutine)``."""
+    Python path's work (it holds what the handler finishes: deferred transactional
+    partitions, leader hints). ``pending``: the acks=all waits, ``(entry, coroutine)``."""
     global _handed_over
-    transactional_id, acks, timeout_ms, topics = request
-    replicas = ctx.broker.replica_manager
+    replicas = broker.replica_manager
     cdef int version = ctx.api_version
     cdef bint single = version >= 3
     cdef bint plain = transactional_id is None and acks in _VALID_ACKS
@@ -295,18 +377,17 @@ def produce(ctx, request, slow_factory):
     cdef int acks_c = acks if plain else 0
     cdef long long min_isr = 0
     cdef _Counts added
-    authorizer = ctx.broker.authorizer
-    leaders = replicas.partitions
+    authorizer = broker.authorizer
+    cdef dict leaders = replicas.partitions
     cdef list responses = []
     cdef dict by_topic = {}
-    cdef list pending = []
     slow = None
     for topic, partitions in topics:
         if type(topic) is str:
             name = topic
         else:
             if slow is None:
-                slow = slow_factory(ctx, request, pending)
+                slow = slow_box[0] = _slow_factory(ctx, request, pending)
             name = slow.named(topic, partitions, responses)
             if name is None:
                 continue
@@ -325,7 +406,7 @@ def produce(ctx, request, slow_factory):
         added.bytes_in = added.messages_in = 0
         stats = None
         try:
-            for index, records in partitions:
+            for index, records in <list>partitions:
                 if fast:
                     leader = leaders.get((name, index))
                     if isinstance(leader, LeaderState) and (<LeaderState>leader).role == _LEADER:
@@ -334,7 +415,7 @@ def produce(ctx, request, slow_factory):
                             result = _append(leader, records, acks_c, min_isr, timeout_ms, single, pending, &added)
                         except Exception as exc:  # answered as the Python path answers it
                             if slow is None:
-                                slow = slow_factory(ctx, request, pending)
+                                slow = slow_box[0] = _slow_factory(ctx, request, pending)
                             slow.refused(name, index, exc, results)
                             continue
                         if result is not None:
@@ -342,10 +423,10 @@ def produce(ctx, request, slow_factory):
                             continue
                 _handed_over += 1
                 if slow is None:
-                    slow = slow_factory(ctx, request, pending)
+                    slow = slow_box[0] = _slow_factory(ctx, request, pending)
                 slow.partition(name, index, records, results, denied, internal)
         finally:
             if added.bytes_in:  # the topic's metrics, once for its partitions the lane appended
                 stats.bytes_in += added.bytes_in
                 stats.messages_in += added.messages_in
-    return responses, slow, pending
+    return responses

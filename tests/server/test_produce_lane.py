@@ -170,7 +170,7 @@ def test_producer_state_rules_hold_with_the_lane(broker: InProcessBroker) -> Non
         b"v0", b"v1", b"v2", b"v3", b"v4", b"v5", b"v0", b"v1", b"v2"]
 
 
-def test_a_transactional_batch_without_a_transaction_goes_to_python(broker: InProcessBroker) -> None:
+def test_a_transactional_batch_without_a_transactional_id_is_refused(broker: InProcessBroker) -> None:
     topic = "idempotent-txn-flag"
     _create(broker, topic, 1)
     pid = 7100
@@ -178,13 +178,13 @@ def test_a_transactional_batch_without_a_transaction_goes_to_python(broker: InPr
     flagged = build_batch([(b"k", b"t", 1_700_000_000_000, [])], producer_id=pid, producer_epoch=0,
                           base_sequence=1, is_transactional=True)
     appended, handed_over = append_path.counts()
-    result = _raw_produce(broker, topic, flagged)  # (stored by the Python path, as before the lane)
+    result = _raw_produce(broker, topic, flagged)  # (Kafka's answer: no transactional id)
+    assert (result.error_code, result.base_offset) == (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    assert append_path.counts() == (appended, handed_over)
+    # Nothing was stored: the producer's next batch without the flag takes the lane.
+    result = _raw_produce(broker, topic, _idempotent(pid, 0, 1))
     assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 1)
-    assert append_path.counts() == (appended, handed_over + 1)
-    # The producer's next batch without the flag takes the lane again.
-    result = _raw_produce(broker, topic, _idempotent(pid, 0, 2))
-    assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 2)
-    assert append_path.counts() == (appended + 1, handed_over + 1)
+    assert append_path.counts() == (appended + 1, handed_over)
 
 
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])

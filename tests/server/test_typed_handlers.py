@@ -86,15 +86,23 @@ def test_every_handler_takes_and_returns_its_generated_types() -> None:
         typed_names = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                        and node.module == "pykfk.protocol.typed" for alias in node.names}
         typed_names |= {f"typed.{api}Request", f"typed.{api}Response"}
-        handle = next(fn for fn in tree.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      and fn.name == "handle")
-        request = handle.args.args[1].annotation
+        handle = next(node for node in tree.body if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "handle") or (
+            isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "handle"))
+        if isinstance(handle, ast.AnnAssign):
+            # A compiled handler bound with its type: Callable[[RequestContext, Request], Response].
+            assert isinstance(handle.annotation, ast.Subscript) and isinstance(handle.annotation.slice, ast.Tuple), module
+            params, returns = handle.annotation.slice.elts
+            assert isinstance(params, ast.List) and len(params.elts) == 2, module
+            request, annotations = params.elts[1], [handle.annotation]
+        else:
+            request, returns, annotations = handle.args.args[1].annotation, handle.returns, _annotations(handle)
         expected = REQUEST_ALIASES.get(module, f"{api}Request")
         assert expected in _names(request) & (typed_names | {expected, f"typed.{expected}"}), \
             (module, ast.unparse(request) if request else None)
-        assert f"{api}Response" in _names(handle.returns) and _names(handle.returns) & typed_names, \
-            (module, ast.unparse(handle.returns) if handle.returns else None)
-        assert not any(_names(a) & aliases for a in _annotations(handle)), module
+        assert f"{api}Response" in _names(returns) and _names(returns) & typed_names, \
+            (module, ast.unparse(returns) if returns else None)
+        assert not any(_names(a) & aliases for a in annotations), module
 
 
 def test_few_server_functions_have_any_in_their_signature() -> None:

@@ -1,5 +1,7 @@
 """Control batches (transaction markers) are written by the broker only: a client's
-Produce carrying one is refused with INVALID_RECORD and nothing is stored."""
+Produce carrying one is refused with INVALID_RECORD and nothing is stored. (A marker is
+a transactional batch: sent without a transactional id it is refused before its records
+are looked at, with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka does.)"""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ COMMIT_KEY = b"\x00\x00\x00\x01"
 COMMIT_VALUE = b"\x00\x00\x00\x00\x00\x00"
 
 
-def _control_batch(producer_id: int = 7) -> bytes:
+def _control_batch(producer_id: int = 7, transactional: bool = True) -> bytes:
     return build_batch([(COMMIT_KEY, COMMIT_VALUE, 1000, [])], producer_id=producer_id,
-                       producer_epoch=0, is_transactional=True, is_control=True)
+                       producer_epoch=0, is_transactional=transactional, is_control=True)
 
 
 @pytest.fixture
@@ -30,7 +32,10 @@ def raw(pykfk_broker_inprocess):
 @pytest.mark.parametrize("version", [3, 7, 9])
 def test_control_batch_from_a_client_is_invalid_record(raw, version):
     create_topic(raw, "markers", 1)
-    assert produce(raw, "markers", 0, _control_batch(), version=version).error_code == ErrorCode.INVALID_RECORD
+    assert produce(raw, "markers", 0, _control_batch(transactional=False),
+                   version=version).error_code == ErrorCode.INVALID_RECORD
+    assert (produce(raw, "markers", 0, _control_batch(), version=version).error_code
+            == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     assert list_offset(raw, "markers", 0, -1).offset == 0
 
 

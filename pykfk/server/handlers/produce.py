@@ -17,7 +17,7 @@ A partition whose data is refused gets the error code and, from v8 (KIP-467), th
 topic, a timestamp outside the topic's window), ``record_errors`` naming each by its
 index in the batch.
 
-The walk over a request's partitions is compiled (``pykfk._core.append_path.produce``),
+The walk over a request's partitions is compiled (``pykfk._core.append_path.handle``),
 and so is a plain append (one magic-2 batch without producer id, or an idempotent
 producer's next batch in sequence, to a log without compaction, LogAppendTime, a
 timestamp window, recompression or a flush policy, with no roll due): validation,
@@ -27,8 +27,17 @@ what the Log and the Partition do for any append.
 
 Requests are decoded by the compiled walk ``pykfk._core.wire.decode_produce`` into
 ``(transactional_id, acks, timeout_ms, [(topic, [(partition, records)])])`` and answered
-by ``encode_produce_response``. When nothing waits for replication, ``handle`` answers
-at once (no task, no event loop turn); otherwise it returns a coroutine.
+by ``encode_produce_response``. The handler itself is compiled
+(``append_path.handle``): when every partition took the lane, no quota applies and
+nothing waits for replication, it answers with no Python frame at all (decode, handle
+and encode are compiled functions). Whatever is left comes back here (``_finish``):
+leader hints, quotas, transactional partitions whose coordinator another broker is,
+acks=all waits; when something must be waited for, the answer is a coroutine.
+
+A request carrying transactional batches needs a transactional id, and WRITE on it when
+ACLs are on (Kafka's KafkaApis.handleProduceRequest); else every partition is answered
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended
+(``_may_write_transactions``, ``_refuse_transactional``).
 """
 
 from __future__ import annotations
@@ -36,12 +45,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 from pykfk._core import append_path
 from pykfk._core.errors import CoreError
-from pykfk._core.wire import decode_produce, encode_produce_response
+from pykfk._core.wire import decode_produce
 from pykfk.cluster.replica import LEADER
 from pykfk.cluster.topics import INTERNAL_TOPICS
 from pykfk.errors import ErrorCode, KafkaError, error_for_core_exception
@@ -81,15 +90,15 @@ PartitionResponse = typed.ProduceResponsePartitionProduceResponse
 Pending = tuple[PartitionResponse, Coroutine[None, None, ErrorCode]]
 
 
-def decode_request(view: memoryview, offset: int, version: int) -> ProduceRequest:
-    """The request body as ``(transactional_id, acks, timeout_ms, [(topic, [(partition,
-    records)])])``, records as views of the frame. ProtocolError for bad bytes."""
-    return decode_produce(view, offset, version)
-
-
-def encode_response(version: int, correlation_id: int, body: typed.ProduceResponse) -> list[bytes]:
-    """The response frame as chunks (the same bytes as the generic encoder)."""
-    return [encode_produce_response(version, correlation_id, body)]
+# The request body as ``(transactional_id, acks, timeout_ms, [(topic, [(partition,
+# records)])])``, records as views of the frame; ProtocolError for bad bytes.
+decode_request = decode_produce
+# The response frame as chunks (the same bytes as the generic encoder).
+encode_response = append_path.encode_response
+# The response body now, None (acks=0) or a coroutine giving it when something must be
+# waited for; the common case compiled, the rest by ``_finish``.
+handle: Callable[[RequestContext, ProduceRequest], typed.ProduceResponse | None
+                 | Coroutine[None, None, typed.ProduceResponse | None]] = append_path.handle
 
 
 # _check_transaction's answer when the transactional id's coordinator is another broker.
@@ -254,13 +263,11 @@ class _Slow:
             self.moved.append((name, result))
 
 
-def handle(ctx: RequestContext, request: ProduceRequest
-           ) -> typed.ProduceResponse | None | Coroutine[None, None, typed.ProduceResponse | None]:
-    """The response body now, or a coroutine giving it when acks=all must wait. The walk
-    over the partitions and every plain append are compiled (``append_path.produce``);
-    the rest is ``_Slow``'s."""
-    responses, slow, pending = append_path.produce(ctx, request, _Slow)
-    body: typed.ProduceResponse = {"responses": responses, "throttle_time_ms": 0}
+def _finish(ctx: RequestContext, request: ProduceRequest, body: typed.ProduceResponse, slow: _Slow | None,
+            pending: list[Pending]) -> typed.ProduceResponse | None | Coroutine[None, None, typed.ProduceResponse | None]:
+    """``append_path.handle``'s answer when the walk left anything to do: the leader
+    hints and deferred transactional partitions of ``slow`` (the Python path's, None when
+    every partition took the lane), the quota, the acks=all waits."""
     deferred = None
     if slow is not None:
         if slow.moved is not None:
@@ -319,6 +326,33 @@ async def _after_replication(body: typed.ProduceResponse, pending: list[Pending]
     return body
 
 
+def _may_write_transactions(ctx: RequestContext, transactional_id: str | None) -> bool:
+    """A request with transactional batches: whether it may write them. Kafka
+    (KafkaApis.handleProduceRequest) wants a transactional id, and WRITE on it."""
+    return transactional_id is not None and ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                        transactional_id)
+
+
+def _refuse_transactional(ctx: RequestContext, request: ProduceRequest) -> typed.ProduceResponse | None:
+    """The answer to a request whose transactional batches may not be written: every
+    partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing appended (Kafka answers the
+    whole request so, before looking at any topic); acks=0 closes the connection."""
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    responses: list[typed.ProduceResponseTopicProduceResponse] = []
+    for topic, partitions in request[3]:
+        results = []
+        for index, _records in partitions:
+            result = _error(code, index)
+            result["error_message"] = "Transactional Id authorization failed."
+            results.append(result)
+        if isinstance(topic, str):
+            responses.append({"name": topic, "partition_responses": results})
+        else:
+            responses.append({"name": "", "topic_id": topic, "partition_responses": results})
+    log.debug("produce with transactional batches refused (transactional id %r)", request[0])
+    return _answer(request[1], {"responses": responses, "throttle_time_ms": 0})
+
+
 def _answer(acks: int, body: typed.ProduceResponse) -> typed.ProduceResponse | None:
     if acks == 0:
         # No response to carry an error: Kafka closes the connection so the client notices.
@@ -329,4 +363,5 @@ def _answer(acks: int, body: typed.ProduceResponse) -> typed.ProduceResponse | N
 
 
 append_path.configure(KafkaError, LEADER, INTERNAL_TOPICS, ErrorCode.NONE, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                      Operation.WRITE, ResourceType.TOPIC, OFFSET_MOVES, BatchMetadata)
+                      Operation.WRITE, ResourceType.TOPIC, OFFSET_MOVES, BatchMetadata, _Slow, _finish,
+                      _may_write_transactions, _refuse_transactional)
