@@ -981,7 +981,8 @@ class ReplicaManager:
 
     def fetch_waiters(self, replica_id: int) -> AppendWaiters:
         """Where a parked Fetch waits: a follower (``replica_id`` >= 0) for the leader's
-        log to grow, a consumer for the high watermark to move."""
+        log to grow, a consumer for the high watermark to move. Both are made with the
+        manager and never replaced (the compiled Fetch handler asks once per manager)."""
         return self.log_end_waiters if replica_id >= 0 else self.high_watermark_waiters
 
     def wake_fetches(self) -> None:
@@ -1046,7 +1047,12 @@ class ReplicaManager:
         followers up to the log end offset; a follower's ``fetch_offset`` is its position
         (once per request: ``report_position`` is False when a parked fetch reads again).
         With ``consumer_on_follower`` (Fetch v11+, KIP-392) a consumer may read a
-        follower's copy too, up to the follower's high watermark."""
+        follower's copy too, up to the follower's high watermark.
+
+        The compiled Fetch handler (``pykfk._core.fetch_path``) reads the common case's
+        limits from the partition's and the log's fields itself (a leader at the named
+        epoch, no transaction in flight, no throttle): whatever else this decides it
+        leaves to this method."""
         found = self.partitions.get((topic, partition))
         if found is None or found.role != LEADER:
             if consumer_on_follower and replica_id < 0 and found is not None and found.role == FOLLOWER:

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from pykfk._core import records as core_records
 from pykfk._core.append_path import LogState
+from pykfk._core.fetch_path import read_log
 from pykfk._core.regions import FileRegion
 from pykfk._core.segment import Segment
 from pykfk.clock import SYSTEM_CLOCK, Clock
@@ -266,7 +267,8 @@ class _PendingDelete:
 
 
 class _View:
-    """Immutable snapshot of the segment list, swapped whole so readers never lock."""
+    """Immutable snapshot of the segment list, swapped whole so readers never lock. The
+    compiled read (``pykfk._core.fetch_path.read_log``) reads and sets its slots."""
 
     __slots__ = ("base_offsets", "fetch_hint", "segments")
 
@@ -1033,69 +1035,17 @@ class Log(LogState):
         """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least
         one batch when ``min_one_message``, Fetch v3+) and below ``max_offset`` (the high
         watermark for consumers). Raises KafkaError(OFFSET_OUT_OF_RANGE) when ``offset`` is
-        outside [log_start_offset, log_end_offset]. Never takes the lock."""
-        try:
-            return self._read(offset, max_bytes, max_offset, min_one_message)
-        except ValueError:
-            # A segment of the list this read started from was closed meanwhile (deleted
-            # with file.delete.delay.ms 0); the current list answers correctly.
-            return self._read(offset, max_bytes, max_offset, min_one_message)
+        outside [log_start_offset, log_end_offset]. Never takes the lock.
 
-    def _read(self, offset: int, max_bytes: int, max_offset: int | None,
-              min_one_message: bool) -> FetchData:
-        view = self._view
-        log_start, log_end = self._log_start_offset, self._log_end_offset
-        high_watermark = self.high_watermark
-        if offset < log_start or offset > log_end or offset < view.base_offsets[0]:
-            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                             f"offset {offset} is outside [{log_start}, {log_end}] of {self.name}")
-        # Conditionals, not min()/max(): this runs for every partition a Fetch reads.
-        limit = log_end if max_offset is None or max_offset > log_end else max_offset
-        if offset >= limit or (max_bytes <= 0 and not min_one_message):
-            return FetchData(None, log_start, log_end, high_watermark)
-        if max_bytes < 0:  # noqa: PLR1730 (a max() call costs more)
-            max_bytes = 0
-        hint = view.fetch_hint
-        if hint is not None and hint[1] == offset:
-            # A tailing reader asking where its last read ended: no index or header read
-            # when everything from there to the limit fits (the segment's end is a batch
-            # boundary; size is read before next_offset, so a concurrent append can only
-            # make the check stricter).
-            seg, _, start = hint
-            size = seg.size
-            if limit >= seg.next_offset and start < size and max_bytes >= size - start:
-                self._remember_end(view, seg, size)
-                return FetchData(FileRegion(seg.fileno(), start, size - start, seg), log_start, log_end,
-                                 high_watermark)
-        i = bisect.bisect_right(view.base_offsets, offset) - 1
-        while i < len(view.segments):
-            seg = view.segments[i]
-            base = seg.base_offset
-            if base >= limit:
-                break
-            max_position = seg.position_of(limit) if limit < seg.next_offset else -1
-            found = seg.read(offset if offset > base else base, max_bytes, max_position)  # noqa: FURB136
-            if found is not None and found[1] > 0:
-                position, size = found
-                if not min_one_message and size > max_bytes:
-                    size = max_bytes  # clients drop a partial trailing batch
-                elif position + size == max_position:
-                    view.fetch_hint = (seg, limit, max_position)  # the read ended at the limit
-                else:
-                    self._remember_end(view, seg, position + size)
-                return FetchData(FileRegion(seg.fileno(), position, size, seg), log_start, log_end,
-                                 high_watermark)
-            i += 1
-        return FetchData(None, log_start, log_end, high_watermark)
-
-    @staticmethod
-    def _remember_end(view: _View, seg: Segment, end: int) -> None:
-        """Remembers ``end`` as where the next read starts when it is the segment's end:
-        the offset there is next_offset, read between two reads of the size so that an
-        append in between (another thread) leaves nothing remembered."""
-        next_offset = seg.next_offset
-        if seg.size == end:
-            view.fetch_hint = (seg, next_offset, end)
+        The read is compiled (``pykfk._core.fetch_path.read_log``, which the Fetch
+        handler calls directly): a tailing reader asking where its last read ended
+        (``_View.fetch_hint``) costs no index or header read; a segment closed meanwhile
+        (deleted with file.delete.delay.ms 0) makes it read the current list again."""
+        found = read_log(self, offset, max_bytes, max_offset, min_one_message)
+        if found is None:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is outside "
+                             f"[{self._log_start_offset}, {self._log_end_offset}] of {self.name}")
+        return FetchData(*found)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """ListOffsets: the first offset of the first batch with a timestamp at or after

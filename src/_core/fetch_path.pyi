@@ -4,8 +4,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 def configure(kafka_error: type[Exception], preferred_read_replica: Callable[[Any, str, int, str], int],
-              none_code: int, authorization_failed_code: int, out_of_range_code: int) -> None:
+              none_code: int, authorization_failed_code: int, out_of_range_code: int, leader_role: str) -> None:
     """The broker's pieces the core must not import."""
+def counts() -> tuple[int, int]:
+    """(partitions read with no Python call, partitions read through the replica manager's Python)."""
+def read_log(log: Any, offset: int, max_bytes: int, max_offset: int | None,
+             min_one_message: bool) -> tuple[Any, int, int, int] | None:
+    """A log's read: (region or None, log start, log end, high watermark); None when out of range."""
 def partition_error(partition: int, code: int) -> Any:
     """A partition's answer carrying only ``code``."""
 def read_partition(ctx: Any, topic: str, part: Any, replica_id: int, remaining: int, first: bool, first_pass: bool,

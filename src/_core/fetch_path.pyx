@@ -9,13 +9,27 @@ The handler itself is here too (``handle``, ``Fetch``): the first read, and for 
 poll its parking as a loop Future in the waiters (``Waiters``, the fetch purgatory),
 re-read and answered by the wake-up, with no coroutine or task.
 
+The segment read itself (``read_log``: whole batches from the one holding the offset,
+the tailing reader's remembered position) is here too, and ``pykfk.log.log.Log.read``
+is its Python face: one owner of the read rules for both.
+
+A partition this broker leads, asked by a consumer (or a follower) at the current
+leader epoch, whose log holds no open or unreplicated transaction, is read with no
+Python call: its role, leader epoch, offsets and segment list are C fields of its
+compiled bases (``LeaderState``, ``LogState``) or slots, read as attributes. Everything
+else (errors, a follower's reassignment throttle, a rack-aware consumer, the last stable
+offset of a log with transactions in flight) goes through the replica manager's Python
+(``log_for_fetch``, ``Log.last_stable_offset``), so their rules stay in one place;
+``counts`` says how many partitions took each way. A follower's position report
+(``Partition.follower_fetched``) stays a Python call either way.
+
 The core imports nothing of the broker: the handler hands in the exception its reads
-raise (``KafkaError``, with a ``code``), the error codes, the rack-aware replica
-selector (``configure``), and the Python pieces of the handler: sessions, topic ids,
-ACLs (``configure_handler``). The log and the replica manager are called through their
-Python methods (``log_for_fetch``, ``Log.read``), so their rules stay in one place.
+raise (``KafkaError``, with a ``code``), the error codes, the leader role, the
+rack-aware replica selector (``configure``), and the Python pieces of the handler:
+sessions, topic ids, ACLs (``configure_handler``).
 """
 
+from libc.stdint cimport int64_t
 from time import perf_counter
 from uuid import UUID
 from weakref import ref
@@ -31,24 +45,163 @@ cdef object _preferred = None
 cdef object _AUTHORIZATION_FAILED = 29
 cdef object _OUT_OF_RANGE = 1
 cdef object _NONE = 0
+cdef object _LEADER = None
 cdef long long INT32_MAX = 2**31 - 1
+cdef int64_t INT64_MAX = 2**63 - 1
+# Partitions read with no Python call, and through the replica manager's Python.
+cdef long long _compiled = 0
+cdef long long _handed_over = 0
 
 
-def configure(kafka_error, preferred_read_replica, none_code, authorization_failed_code, out_of_range_code):
+def configure(kafka_error, preferred_read_replica, none_code, authorization_failed_code, out_of_range_code,
+              leader_role):
     """The broker's pieces the core must not import: the exception class whose ``code``
     a failed read answers, ``preferred_read_replica(ctx, topic, partition, rack)`` (KIP-392),
-    and the error codes (ErrorCode members, so answers hold the same values as before)."""
-    global _KafkaError, _preferred, _NONE, _AUTHORIZATION_FAILED, _OUT_OF_RANGE
+    the error codes (ErrorCode members, so answers hold the same values as before) and
+    the value of a leader's ``role``."""
+    global _KafkaError, _preferred, _NONE, _AUTHORIZATION_FAILED, _OUT_OF_RANGE, _LEADER
     _KafkaError = kafka_error
     _preferred = preferred_read_replica
     _NONE = none_code
     _AUTHORIZATION_FAILED = authorization_failed_code
     _OUT_OF_RANGE = out_of_range_code
+    _LEADER = leader_role
+    _ANSWER["error_code"] = none_code
+
+
+def counts():
+    """``(compiled, handed_over)``: partition reads whose limits came from C fields with
+    no Python call, and those that went through the replica manager's Python, since the
+    process started."""
+    return _compiled, _handed_over
+
+
+# -- the segment read (Log.read's work) -----------------------------------------------------
+
+cdef struct _Bounds:
+    # What the read saw of the log when it started: the offsets a Fetch answer reports.
+    int64_t log_start
+    int64_t log_end
+    int64_t high_watermark
+    bint out_of_range
+
+
+cdef inline Py_ssize_t _floor_index(list bases, int64_t offset) except -2:
+    """The index of the last of the ascending ``bases`` at or below ``offset`` (-1: none)."""
+    cdef Py_ssize_t low = 0, high = len(bases), middle
+    while low < high:
+        middle = (low + high) >> 1
+        if offset < <int64_t>bases[middle]:
+            high = middle
+        else:
+            low = middle + 1
+    return low - 1
+
+
+cdef inline void _remember_end(object view, object seg, int64_t end) except *:
+    """Remembers ``end`` as where the next read starts when it is the segment's end: the
+    offset there is next_offset, read between two reads of the size, so that an append in
+    between (another thread) leaves nothing remembered."""
+    next_offset = seg.next_offset
+    if seg.size == end:
+        view.fetch_hint = (seg, next_offset, end)
+
+
+cdef object _read_once(object log, int64_t offset, int64_t max_bytes, int64_t max_offset, bint min_one_message,
+                       _Bounds *bounds):
+    cdef int64_t log_start, log_end, limit, start, size, base, max_position, position
+    cdef Py_ssize_t i, count
+    view = log._view
+    log_start = log._log_start_offset
+    log_end = log._log_end_offset
+    high_watermark = log._high_watermark
+    bounds.log_start = log_start
+    bounds.log_end = log_end
+    bounds.high_watermark = log_end if high_watermark is None else high_watermark
+    bounds.out_of_range = False
+    cdef list bases = view.base_offsets
+    if offset < log_start or offset > log_end or not bases or offset < <int64_t>bases[0]:
+        bounds.out_of_range = True
+        return None
+    limit = log_end if max_offset > log_end else max_offset
+    if offset >= limit or (max_bytes <= 0 and not min_one_message):
+        return None
+    if max_bytes < 0:
+        max_bytes = 0
+    hint = view.fetch_hint
+    if hint is not None and <int64_t>(<tuple>hint)[1] == offset:
+        # A tailing reader asking where its last read ended: no index or header read
+        # when everything from there to the limit fits (the segment's end is a batch
+        # boundary; size is read before next_offset, so a concurrent append can only
+        # make the check stricter).
+        seg = (<tuple>hint)[0]
+        start = (<tuple>hint)[2]
+        size = seg.size
+        if limit >= <int64_t>seg.next_offset and start < size and max_bytes >= size - start:
+            _remember_end(view, seg, size)
+            return FileRegion(seg.fileno(), start, size - start, seg)
+    cdef list segments = view.segments
+    i = _floor_index(bases, offset)
+    count = len(segments)
+    while i < count:
+        seg = segments[i]
+        base = seg.base_offset
+        if base >= limit:
+            break
+        max_position = seg.position_of(limit) if limit < <int64_t>seg.next_offset else -1
+        found = seg.read(offset if offset > base else base, max_bytes, max_position)
+        if found is not None and <int64_t>(<tuple>found)[1] > 0:
+            position = (<tuple>found)[0]
+            size = (<tuple>found)[1]
+            if not min_one_message and size > max_bytes:
+                size = max_bytes  # clients drop a partial trailing batch
+            elif position + size == max_position:
+                view.fetch_hint = (seg, limit, max_position)  # the read ended at the limit
+            else:
+                _remember_end(view, seg, position + size)
+            return FileRegion(seg.fileno(), position, size, seg)
+        i += 1
+    return None
+
+
+cdef object _read_log(object log, int64_t offset, int64_t max_bytes, int64_t max_offset, bint min_one_message,
+                      _Bounds *bounds):
+    """The region of whole batches from the one holding ``offset`` (None: nothing to
+    return, or ``bounds.out_of_range``); see ``read_log``."""
+    try:
+        return _read_once(log, offset, max_bytes, max_offset, min_one_message, bounds)
+    except ValueError:
+        # A segment of the list this read started from was closed meanwhile (deleted
+        # with file.delete.delay.ms 0); the current list answers correctly.
+        return _read_once(log, offset, max_bytes, max_offset, min_one_message, bounds)
+
+
+def read_log(log, int64_t offset, int64_t max_bytes, max_offset, bint min_one_message):
+    """A log's read (``pykfk.log.log.Log.read``, whose fields it reads: offsets, segment
+    list, the tailing reader's remembered position): whole batches from the one holding
+    ``offset``, up to ``max_bytes`` (at least one batch when ``min_one_message``) and
+    below ``max_offset`` (None: the log end), as ``(region or None, log start offset, log
+    end offset, high watermark)``; None when ``offset`` is outside [log start, log end]."""
+    cdef _Bounds bounds
+    region = _read_log(log, offset, max_bytes, INT64_MAX if max_offset is None else max_offset, min_one_message,
+                       &bounds)
+    if bounds.out_of_range:
+        return None
+    return region, bounds.log_start, bounds.log_end, bounds.high_watermark
+
+
+# A partition's answer as the response encoder takes it; each answer fills in a copy (a
+# copy of a small dict is one allocation and a copy of its table: no insertions).
+cdef dict _ANSWER = {"partition_index": 0, "error_code": 0, "high_watermark": -1, "last_stable_offset": -1,
+                     "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
+                     "records": b""}
 
 
 cdef dict _error(object partition, object code):
-    return {"partition_index": partition, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+    cdef dict answer = _ANSWER.copy()
+    answer["partition_index"] = partition
+    answer["error_code"] = code
+    return answer
 
 
 def partition_error(partition, code):
@@ -78,31 +231,59 @@ cdef object _owned(object ctx, object region, int version):
 
 cdef tuple _read_partition(object ctx, object replicas, int version, object topic, object part, int replica_id,
                            long long remaining, bint first, bint first_pass, bint read_committed, object client_rack):
+    global _compiled, _handed_over
     cdef object partition = part.partition
     cdef long long fetch_offset = part.fetch_offset
     cdef bint error = False
-    cdef long long limit, size = 0, high_watermark, max_offset, log_start
-    try:
-        plog, read_limit = replicas.log_for_fetch(
-            topic, partition, replica_id, fetch_offset, part.current_leader_epoch,
-            report_position=first_pass, consumer_on_follower=version >= 11)
-    except _KafkaError as exc:
-        return _failed(replicas, topic, partition, exc.code), 0, True
-    max_offset = read_limit
-    # A consumer's read limit is the high watermark already; a follower's the end.
-    high_watermark = max_offset if replica_id < 0 else plog.high_watermark
+    cdef long long limit, size = 0, high_watermark, max_offset, log_start, last_stable
+    cdef int64_t epoch
+    cdef _Bounds bounds
+    # The common case, whose limits need no Python call: this broker leads the partition,
+    # the fetch names no other leader epoch, the log holds no transaction the last stable
+    # offset waits for, and for a follower no reassignment throttle applies.
+    plog = None
+    found = replicas.partitions.get((topic, partition)) if client_rack is None else None
+    if found is not None and found.role == _LEADER:
+        epoch = part.current_leader_epoch
+        if epoch < 0 or epoch == <int64_t>found.leader_epoch:  # else FENCED / UNKNOWN_LEADER_EPOCH
+            plog = found.log
+            state = plog.producer_state
+            if state.ongoing or state.unreplicated or (replica_id >= 0 and replicas.leader_throttle.limited):
+                plog = None
+    if plog is not None:
+        _compiled += 1
+        if replica_id >= 0 and first_pass:
+            found.follower_fetched(replica_id, fetch_offset)  # may move the high watermark
+        max_offset = plog._log_end_offset
+        value = plog._high_watermark
+        high_watermark = max_offset if value is None else value
+        if replica_id < 0:
+            max_offset = high_watermark
+        last_stable = high_watermark  # no transaction in flight
+    else:
+        # Everything else: the replica manager's and the log's Python decide.
+        _handed_over += 1
+        try:
+            plog, read_limit = replicas.log_for_fetch(
+                topic, partition, replica_id, fetch_offset, part.current_leader_epoch,
+                report_position=first_pass, consumer_on_follower=version >= 11)
+        except _KafkaError as exc:
+            return _failed(replicas, topic, partition, exc.code), 0, True
+        max_offset = read_limit
+        # A consumer's read limit is the high watermark already; a follower's the end.
+        high_watermark = max_offset if replica_id < 0 else plog.high_watermark
+        if client_rack is not None:
+            preferred = _preferred(ctx, topic, partition, client_rack)
+            if preferred >= 0:  # KIP-392: read from the replica in the client's rack
+                answer = _error(partition, _NONE)
+                answer["high_watermark"] = high_watermark
+                answer["last_stable_offset"] = plog.last_stable_offset
+                answer["log_start_offset"] = plog.log_start_offset
+                answer["preferred_read_replica"] = preferred
+                return answer, 0, error
+        last_stable = plog.last_stable_offset
     if replica_id >= 0 and part.high_watermark < high_watermark:
         error = True  # KIP-1166: tell the follower now (v18+; older: never)
-    if client_rack is not None:
-        preferred = _preferred(ctx, topic, partition, client_rack)
-        if preferred >= 0:  # KIP-392: read from the replica in the client's rack
-            answer = _error(partition, _NONE)
-            answer["high_watermark"] = high_watermark
-            answer["last_stable_offset"] = plog.last_stable_offset
-            answer["log_start_offset"] = plog.log_start_offset
-            answer["preferred_read_replica"] = preferred
-            return answer, 0, error
-    last_stable = plog.last_stable_offset
     if read_committed:
         max_offset = last_stable
     limit = part.partition_max_bytes
@@ -110,27 +291,25 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
         limit = remaining
     records = b""
     region = None
-    cdef bint caught_up = False
-    try:
-        if fetch_offset == max_offset:
-            log_start = plog.log_start_offset  # a property: read once
-            caught_up = log_start <= max_offset
-        if caught_up:
-            pass  # nothing new (a caught-up follower or consumer): no segment lookup
-        elif limit > 0 or first:
-            # Only the first partition with data may exceed the limits (one whole batch);
-            # later ones are cut, and clients drop a partial last batch.
-            data = plog.read(fetch_offset, limit if limit > 0 else 0, max_offset=max_offset, min_one_message=first)
-            region = data.file_region
-            log_start = data.log_start_offset
-        else:
-            log_start = plog.log_start_offset
-            # Past the read limit but not the log end (a new leader's high watermark
-            # still catching up): nothing to read, not out of range.
-            if not log_start <= fetch_offset <= plog.log_end_offset:
-                return _failed(replicas, topic, partition, _OUT_OF_RANGE), 0, True
-    except _KafkaError as exc:
-        return _failed(replicas, topic, partition, exc.code), 0, True
+    if fetch_offset == max_offset and plog._log_start_offset <= max_offset:
+        # Nothing new (a caught-up follower or consumer): no segment lookup.
+        log_start = plog._log_start_offset
+    elif limit > 0 or first:
+        # Only the first partition with data may exceed the limits (one whole batch);
+        # later ones are cut, and clients drop a partial last batch.
+        try:
+            region = _read_log(plog, fetch_offset, limit if limit > 0 else 0, max_offset, first, &bounds)
+        except _KafkaError as exc:
+            return _failed(replicas, topic, partition, exc.code), 0, True
+        if bounds.out_of_range:
+            return _failed(replicas, topic, partition, _OUT_OF_RANGE), 0, True
+        log_start = bounds.log_start
+    else:
+        log_start = plog._log_start_offset
+        # Past the read limit but not the log end (a new leader's high watermark
+        # still catching up): nothing to read, not out of range.
+        if not log_start <= fetch_offset <= plog._log_end_offset:
+            return _failed(replicas, topic, partition, _OUT_OF_RANGE), 0, True
     if region is not None:
         size = region.size
         if size > 0:
@@ -138,12 +317,20 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
         else:
             size = 0
     aborted = None
-    if read_committed and region is not None and len(plog.aborted_txns):
+    # (the aborted transactions' list read as the field it is: no Python call when empty)
+    if read_committed and region is not None and plog.aborted_txns._entries:
         aborted = [{"producer_id": txn.producer_id, "first_offset": txn.first_offset}
                    for txn in plog.aborted_transactions(fetch_offset, max_offset)] or None
-    return {"partition_index": partition, "error_code": _NONE, "high_watermark": high_watermark,
-            "last_stable_offset": last_stable, "log_start_offset": log_start, "aborted_transactions": aborted,
-            "preferred_read_replica": -1, "records": records}, size, error
+    cdef dict done = _ANSWER.copy()
+    done["partition_index"] = partition
+    done["high_watermark"] = high_watermark
+    done["last_stable_offset"] = last_stable
+    done["log_start_offset"] = log_start
+    if aborted is not None:
+        done["aborted_transactions"] = aborted
+    if size:
+        done["records"] = records
+    return done, size, error
 
 
 def read_partition(ctx, topic, part, int replica_id, long long remaining, bint first, bint first_pass,
@@ -193,8 +380,11 @@ def read_all(ctx, topics, int replica_id, long long max_bytes, bint first_pass, 
 
 
 def count_bytes_out(stats, list responses, bint replication):
-    """Per topic, the record bytes of the answer (once per partition, never per record)."""
+    """Per topic, the record bytes of the answer (once per partition, never per record).
+    ``stats``: the broker's ``BrokerTopicStats``, whose dict of topics is read directly
+    (``for_topic`` only makes a topic's stats the first time)."""
     cdef long long sent
+    cdef dict known = stats._topics
     for topic in responses:
         sent = 0
         for part in topic["partitions"]:
@@ -203,7 +393,10 @@ def count_bytes_out(stats, list responses, bint replication):
                 # Records the reads put in an answer: a FileRegion or bytes (never a list).
                 sent += records.size if type(records) is FileRegion else len(records)
         if sent:
-            topic_stats = stats.for_topic(topic["topic"])
+            name = topic["topic"]
+            topic_stats = known.get(name)
+            if topic_stats is None:
+                topic_stats = stats.for_topic(name)
             if replication:
                 topic_stats.replication_bytes_out += sent
             else:
@@ -351,6 +544,22 @@ cdef class Waiters:
                     del waiting[key]
 
 
+cdef object _waiters_manager = None  # a weak reference to the replica manager last asked
+cdef Waiters _consumer_waiters = None
+cdef Waiters _follower_waiters = None
+
+
+cdef Waiters _waiters_of(object replicas, int replica_id):
+    """``replicas.fetch_waiters(replica_id)``, asked once per replica manager (its two
+    purgatories are made with it and never replaced)."""
+    global _waiters_manager, _consumer_waiters, _follower_waiters
+    if _waiters_manager is None or _waiters_manager() is not replicas:
+        _consumer_waiters = replicas.fetch_waiters(-1)
+        _follower_waiters = replicas.fetch_waiters(0)
+        _waiters_manager = ref(replicas)
+    return _follower_waiters if replica_id >= 0 else _consumer_waiters
+
+
 cdef void _release_region(object ctx, object region):
     """Ends the hold of a region read before (a partition read again after a wake-up)."""
     cdef list pinned = ctx.pinned
@@ -410,7 +619,7 @@ cdef class Fetch:
         else the parked fetch's Future (or, with request-time quotas, a coroutine)."""
         cdef object request = self.request
         cdef object broker = self.broker
-        self.waiters = broker.replica_manager.fetch_waiters(self.replica_id)
+        self.waiters = _waiters_of(broker.replica_manager, self.replica_id)
         cdef long long notified_before = self.waiters.notified
         responses, available, error = read_all(self.ctx, self.topics, self.replica_id, self.max_bytes, True,
                                                self.denied, self.read_committed, self.client_rack, self.known_as)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pykfk._core import fetch_path
 from pykfk.testing import RawClient
 
 FETCH = 1
@@ -30,24 +32,16 @@ def _create(bootstrap: str) -> None:
     raise AssertionError("the topic's partitions never all had a leader")
 
 
-def _count_reads(broker) -> list[int]:
-    """Counts the broker's per-partition fetch reads (``log_for_fetch`` is called once per
-    partition a Fetch reads); the reads themselves run unchanged."""
-    manager = broker.broker.replica_manager
-    original = manager.log_for_fetch
-    calls = [0]
-
-    def counted(*args, **kwargs):
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    manager.log_for_fetch = counted
-    return calls
+def _count_reads() -> Callable[[], int]:
+    """The broker's per-partition fetch reads from now on (the compiled Fetch path counts
+    each partition it reads, whichever way its limits came: ``fetch_path.counts``)."""
+    before = sum(fetch_path.counts())
+    return lambda: sum(fetch_path.counts()) - before
 
 
 def test_a_parked_fetch_rereads_only_the_partitions_woken(broker):
     _create(broker.bootstrap)
-    calls = _count_reads(broker)
+    reads = _count_reads()
     appends = 20
     value = b"x" * 1000
     raw = RawClient(broker.host, broker.port, timeout=60)
@@ -62,9 +56,9 @@ def test_a_parked_fetch_rereads_only_the_partitions_woken(broker):
     try:
         fetcher.start()
         deadline = time.monotonic() + 20
-        while calls[0] < PARTITIONS and time.monotonic() < deadline:
+        while reads() < PARTITIONS and time.monotonic() < deadline:
             time.sleep(0.01)  # the first pass read every partition, then parked
-        assert calls[0] == PARTITIONS
+        assert reads() == PARTITIONS
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
         woken = [(i * 97) % PARTITIONS for i in range(appends)]
         for partition in woken:  # one append, one wake-up at a time
@@ -75,7 +69,7 @@ def test_a_parked_fetch_rereads_only_the_partitions_woken(broker):
     finally:
         raw.close()
     # One full pass, then one read per wake-up (the old walk read all 2,000 per wake-up).
-    assert calls[0] <= PARTITIONS + 2 * appends, calls[0]
+    assert reads() <= PARTITIONS + 2 * appends, reads()
     response = answer[0]
     with_data = {p.partition_index for t in response.responses for p in t.partitions if p.records}
     assert with_data == set(woken)
@@ -87,7 +81,7 @@ def test_a_parked_fetch_rereads_only_the_partitions_woken(broker):
 
 def test_a_consumer_whose_fetches_park_reads_every_record_once(broker):
     _create(broker.bootstrap)
-    calls = _count_reads(broker)
+    reads = _count_reads()
     total = 600
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "wide-readers",
                          "enable.auto.commit": False, "fetch.min.bytes": 200_000, "fetch.wait.max.ms": 3000,
@@ -124,4 +118,4 @@ def test_a_consumer_whose_fetches_park_reads_every_record_once(broker):
     # Every fetch reads all 2,000 partitions once; a parked one then reads only those
     # appended to: about 8,600 reads here, where rereading all of them on every wake-up
     # took 104,000.
-    assert calls[0] < PARTITIONS * 20, calls[0]
+    assert reads() < PARTITIONS * 20, reads()

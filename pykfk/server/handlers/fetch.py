@@ -45,6 +45,7 @@ from pykfk._core import fetch_path
 from pykfk._core.fetch_path import partition_error
 from pykfk._core.wire import decode_fetch
 from pykfk.cluster.metadata import ClusterView
+from pykfk.cluster.replica import LEADER
 from pykfk.errors import ErrorCode, KafkaError
 from pykfk.protocol import framing, typed
 from pykfk.protocol.types import ZERO_UUID, FileRegion, Struct
@@ -71,12 +72,10 @@ log = logging.getLogger("pykfk.server")
 decode_request: Callable[[memoryview, int, int], Struct] = decode_fetch
 
 
-def encode_response(version: int, correlation_id: int, body: typed.FetchResponse) -> Chunks:
-    """The response frame as chunks, compiled (``pykfk._core.fetch_path.encode_answer``);
-    a body with a field that encoder leaves out (tagged fields) goes through the generic
-    encoder."""
-    chunks: Chunks = fetch_path.encode_answer(version, correlation_id, body)
-    return chunks
+# The response frame as chunks, compiled (``pykfk._core.fetch_path.encode_answer``, bound
+# here with no Python frame around it); a body with a field that encoder leaves out
+# (tagged fields) goes through the generic encoder.
+encode_response: Callable[[int, int, typed.FetchResponse], Chunks] = fetch_path.encode_answer
 
 
 def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, client_rack: str) -> int:
@@ -98,21 +97,16 @@ def _preferred_read_replica(ctx: RequestContext, topic: str, partition: int, cli
 _Parked = asyncio.Future[list[bytes | FileRegion]]
 
 
-_handle: Callable[[RequestContext, typed.FetchRequest],
-                  typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]] = fetch_path.handle
-
-
-def handle(ctx: RequestContext, request: typed.FetchRequest
-           ) -> typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]:
-    """Compiled (``pykfk._core.fetch_path.handle``): the answer at once when the first read
-    has it (data, an error, no wait asked); otherwise the parked fetch's loop Future,
-    completed with the encoded answer by the wake-up that finishes it (an append,
-    ``max_wait_ms``, a lost leadership, shutdown), so a parked fetch costs no task and no
-    coroutine (``Dispatcher._run`` takes the Future as the request's work). With
-    request-time quotas (whose handling time the dispatcher measures per step) the parked
-    fetch is awaited by ``_answer_later`` instead. The functions below are the Python
-    pieces it calls: fetch sessions, topic ids, ACLs."""
-    return _handle(ctx, request)
+# The handler, compiled (``pykfk._core.fetch_path.handle``, bound here with no Python frame
+# around it): the answer at once when the first read has it (data, an error, no wait
+# asked); otherwise the parked fetch's loop Future, completed with the encoded answer by
+# the wake-up that finishes it (an append, ``max_wait_ms``, a lost leadership, shutdown),
+# so a parked fetch costs no task and no coroutine (``Dispatcher._run`` takes the Future
+# as the request's work). With request-time quotas (whose handling time the dispatcher
+# measures per step) the parked fetch is awaited by ``_answer_later`` instead. The
+# functions below are the Python pieces it calls: fetch sessions, topic ids, ACLs.
+handle: Callable[[RequestContext, typed.FetchRequest],
+                 typed.FetchResponse | _Parked | Coroutine[None, None, typed.FetchResponse]] = fetch_path.handle
 
 
 def _open_session(ctx: RequestContext, request: typed.FetchRequest, known_as: dict[str, uuid.UUID] | None,
@@ -238,7 +232,7 @@ def _denied_topics(ctx: RequestContext, replica_id: int, topics: Sequence[ReadTo
 
 
 fetch_path.configure(KafkaError, _preferred_read_replica, ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                     ErrorCode.OFFSET_OUT_OF_RANGE)
+                     ErrorCode.OFFSET_OUT_OF_RANGE, LEADER)
 fetch_path.configure_handler(asyncio.get_running_loop, _topic_names, _open_session, _denied_topics,
                              functools.partial(framing.encode_response, API_KEY), _answer_later, CONSUMER_BYTE_RATE,
                              ErrorCode.UNKNOWN_TOPIC_ID)
