@@ -242,7 +242,11 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
     # the fetch names no other leader epoch, the log holds no transaction the last stable
     # offset waits for, and for a follower no reassignment throttle applies.
     plog = None
-    found = replicas.partitions.get((topic, partition)) if client_rack is None else None
+    found = None
+    cdef dict partitions
+    if client_rack is None:
+        partitions = replicas.partitions
+        found = partitions.get((topic, partition))
     if found is not None and found.role == _LEADER:
         epoch = part.current_leader_epoch
         if epoch < 0 or epoch == <int64_t>found.leader_epoch:  # else FENCED / UNKNOWN_LEADER_EPOCH
