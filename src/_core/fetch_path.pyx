@@ -20,8 +20,9 @@ compiled bases (``LeaderState``, ``LogState``) or slots, read as attributes. Eve
 else (errors, a follower's reassignment throttle, a rack-aware consumer, the last stable
 offset of a log with transactions in flight) goes through the replica manager's Python
 (``log_for_fetch``, ``Log.last_stable_offset``), so their rules stay in one place;
-``counts`` says how many partitions took each way. A follower's position report
-(``Partition.follower_fetched``) stays a Python call either way.
+``counts`` says how many partitions took each way. A follower's fetch still makes two
+Python calls either way: its position report (``Partition.follower_fetched``) and the
+check that no reassignment throttle is set (``leader_throttle.limited``).
 
 The core imports nothing of the broker: the handler hands in the exception its reads
 raise (``KafkaError``, with a ``code``), the error codes, the leader role, the

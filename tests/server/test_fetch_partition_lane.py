@@ -7,6 +7,7 @@ whose counts the test reads; the follower is a broker process of a two-broker cl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -52,6 +53,15 @@ class _Counted:
 def _create(bootstrap: str, name: str, partitions: int = 1, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def _client(broker: Any) -> Iterator[RawClient]:
+    client = RawClient(broker.host, broker.port)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def _fetch(client: RawClient, topic: str, offset: int, *, version: int = 11, isolation: int = 0,
@@ -169,8 +179,7 @@ def test_a_tailing_consumer_keeps_reading_while_retention_deletes_the_log(broker
     plog = broker._started_broker().replica_manager.leader_log(topic, 0)
     wait_until(lambda: plog.log_start_offset > 0, TIMEOUT_S, "retention deleted segments")
     assert counted()[0] > 20 and counted()[1] == 0
-    client = RawClient(broker.host, broker.port)
-    try:
+    with _client(broker) as client:
         counted = _Counted()
         assert _fetch(client, topic, 0).error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # deleted
         start = plog.log_start_offset
@@ -178,16 +187,13 @@ def test_a_tailing_consumer_keeps_reading_while_retention_deletes_the_log(broker
         assert answer.error_code == 0 and answer.log_start_offset == start
         assert _offsets(answer.records)[0] == start
         assert counted() == (2, 0)
-    finally:
-        client.close()
 
 
 def test_a_fetch_out_of_range_is_answered_offset_out_of_range(broker: InProcessBroker) -> None:
     topic = "range"
     _create(broker.bootstrap, topic)
     _producing(broker.bootstrap, topic, [b"v%d" % i for i in range(5)], 1, every=1)()  # a batch each
-    client = RawClient(broker.host, broker.port)
-    try:
+    with _client(broker) as client:
         counted = _Counted()
         at_end = _fetch(client, topic, 5)
         assert (at_end.error_code, at_end.high_watermark, _offsets(at_end.records)) == (0, 5, [])
@@ -198,8 +204,6 @@ def test_a_fetch_out_of_range_is_answered_offset_out_of_range(broker: InProcessB
         assert (whole.error_code, whole.high_watermark, whole.last_stable_offset, whole.log_start_offset) == (0, 5, 5, 0)
         assert _offsets(whole.records) == [2, 3, 4]
         assert counted() == (6, 0)
-    finally:
-        client.close()
 
 
 def test_read_committed_falls_back_while_a_transaction_is_open(broker: InProcessBroker) -> None:
@@ -208,8 +212,7 @@ def test_read_committed_falls_back_while_a_transaction_is_open(broker: InProcess
     _producing(broker.bootstrap, topic, [b"before-%d" % i for i in range(3)], 1, every=1)()
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lane-txn"})
     producer.init_transactions(TIMEOUT_S)
-    client = RawClient(broker.host, broker.port)
-    try:
+    with _client(broker) as client:
         producer.begin_transaction()
         for i in range(2):
             producer.produce(topic, b"in-txn-%d" % i, partition=0)
@@ -245,8 +248,6 @@ def test_read_committed_falls_back_while_a_transaction_is_open(broker: InProcess
         assert _offsets(after_abort.records) == [6, 7, 8]  # the consumer drops 6 and 7 by the list
         assert _fetch(client, topic, 6).aborted_transactions is None  # read_uncommitted: no list
         assert counted() == (2, 0)
-    finally:
-        client.close()
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "txn-lane", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, 0, 0)])
@@ -312,8 +313,7 @@ def test_a_stale_leader_epoch_is_fenced_and_a_follower_replicates_through_the_la
                    TIMEOUT_S, "broker 0 leading moved")
         epoch = manager.partitions[("moved", 0)].leader_epoch
         assert epoch >= 1
-        client = RawClient(leader.host, leader.port)
-        try:
+        with _client(leader) as client:
             counted = _Counted()
             assert _fetch(client, "moved", 0, leader_epoch=epoch - 1).error_code == ErrorCode.FENCED_LEADER_EPOCH
             assert _fetch(client, "moved", 0, leader_epoch=epoch + 1).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
@@ -321,8 +321,6 @@ def test_a_stale_leader_epoch_is_fenced_and_a_follower_replicates_through_the_la
             current = _fetch(client, "moved", 0, leader_epoch=epoch)
             assert (current.error_code, current.high_watermark) == (0, 0)
             assert counted() == (1, 2)
-        finally:
-            client.close()
     finally:
         follower.stop(timeout=30)
         leader.stop()
