@@ -20,9 +20,10 @@ compiled bases (``LeaderState``, ``LogState``) or slots, read as attributes. Eve
 else (errors, a follower's reassignment throttle, a rack-aware consumer, the last stable
 offset of a log with transactions in flight) goes through the replica manager's Python
 (``log_for_fetch``, ``Log.last_stable_offset``), so their rules stay in one place;
-``counts`` says how many partitions took each way. A follower's fetch still makes two
-Python calls either way: its position report (``Partition.follower_fetched``) and the
-check that no reassignment throttle is set (``leader_throttle.limited``).
+``counts`` says how many partitions took each way. A follower's fetch still makes
+Python calls: its position report per partition (``Partition.follower_fetched``), and
+once per request the check that no reassignment throttle is set
+(``leader_throttle.limited``).
 
 The core imports nothing of the broker: the handler hands in the exception its reads
 raise (``KafkaError``, with a ``code``), the error codes, the leader role, the
@@ -230,8 +231,16 @@ cdef object _owned(object ctx, object region, int version):
     return pinned
 
 
+cdef inline bint _throttled(object replicas, int replica_id) except -1:
+    """A follower's fetch while a reassignment throttle is set (``leader.replication.
+    throttled.rate``): its partitions' limits go through ``log_for_fetch``. Asked once
+    per request (the rate is a setting, the same for every partition)."""
+    return replica_id >= 0 and replicas.leader_throttle.limited
+
+
 cdef tuple _read_partition(object ctx, object replicas, int version, object topic, object part, int replica_id,
-                           long long remaining, bint first, bint first_pass, bint read_committed, object client_rack):
+                           bint throttled, long long remaining, bint first, bint first_pass, bint read_committed,
+                           object client_rack):
     global _compiled, _handed_over
     cdef object partition = part.partition
     cdef long long fetch_offset = part.fetch_offset
@@ -245,7 +254,7 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
     plog = None
     found = None
     cdef dict partitions
-    if client_rack is None:
+    if client_rack is None and not throttled:
         partitions = replicas.partitions
         found = partitions.get((topic, partition))
     if found is not None and found.role == _LEADER:
@@ -253,7 +262,7 @@ cdef tuple _read_partition(object ctx, object replicas, int version, object topi
         if epoch < 0 or epoch == <int64_t>found.leader_epoch:  # else FENCED / UNKNOWN_LEADER_EPOCH
             plog = found.log
             state = plog.producer_state
-            if state.ongoing or state.unreplicated or (replica_id >= 0 and replicas.leader_throttle.limited):
+            if state.ongoing or state.unreplicated:
                 plog = None
     if plog is not None:
         _compiled += 1
@@ -344,8 +353,9 @@ def read_partition(ctx, topic, part, int replica_id, long long remaining, bint f
     once (an error, or a v18 follower behind the high watermark). ``remaining``: the
     response's byte budget left; ``first``: no partition before it has data (so its first
     batch is sent whole whatever the limits)."""
-    return _read_partition(ctx, ctx.broker.replica_manager, ctx.api_version, topic, part, replica_id, remaining,
-                           first, first_pass, read_committed, client_rack)
+    replicas = ctx.broker.replica_manager
+    return _read_partition(ctx, replicas, ctx.api_version, topic, part, replica_id, _throttled(replicas, replica_id),
+                           remaining, first, first_pass, read_committed, client_rack)
 
 
 def read_all(ctx, topics, int replica_id, long long max_bytes, bint first_pass, denied, bint read_committed,
@@ -361,6 +371,7 @@ def read_all(ctx, topics, int replica_id, long long max_bytes, bint first_pass, 
     cdef list partitions
     cdef dict entry
     replicas = ctx.broker.replica_manager
+    cdef bint throttled = _throttled(replicas, replica_id)
     for topic in topics:
         name = topic.topic
         if denied and name in denied:
@@ -369,8 +380,8 @@ def read_all(ctx, topics, int replica_id, long long max_bytes, bint first_pass, 
         else:
             partitions = []
             for part in topic.partitions:
-                answer, size, failed = _read_partition(ctx, replicas, version, name, part, replica_id, remaining,
-                                                       total == 0, first_pass, read_committed, client_rack)
+                answer, size, failed = _read_partition(ctx, replicas, version, name, part, replica_id, throttled,
+                                                       remaining, total == 0, first_pass, read_committed, client_rack)
                 partitions.append(answer)
                 if size:
                     total += size
@@ -717,13 +728,15 @@ cdef class Fetch:
         """Read again the partitions appended to since the last re-read (their old
         answers' regions released); the body when the fetch is done, else None."""
         cdef object ctx = self.ctx
-        cdef bint error = False
+        cdef bint error = False, throttled
         cdef long long old_size, others, budget, size
         cdef list answers
         cdef dict old
         woken = self.woken
         if woken:
             self.woken = set()
+            replicas = self.broker.replica_manager
+            throttled = _throttled(replicas, self.replica_id)
             for key in woken:
                 found = self.where.get(key)
                 if found is None:
@@ -741,9 +754,9 @@ cdef class Fetch:
                         old_size = len(records)
                 others = self.available - old_size
                 budget = self.max_bytes - others if self.version >= 3 else INT32_MAX
-                answer, size, failed = _read_partition(ctx, self.broker.replica_manager, self.version, key[0], part,
-                                                       self.replica_id, budget, others == 0, False,
-                                                       self.read_committed, self.client_rack)
+                answer, size, failed = _read_partition(ctx, replicas, self.version, key[0], part, self.replica_id,
+                                                       throttled, budget, others == 0, False, self.read_committed,
+                                                       self.client_rack)
                 answers[index] = answer
                 self.available = others + size
                 if failed:
