@@ -570,7 +570,9 @@ cdef tuple _FETCH_PARTITION_TAGS = ("diverging_epoch", "current_leader", "snapsh
 
 
 cdef int _put_uuid(_Out* o, object value) except -1:
-    cdef bytes raw = value.bytes
+    # UUID.bytes is a Python property (a frame per topic of every v13+ answer); the
+    # integer's own to_bytes is a C method.
+    cdef bytes raw = value.int.to_bytes(16, "big") if type(value) is UUID else value.bytes
     _reserve(o, 16)
     memcpy(o.data + o.len, <const char*>raw, 16)
     o.len += 16
