@@ -27,6 +27,8 @@ transactional id its principal may write (``refuse_transactional``, Kafka's rule
 
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
 
+from threading import RLock
+
 from pykfk._core.records import validate_and_assign
 from pykfk._core.wire import encode_produce_response
 
@@ -47,6 +49,65 @@ cdef extern from "Python.h":
     """
     const uint8_t *_view_bytes "__pk_view_bytes"(object obj, Py_ssize_t *size)
 
+
+cdef extern from "Python.h":
+    """
+    /* A log's lock (a threading.RLock) taken and given back through the C functions of
+       its type's acquire and release, as ``lock.acquire()`` and ``lock.release()`` call
+       them, without the method lookup and call of each; any other lock type by its
+       methods. */
+    static PyTypeObject *__pk_rlock_type = NULL;
+    static PyCFunctionWithKeywords __pk_rlock_acquire = NULL;
+    static PyCFunction __pk_rlock_release = NULL;
+    static PyObject *__pk_no_args = NULL;
+
+    static int __pk_lock_setup(PyObject *lock) {
+        const int kinds = METH_VARARGS | METH_KEYWORDS | METH_NOARGS | METH_O | METH_FASTCALL | METH_METHOD;
+        PyTypeObject *tp = Py_TYPE(lock);
+        PyObject *acquire = PyDict_GetItemString(tp->tp_dict, "acquire");
+        PyObject *release = PyDict_GetItemString(tp->tp_dict, "release");
+        if (acquire == NULL || release == NULL || !Py_IS_TYPE(acquire, &PyMethodDescr_Type)
+                || !Py_IS_TYPE(release, &PyMethodDescr_Type))
+            return 0;
+        PyMethodDef *a = ((PyMethodDescrObject *)acquire)->d_method;
+        PyMethodDef *r = ((PyMethodDescrObject *)release)->d_method;
+        if ((a->ml_flags & kinds) != (METH_VARARGS | METH_KEYWORDS) || (r->ml_flags & kinds) != METH_NOARGS)
+            return 0;
+        __pk_no_args = PyTuple_New(0);
+        if (__pk_no_args == NULL)
+            return -1;
+        __pk_rlock_acquire = (PyCFunctionWithKeywords)(void (*)(void))a->ml_meth;
+        __pk_rlock_release = r->ml_meth;
+        Py_INCREF(tp);
+        __pk_rlock_type = tp;
+        return 1;
+    }
+
+    static int __pk_lock_acquire(PyObject *lock) {
+        PyObject *done = Py_TYPE(lock) == __pk_rlock_type ? __pk_rlock_acquire(lock, __pk_no_args, NULL)
+                                                          : PyObject_CallMethod(lock, "acquire", NULL);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
+        return 0;
+    }
+
+    static int __pk_lock_release(PyObject *lock) {
+        PyObject *done = Py_TYPE(lock) == __pk_rlock_type ? __pk_rlock_release(lock, NULL)
+                                                          : PyObject_CallMethod(lock, "release", NULL);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
+        return 0;
+    }
+    """
+    int _lock_setup "__pk_lock_setup"(object lock) except -1
+    int _lock_acquire "__pk_lock_acquire"(object lock) except -1
+    int _lock_release "__pk_lock_release"(object lock) except -1
+
+
+_lock_setup(RLock())  # the type of Log._lock
+
 cdef object _KafkaError = None
 cdef object _LEADER = None
 cdef object _INTERNAL = frozenset()
@@ -62,11 +123,15 @@ cdef object _finish = None
 cdef object _may_write_transactions = None
 cdef object _refuse_transactional = None
 cdef object _encode = encode_produce_response
+cdef object _validate_and_assign = validate_and_assign
 cdef object _tuple_new = tuple.__new__
 # A partition's answer as the response encoder takes it; the lane fills in a copy.
 cdef dict _ANSWER = {"index": 0, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
                      "log_start_offset": -1}
-cdef tuple _VALID_ACKS = (-1, 0, 1)
+# The response body and a topic's entry, copied (a copy of a small dict costs less
+# than a new one filled key by key).
+cdef dict _BODY = {"responses": None, "throttle_time_ms": 0}
+cdef dict _TOPIC_ENTRY = {"name": None, "partition_responses": None}
 cdef long long _INT32_MAX = 2**31 - 1
 cdef long long _appended = 0
 cdef long long _handed_over = 0
@@ -244,7 +309,7 @@ cdef object _append(object partition_leader, object records, int acks, long long
     if acks == -1 and len(leader.isr) < min_isr:
         return None  # NOT_ENOUGH_REPLICAS, by the Python path
     lock = plog._lock
-    lock.acquire()
+    _lock_acquire(lock)
     try:
         first_offset = plog._log_end_offset
         last_offset = first_offset + count - 1
@@ -265,7 +330,7 @@ cdef object _append(object partition_leader, object records, int acks, long long
             batches = entry.batches
             if not batches or (<tuple>batches[-1])[1] + 1 != first_seq:
                 return None
-        headers = validate_and_assign(records, first_offset, leader.leader_epoch, plog._max_message_bytes,
+        headers = _validate_and_assign(records, first_offset, leader.leader_epoch, plog._max_message_bytes,
                                       decompress=plog.validate_compressed, max_batches=1 if single else 0)
         if len(headers) != 1 or headers[0].next_offset != next_offset:
             raise AssertionError("validated batch disagrees with its header")
@@ -287,7 +352,7 @@ cdef object _append(object partition_leader, object records, int acks, long long
                 entry.last_timestamp = max_timestamp
         log_start = plog._log_start_offset
     finally:
-        lock.release()
+        _lock_release(lock)
     _appended += 1
     _plog, _manager, topic, partition, _stats, hw_waiters, end_waiters = lane
     counts.bytes_in += size
@@ -328,7 +393,8 @@ def handle(ctx, request):
     cdef list slow_box = [None]
     responses = _walk(ctx, broker, transactional_id, acks, timeout_ms, <list>topics, request, pending, slow_box)
     slow = slow_box[0]
-    body = {"responses": responses, "throttle_time_ms": 0}
+    body = _BODY.copy()
+    body["responses"] = responses
     if slow is not None or pending or broker.quotas.active:
         return _finish(ctx, request, body, slow, pending)
     if acks == 0:
@@ -372,7 +438,7 @@ cdef list _walk(ctx, broker, transactional_id, acks, timeout_ms, list topics, re
     replicas = broker.replica_manager
     cdef int version = ctx.api_version
     cdef bint single = version >= 3
-    cdef bint plain = transactional_id is None and acks in _VALID_ACKS
+    cdef bint plain = transactional_id is None and type(acks) is int and -1 <= acks <= 1
     cdef bint fast, denied, internal
     cdef int acks_c = acks if plain else 0
     cdef long long min_isr = 0
@@ -380,7 +446,10 @@ cdef list _walk(ctx, broker, transactional_id, acks, timeout_ms, list topics, re
     authorizer = broker.authorizer
     cdef dict leaders = replicas.partitions
     cdef list responses = []
-    cdef dict by_topic = {}
+    cdef dict by_topic = None  # made at a request's second topic (most name one)
+    cdef list results = None
+    cdef dict entry
+    last_name = None
     slow = None
     for topic, partitions in topics:
         if type(topic) is str:
@@ -391,13 +460,22 @@ cdef list _walk(ctx, broker, transactional_id, acks, timeout_ms, list topics, re
             name = slow.named(topic, partitions, responses)
             if name is None:
                 continue
-        results = by_topic.get(name)
-        if results is None:
-            results = by_topic[name] = []
-            if version >= 13:
-                responses.append({"name": name, "partition_responses": results, "topic_id": topic})
-            else:
-                responses.append({"name": name, "partition_responses": results})
+        if last_name is None or name != last_name:
+            found = None if by_topic is None else by_topic.get(name)
+            if found is None:
+                found = []
+                if last_name is not None:
+                    if by_topic is None:
+                        by_topic = {last_name: results}
+                    by_topic[name] = found
+                entry = _TOPIC_ENTRY.copy()
+                entry["name"] = name
+                entry["partition_responses"] = found
+                if version >= 13:
+                    entry["topic_id"] = topic
+                responses.append(entry)
+            results = found
+            last_name = name
         denied = authorizer is not None and not ctx.allowed(_WRITE, _TOPIC, name)
         internal = name in _INTERNAL
         fast = plain and not denied and not internal

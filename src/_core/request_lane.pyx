@@ -27,6 +27,20 @@ from types import CoroutineType
 DEF KEYS = 128  # api keys looked up in the table (Kafka's highest is below 100)
 
 
+cdef extern from "Python.h":
+    """
+    /* ``cls.__new__(cls)`` for a subclass of RequestCore, by its type's tp_new (no
+       method lookup and call of ``__new__``). */
+    static PyObject *__pk_new_context(PyObject *cls) {
+        static PyObject *no_args = NULL;
+        if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
+            return NULL;
+        return ((PyTypeObject *)cls)->tp_new((PyTypeObject *)cls, no_args, NULL);
+    }
+    """
+    object _new_context "__pk_new_context"(object cls)
+
+
 cdef class ServerState:
     """What the lane reads of a listener (``KafkaServer``) per request: its limits, its
     lane, and the turn state of direct sends (``Lane.end_turn``)."""
@@ -313,7 +327,7 @@ cdef class Lane:
                 request = entry.spec_decode(view, body_offset, version)
         except Exception as exc:  # ProtocolError, or whatever a hostile frame provokes
             raise self.close_error(f"malformed {entry.name} v{version} request: {exc}") from None
-        cdef RequestCore ctx = RequestCore.__new__(self.ctx_type)
+        cdef RequestCore ctx = <RequestCore>_new_context(self.ctx_type)  # (a RequestCore subclass, as __init__ checked)
         ctx.broker = self.broker
         ctx.registry = self.registry
         ctx.api_key = api_key
