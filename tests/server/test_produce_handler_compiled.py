@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
@@ -30,20 +29,15 @@ from pykfk.protocol import framing
 from pykfk.server.handlers import produce as produce_handler
 from pykfk.server.handlers.metadata import topic_ids
 from pykfk.testing import BrokerProcess, InProcessBroker, RawClient, wait_until
+from tests.server import test_produce_lane
+from tests.txn.conftest import read_all
 
 PRODUCE = 0
 ALTER_CLIENT_QUOTAS = 49
 TIMEOUT_S = 30
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    proc = InProcessBroker(str(tmp_path_factory.mktemp("produce-compiled") / "data"))
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+# A broker on an event loop thread of the test process (the lane's counts are its own).
+broker = test_produce_lane.broker
 
 
 @pytest.fixture(scope="module")
@@ -59,31 +53,6 @@ def process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 def _create(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT_S)
-
-
-def _values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted") -> list[bytes]:
-    """Every value a consumer of ``isolation`` reads, partition by partition, to the end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"compiled-{time.monotonic_ns()}",
-                         "isolation.level": isolation, "enable.partition.eof": True,
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    ended: set[int] = set()
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(ended) < partitions and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            if message.error() is not None:
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    ended.add(message.partition())
-                continue
-            got[message.partition()].append(message.value())
-    finally:
-        consumer.close()
-    assert len(ended) == partitions, "the consumer did not reach the end of every partition"
-    return [value for p in range(partitions) for value in got[p]]
 
 
 def _confluent(bootstrap: str, topic: str, count: int, partitions: int, **conf: object) -> list[object]:
@@ -146,7 +115,7 @@ def test_confluent_plain_records_take_the_compiled_path(broker: InProcessBroker,
     appended, handed_over = append_path.counts()
     assert _confluent(broker.bootstrap, topic, 12, 2, acks=acks) == [None] * 12
     assert append_path.counts() == (appended + 12, handed_over)
-    assert sorted(_values(broker.bootstrap, topic, 2)) == sorted(b"%s-%d" % (topic.encode(), i) for i in range(12))
+    assert sorted(read_all(broker.bootstrap, topic, 2, "read_uncommitted")) == sorted(b"%s-%d" % (topic.encode(), i) for i in range(12))
 
 
 def test_confluent_idempotent_records_take_the_compiled_path_after_the_first(broker: InProcessBroker) -> None:
@@ -156,7 +125,7 @@ def test_confluent_idempotent_records_take_the_compiled_path_after_the_first(bro
     assert _confluent(broker.bootstrap, topic, 12, 2, **{"enable.idempotence": True}) == [None] * 12
     # A producer's first batch to each partition sets up its state in Python.
     assert append_path.counts() == (appended + 10, handed_over + 2)
-    assert _values(broker.bootstrap, topic, 2) == [b"compiled-idempotent-%d" % i for i in (0, 2, 4, 6, 8, 10, 1, 3,
+    assert read_all(broker.bootstrap, topic, 2, "read_uncommitted") == [b"compiled-idempotent-%d" % i for i in (0, 2, 4, 6, 8, 10, 1, 3,
                                                                                            5, 7, 9, 11)]
 
 
@@ -174,7 +143,7 @@ def test_kafka_python_records_take_the_compiled_path(broker: InProcessBroker, ac
     # (acks=0: the producer does not wait for the broker)
     wait_until(lambda: append_path.counts()[0] >= appended + 10, TIMEOUT_S, "the appends")
     assert append_path.counts() == (appended + 10, handed_over)
-    assert _values(broker.bootstrap, topic, 1) == [b"kp-%d" % i for i in range(10)]
+    assert read_all(broker.bootstrap, topic, 1, "read_uncommitted") == [b"kp-%d" % i for i in range(10)]
 
 
 def test_a_request_over_its_quota_is_appended_and_answered_with_a_throttle_time(broker: InProcessBroker) -> None:
@@ -277,10 +246,10 @@ def test_a_transactional_producer_commits_and_aborts(process: BrokerProcess) -> 
             producer.commit_transaction(TIMEOUT_S)
         else:
             producer.abort_transaction(TIMEOUT_S)
-    committed = _values(process.bootstrap, topic, 2, "read_committed")
+    committed = read_all(process.bootstrap, topic, 2, "read_committed")
     assert committed == [b"commit-0", b"commit-2", b"commit-0", b"commit-2",
                          b"commit-1", b"commit-3", b"commit-1", b"commit-3"]
-    assert len(_values(process.bootstrap, topic, 2, "read_uncommitted")) == 12
+    assert len(read_all(process.bootstrap, topic, 2, "read_uncommitted")) == 12
 
 
 def test_a_broker_process_refuses_transactional_batches_without_an_id(process: BrokerProcess) -> None:
@@ -292,4 +261,4 @@ def test_a_broker_process_refuses_transactional_batches_without_an_id(process: B
             "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": transactional}]}]}
     answer = _exchange("127.0.0.1", process.port, _frame(PRODUCE, 9, 6, body), 9)
     assert _answers(answer) == {(topic, 0): (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)}
-    assert _values(process.bootstrap, topic, 1) == []
+    assert read_all(process.bootstrap, topic, 1, "read_uncommitted") == []
