@@ -19,7 +19,9 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic
+from confluent_kafka.admin import ResourcePatternType as AclPatternType
+from confluent_kafka.admin import ResourceType as AclResourceType
 from kafka import KafkaProducer
 
 from pykfk._core import append_path
@@ -29,6 +31,7 @@ from pykfk.protocol import framing
 from pykfk.server.handlers import produce as produce_handler
 from pykfk.server.handlers.metadata import topic_ids
 from pykfk.testing import BrokerProcess, InProcessBroker, RawClient, wait_until
+from tests.security import test_acls
 from tests.server import test_produce_lane
 from tests.txn.conftest import read_all
 
@@ -38,6 +41,8 @@ TIMEOUT_S = 30
 
 # A broker on an event loop thread of the test process (the lane's counts are its own).
 broker = test_produce_lane.broker
+# A broker process with SASL/PLAIN logins and the ACL authorizer.
+acl_broker = test_acls.acl_broker
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +267,37 @@ def test_a_broker_process_refuses_transactional_batches_without_an_id(process: B
     answer = _exchange("127.0.0.1", process.port, _frame(PRODUCE, 9, 6, body), 9)
     assert _answers(answer) == {(topic, 0): (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)}
     assert read_all(process.bootstrap, topic, 1, "read_uncommitted") == []
+
+
+def test_transactional_batches_need_write_on_their_transactional_id(acl_broker: BrokerProcess) -> None:
+    """With ACLs on, a request carrying transactional batches needs WRITE on its
+    transactional id (Kafka's check, before any topic); batches that are not
+    transactional need none."""
+    topic = "compiled-acl-txn"
+    admin = test_acls._admin(acl_broker)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    test_acls._allow(acl_broker, AclBinding(AclResourceType.TOPIC, topic, AclPatternType.LITERAL, "User:alice", "*",
+                                            AclOperation.WRITE, AclPermissionType.ALLOW))
+    transactional = build_batch([(None, b"txn", 1_700_000_000_000, [])], producer_id=4300, producer_epoch=0,
+                                base_sequence=0, is_transactional=True)
+    plain = build_batch([(None, b"plain", 1_700_000_000_000, [])])
+
+    def produce(records: bytes) -> int:
+        raw = test_acls._raw(acl_broker, "alice")
+        try:
+            body = {"transactional_id": "compiled-tx-alice", "acks": 1, "timeout_ms": 5000,
+                    "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+            return int(raw.call(PRODUCE, 9, body).responses[0].partition_responses[0].error_code)  # type: ignore[attr-defined]
+        finally:
+            raw.close()
+
+    assert produce(transactional) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert test_acls._end_offset(acl_broker, topic) == 0
+    assert produce(plain) == ErrorCode.NONE  # no transactional batch: no transactional id check
+    assert test_acls._end_offset(acl_broker, topic) == 1
+    test_acls._allow(acl_broker, AclBinding(AclResourceType.TRANSACTIONAL_ID, "compiled-tx-alice",
+                                            AclPatternType.LITERAL, "User:alice", "*", AclOperation.WRITE,
+                                            AclPermissionType.ALLOW))
+    # Allowed now: refused further on, the producer having no transaction open.
+    assert produce(transactional) not in (ErrorCode.NONE, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    assert test_acls._end_offset(acl_broker, topic) == 1
